@@ -1,0 +1,25 @@
+#pragma once
+// CSVLogger (order 60): appends each epoch's row of the table to a CSV file
+// (header first unless appending to an existing file); rows are flushed as they
+// are written, so a crashed run keeps its history.
+#include <fstream>
+#include <string>
+
+#include "learner/callback.h"
+
+namespace fastcpp {
+
+class CSVLogger : public Callback {
+ public:
+  explicit CSVLogger(std::string path = "history.csv", bool append = false);
+  void before_fit() override;
+  void after_epoch() override;
+  void after_fit() override { file_.close(); }
+
+ private:
+  std::string path_;
+  bool append_;
+  std::ofstream file_;
+};
+
+}  // namespace fastcpp

@@ -1,0 +1,89 @@
+#include "callbacks/lr_finder.h"
+
+#include <cmath>
+#include <limits>
+
+#include "learner/checkpoint.h"
+#include "learner/error.h"
+#include "learner/learner.h"
+#include "learner/recorder.h"
+
+namespace fastcpp {
+
+LRFinder::LRFinder(double start_lr, double end_lr, int num_it, bool stop_div)
+    : ParamScheduler({{"lr", {SchedExp(start_lr, end_lr)}}}), num_it_(num_it), stop_div_(stop_div) {}
+
+void LRFinder::before_fit() {
+  ParamScheduler::before_fit();
+  saved_state_ = checkpoint::encode(learn(), /*with_opt=*/true);
+  best_loss_ = std::numeric_limits<double>::infinity();
+}
+
+void LRFinder::before_batch() { set_hypers(static_cast<double>(learn().train_iter) / num_it_); }
+
+void LRFinder::after_batch() {
+  ParamScheduler::after_batch();
+  auto& l = learn();
+  const double smooth = l.recorder->smooth_loss();
+  if (smooth < best_loss_) best_loss_ = smooth;
+  if (stop_div_ && (smooth > 4 * best_loss_ || std::isnan(smooth))) throw CancelFitException();
+  if (l.train_iter >= num_it_) throw CancelFitException();
+}
+
+void LRFinder::before_validate() { throw CancelValidException(); }
+
+void LRFinder::after_fit() {
+  auto& l = learn();
+  l.opt->zero_grad();
+  if (!saved_state_.empty()) checkpoint::decode_into(l, saved_state_, /*with_opt=*/true, "lr_find's saved state");
+  saved_state_.clear();
+}
+
+LrFindResult suggest_lrs(const std::vector<double>& all_lrs, const std::vector<double>& all_losses, int num_it) {
+  LrFindResult result;
+  result.lrs = all_lrs;
+  result.losses = all_losses;
+  const size_t n_all = std::min(all_lrs.size(), all_losses.size());
+  const size_t first = static_cast<size_t>(num_it / 10);
+  size_t last = n_all > 5 ? n_all - 5 : 0;
+  for (size_t i = first; i < last; ++i)
+    if (std::isnan(all_losses[i])) last = i;
+  if (last <= first + 1)
+    throw Error("lr_find: too few batches recorded (" + std::to_string(n_all) +
+                ") to suggest a learning rate; use a larger dataset or num_it");
+  const std::vector<double> lrs(all_lrs.begin() + first, all_lrs.begin() + last);
+  const std::vector<double> losses(all_losses.begin() + first, all_losses.begin() + last);
+  const size_t n = losses.size();
+
+  size_t min_at = 0;
+  for (size_t i = 1; i < n; ++i)
+    if (losses[i] < losses[min_at]) min_at = i;
+  result.minimum = lrs[min_at] / 10;
+
+  size_t steep_at = 0;
+  double steepest = std::numeric_limits<double>::infinity();
+  for (size_t i = 0; i + 1 < n; ++i) {
+    const double slope = (losses[i + 1] - losses[i]) / (std::log(lrs[i + 1]) - std::log(lrs[i]));
+    if (slope < steepest) steepest = slope, steep_at = i;
+  }
+  result.steep = lrs[steep_at];
+
+  // The longest decreasing run of losses (a longest-decreasing-subsequence search),
+  // then a point a little past its middle.
+  std::vector<size_t> run(n, 1);
+  size_t max_start = 0, max_end = 0;
+  for (size_t i = 1; i < n; ++i) {
+    for (size_t j = 0; j < i; ++j)
+      if (losses[i] < losses[j] && run[i] < run[j] + 1) run[i] = run[j] + 1;
+    if (run[max_end] < run[i]) {
+      max_end = i;
+      max_start = max_end - run[max_end];
+    }
+  }
+  const double sections = static_cast<double>(max_end - max_start) / 3;
+  const size_t idx = max_start + static_cast<size_t>(sections) + static_cast<size_t>(sections / 2);
+  result.valley = lrs[std::min(idx, n - 1)];
+  return result;
+}
+
+}  // namespace fastcpp

@@ -1,0 +1,84 @@
+#include "callbacks/progress.h"
+
+#include <unistd.h>
+
+#include <cmath>
+#include <cstdio>
+#include <iostream>
+#include <sstream>
+
+#include "learner/learner.h"
+#include "learner/recorder.h"
+
+namespace fastcpp {
+namespace {
+
+std::string table_row(const std::vector<std::string>& cells, const std::vector<std::string>& names) {
+  std::ostringstream line;
+  for (size_t i = 0; i < cells.size(); ++i) {
+    const size_t width = std::max<size_t>(i < names.size() ? names[i].size() : 0, 10);
+    line << cells[i] << std::string(width > cells[i].size() ? width - cells[i].size() : 0, ' ')
+         << (i + 1 < cells.size() ? "  " : "");
+  }
+  return line.str();
+}
+
+}  // namespace
+
+ProgressCallback::ProgressCallback(bool live) : live_(live) { order = 60; }
+ProgressCallback::ProgressCallback() : ProgressCallback(::isatty(STDOUT_FILENO) != 0) {}
+
+void ProgressCallback::before_fit() {
+  auto& l = learn();
+  if (!l.logging) return;
+  const auto names = l.recorder->metric_names();
+  l.logger(table_row(names, names));
+}
+
+void ProgressCallback::start_phase() {
+  phase_start_ = std::chrono::steady_clock::now();
+  last_draw_ = {};
+  drawn_ = false;
+}
+
+void ProgressCallback::after_batch() {
+  if (live_ && learn().logging) draw(false);
+}
+
+void ProgressCallback::draw(bool force) {
+  const auto now = std::chrono::steady_clock::now();
+  if (!force && now - last_draw_ < std::chrono::milliseconds(100)) return;
+  last_draw_ = now;
+  auto& l = learn();
+  const size_t done = l.iter + 1, total = std::max<size_t>(l.n_iter, 1);
+  const double elapsed = std::chrono::duration<double>(now - phase_start_).count();
+  const double rate = elapsed > 0 ? done / elapsed : 0;
+  const double remaining = rate > 0 ? (total - done) / rate : 0;
+  constexpr int kWidth = 30;
+  const int filled = static_cast<int>(kWidth * done / total);
+  std::ostringstream bar;
+  bar << "\r\033[K" << (l.training ? "train " : "valid ") << "[" << std::string(filled, '#')
+      << std::string(kWidth - filled, '.') << "] " << done << "/" << total << " ";
+  char numbers[96];
+  std::snprintf(numbers, sizeof numbers, "%.1fit/s %s<%s", rate, format_time(elapsed).c_str(),
+                format_time(remaining).c_str());
+  bar << numbers;
+  if (l.training) {
+    std::snprintf(numbers, sizeof numbers, " loss %.4f", l.recorder->smooth_loss());
+    bar << numbers;
+  }
+  std::cout << bar.str() << std::flush;
+  drawn_ = true;
+}
+
+void ProgressCallback::end_phase() {
+  if (drawn_) std::cout << "\r\033[K" << std::flush;
+  drawn_ = false;
+}
+
+void ProgressCallback::after_epoch() {
+  auto& l = learn();
+  if (l.logging) l.logger(table_row(l.recorder->log, l.recorder->metric_names()));
+}
+
+}  // namespace fastcpp

@@ -1,0 +1,37 @@
+#pragma once
+// ProgressCallback (order 60, added by default): the epoch table, and on a terminal a
+// live bar for the current phase with it/s, elapsed<remaining and the smoothed loss.
+// When stdout is not a terminal (CI logs, files) only the table's lines are printed,
+// one per epoch. Rows go through learn.logger; nothing is printed while
+// learn.logging is off (lr_find).
+#include <chrono>
+
+#include "learner/callback.h"
+
+namespace fastcpp {
+
+class ProgressCallback : public Callback {
+ public:
+  // live: draw the bar; default: whether stdout is a terminal.
+  explicit ProgressCallback(bool live);
+  ProgressCallback();
+
+  void before_fit() override;
+  void before_train() override { start_phase(); }
+  void before_validate() override { start_phase(); }
+  void after_batch() override;
+  void after_train() override { end_phase(); }
+  void after_validate() override { end_phase(); }
+  void after_epoch() override;
+
+ private:
+  void start_phase();
+  void end_phase();
+  void draw(bool force);
+
+  bool live_;
+  std::chrono::steady_clock::time_point phase_start_, last_draw_;
+  bool drawn_ = false;
+};
+
+}  // namespace fastcpp

@@ -1,0 +1,128 @@
+#include "callbacks/tracker.h"
+
+#include <algorithm>
+#include <cmath>
+#include <filesystem>
+#include <limits>
+#include <sstream>
+
+#include "learner/error.h"
+#include "learner/learner.h"
+#include "learner/recorder.h"
+
+namespace fastcpp {
+namespace {
+
+bool contains(const std::string& text, const char* word) { return text.find(word) != std::string::npos; }
+
+}  // namespace
+
+TrackerCallback::TrackerCallback(TrackerOptions options)
+    : options_(std::move(options)),
+      lower_is_better_(contains(options_.monitor, "loss") || contains(options_.monitor, "error")) {
+  order = 60;
+}
+
+void TrackerCallback::before_fit() {
+  best_ = lower_is_better_ ? std::numeric_limits<double>::infinity() : -std::numeric_limits<double>::infinity();
+}
+
+void TrackerCallback::after_epoch() {
+  auto& recorder = *learn().recorder;
+  const auto names = recorder.metric_names();  // epoch, train_loss, valid_loss, ..., time
+  const auto it = std::find(names.begin() + 1, names.end() - 1, options_.monitor);
+  if (it == names.end() - 1) {
+    std::string valid;
+    for (auto n = names.begin() + 1; n != names.end() - 1; ++n) valid += (valid.empty() ? "" : ", ") + *n;
+    throw Error("cannot monitor '" + options_.monitor + "': the recorded values are " + valid);
+  }
+  current_ = recorder.values.back()[static_cast<size_t>(it - names.begin() - 1)];
+  new_best_ = lower_is_better_ ? current_ - options_.min_delta < best_ : current_ + options_.min_delta > best_;
+  if (std::isnan(current_)) new_best_ = false;
+  if (new_best_) best_ = current_;
+}
+
+SaveModel::SaveModel(SaveModelOptions options)
+    : TrackerCallback({options.monitor, options.min_delta}), save_options_(std::move(options)) {
+  order = 61;
+}
+
+std::string SaveModel::path(const std::string& suffix) const {
+  return (std::filesystem::path(save_options_.model_dir) / (save_options_.fname + suffix + ".pt")).string();
+}
+
+void SaveModel::after_epoch() {
+  auto& l = learn();
+  if (save_options_.every_epoch) {
+    l.save(path("_" + std::to_string(l.epoch)), save_options_.with_opt);
+    return;
+  }
+  TrackerCallback::after_epoch();
+  if (!new_best_) return;
+  std::ostringstream msg;
+  msg << "Better model found at epoch " << l.epoch << " with " << options_.monitor << " value: " << current_ << ".";
+  l.logger(msg.str());
+  l.save(path(), save_options_.with_opt);
+}
+
+void SaveModel::after_fit() {
+  auto& l = learn();
+  if (save_options_.at_end)
+    l.save(path(), save_options_.with_opt);
+  else if (!save_options_.every_epoch && std::filesystem::exists(path()))
+    l.load(path(), save_options_.with_opt);
+}
+
+EarlyStopping::EarlyStopping(EarlyStoppingOptions options)
+    : TrackerCallback({options.monitor, options.min_delta}), patience_(options.patience) {
+  order = 63;
+}
+
+void EarlyStopping::before_fit() {
+  TrackerCallback::before_fit();
+  wait_ = 0;
+}
+
+void EarlyStopping::after_epoch() {
+  TrackerCallback::after_epoch();
+  if (new_best_) {
+    wait_ = 0;
+    return;
+  }
+  if (++wait_ < patience_) return;
+  auto& l = learn();
+  l.logger("No improvement since epoch " + std::to_string(l.epoch - wait_) + ": early stopping");
+  throw CancelFitException();
+}
+
+ReduceLROnPlateau::ReduceLROnPlateau(ReduceLROnPlateauOptions options)
+    : TrackerCallback({options.monitor, options.min_delta}), reduce_options_(options) {
+  order = 62;
+}
+
+void ReduceLROnPlateau::before_fit() {
+  TrackerCallback::before_fit();
+  wait_ = 0;
+}
+
+void ReduceLROnPlateau::after_epoch() {
+  TrackerCallback::after_epoch();
+  if (new_best_) {
+    wait_ = 0;
+    return;
+  }
+  if (++wait_ < reduce_options_.patience) return;
+  wait_ = 0;
+  auto& l = learn();
+  const double old_lr = l.opt->param_groups().back().hypers.lr;
+  for (auto& group : l.opt->param_groups())
+    group.hypers.lr = std::max(group.hypers.lr / reduce_options_.factor, reduce_options_.min_lr);
+  const double new_lr = l.opt->param_groups().back().hypers.lr;
+  if (new_lr != old_lr) {
+    std::ostringstream msg;
+    msg << "Epoch " << l.epoch << ": reducing lr to " << new_lr;
+    l.logger(msg.str());
+  }
+}
+
+}  // namespace fastcpp

@@ -1,0 +1,97 @@
+#pragma once
+// Callbacks that watch a monitored value (a column of the epoch table, default
+// valid_loss) after each epoch. "Better" is lower for names containing "loss" or
+// "error", higher otherwise, by more than min_delta.
+//
+// SaveModel (order 61): saves <model_dir>/<fname>.pt when the value improves (or every
+//   epoch as <fname>_<epoch>.pt); loads the best back at the end of the fit.
+// EarlyStopping (order 63): stops the fit after `patience` epochs without improvement.
+// ReduceLROnPlateau (order 62): divides every lr by `factor` after `patience` epochs
+//   without improvement, never below min_lr.
+#include <string>
+
+#include "learner/callback.h"
+
+namespace fastcpp {
+
+struct TrackerOptions {
+  std::string monitor = "valid_loss";
+  double min_delta = 0.0;
+};
+
+class TrackerCallback : public Callback {
+ public:
+  explicit TrackerCallback(TrackerOptions options);
+  void before_fit() override;
+  void after_epoch() override;
+
+  double best() const { return best_; }
+
+ protected:
+  bool new_best_ = false;
+  double current_ = 0;
+  TrackerOptions options_;
+
+ private:
+  bool lower_is_better_;
+  double best_ = 0;
+};
+
+struct SaveModelOptions {
+  std::string monitor = "valid_loss";
+  double min_delta = 0.0;
+  std::string fname = "model";
+  std::string model_dir = "models";
+  bool every_epoch = false;
+  bool at_end = false;  // save the final model instead of loading the best
+  bool with_opt = false;
+};
+
+class SaveModel : public TrackerCallback {
+ public:
+  explicit SaveModel(SaveModelOptions options = {});
+  void after_epoch() override;
+  void after_fit() override;
+  std::string path(const std::string& suffix = "") const;
+
+ private:
+  SaveModelOptions save_options_;
+};
+
+struct EarlyStoppingOptions {
+  std::string monitor = "valid_loss";
+  double min_delta = 0.0;
+  int patience = 1;
+};
+
+class EarlyStopping : public TrackerCallback {
+ public:
+  explicit EarlyStopping(EarlyStoppingOptions options = {});
+  void before_fit() override;
+  void after_epoch() override;
+
+ private:
+  int patience_;
+  int wait_ = 0;
+};
+
+struct ReduceLROnPlateauOptions {
+  std::string monitor = "valid_loss";
+  double min_delta = 0.0;
+  int patience = 1;
+  double factor = 10.0;
+  double min_lr = 0.0;
+};
+
+class ReduceLROnPlateau : public TrackerCallback {
+ public:
+  explicit ReduceLROnPlateau(ReduceLROnPlateauOptions options = {});
+  void before_fit() override;
+  void after_epoch() override;
+
+ private:
+  ReduceLROnPlateauOptions reduce_options_;
+  int wait_ = 0;
+};
+
+}  // namespace fastcpp

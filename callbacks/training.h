@@ -1,0 +1,48 @@
+#pragma once
+// Callbacks that change how a step is taken.
+//
+// GradientAccumulation (order 6): steps once every n_acc samples; until then the
+//   batch ends after backward (CancelBatch skips step and zero_grad), so gradients
+//   add up. The loss is scaled by bs/n_acc, so k batches of b equal one batch of k*b.
+// GradientClip (order 11, after MixedPrecision): clips the global gradient norm.
+// TerminateOnNaN (order -9): stops the fit when the training loss is nan or inf,
+//   naming the batch.
+#include <string>
+
+#include "learner/callback.h"
+
+namespace fastcpp {
+
+class GradientAccumulation : public Callback {
+ public:
+  explicit GradientAccumulation(int64_t n_acc = 32);
+  void before_fit() override { count_ = 0; }
+  void after_loss() override;
+  void before_step() override;
+
+ private:
+  int64_t n_acc_;
+  int64_t count_ = 0;
+};
+
+class GradientClip : public Callback {
+ public:
+  explicit GradientClip(double max_norm = 1.0, double norm_type = 2.0);
+  void before_step() override;
+
+ private:
+  double max_norm_, norm_type_;
+};
+
+class TerminateOnNaN : public Callback {
+ public:
+  TerminateOnNaN();
+  void after_batch() override;
+  // Why the fit was stopped; empty if it was not.
+  const std::string& reason() const { return reason_; }
+
+ private:
+  std::string reason_;
+};
+
+}  // namespace fastcpp

@@ -1,0 +1,2 @@
+// Precompiled for every target: the heavy libtorch headers.
+#include <torch/torch.h>

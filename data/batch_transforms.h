@@ -1,0 +1,26 @@
+#pragma once
+// Batch transforms: run on a whole batch of x, on its device, after the transfer
+// (so images cross to the GPU as uint8, a quarter of the bytes of float).
+#include <torch/types.h>
+
+#include <functional>
+#include <vector>
+
+namespace fastcpp {
+
+using BatchTransform = std::function<torch::Tensor(const torch::Tensor&)>;
+
+// uint8 in [0, 255] -> float in [0, 1]; float input passes through.
+struct IntToFloat {
+  torch::Tensor operator()(const torch::Tensor& x) const;
+};
+
+// (x - mean) / std per channel (dimension 1); converts uint8 input with IntToFloat first.
+struct Normalize {
+  std::vector<double> mean;
+  std::vector<double> std;
+  torch::Tensor operator()(const torch::Tensor& x) const;
+  static Normalize imagenet() { return {{0.485, 0.456, 0.406}, {0.229, 0.224, 0.225}}; }
+};
+
+}  // namespace fastcpp

@@ -1,0 +1,51 @@
+#pragma once
+// Dataset: a map-style collection of (x, y) examples. get(i) is const and must be
+// thread-safe: the DataLoader calls it from worker threads. get_batch builds a
+// whole batch; override it where a dataset can do better than item-by-item
+// (TensorDataset gathers with one index_select).
+#include <torch/types.h>
+
+#include <memory>
+#include <vector>
+
+namespace fastcpp {
+
+struct Example {
+  torch::Tensor x;
+  torch::Tensor y;
+};
+
+struct Batch {
+  torch::Tensor x;
+  torch::Tensor y;
+};
+
+// Stacks the examples' x and y along a new first dimension.
+Batch collate(const std::vector<Example>& examples);
+
+class Dataset {
+ public:
+  virtual ~Dataset() = default;
+  virtual size_t size() const = 0;
+  virtual Example get(size_t index) const = 0;
+  virtual Batch get_batch(const std::vector<int64_t>& indices) const;
+};
+
+using DatasetPtr = std::shared_ptr<const Dataset>;
+
+// Examples are x[i], y[i]. Items keep the tensors' dtype (images stay uint8).
+class TensorDataset : public Dataset {
+ public:
+  TensorDataset(torch::Tensor x, torch::Tensor y);
+  size_t size() const override { return static_cast<size_t>(x_.size(0)); }
+  Example get(size_t index) const override;
+  Batch get_batch(const std::vector<int64_t>& indices) const override;
+
+  const torch::Tensor& x() const { return x_; }
+  const torch::Tensor& y() const { return y_; }
+
+ private:
+  torch::Tensor x_, y_;
+};
+
+}  // namespace fastcpp

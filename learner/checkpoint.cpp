@@ -1,0 +1,120 @@
+#include "learner/checkpoint.h"
+
+#include <fcntl.h>
+#include <torch/serialize.h>
+#include <torch/torch.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+
+#include "learner/error.h"
+#include "learner/learner.h"
+
+namespace fastcpp::checkpoint {
+namespace {
+
+constexpr const char* kFormat = "fastcpp.checkpoint.v1";
+
+// Parameters then buffers, by their dotted names.
+std::vector<std::pair<std::string, torch::Tensor>> model_entries(const torch::nn::Module& module) {
+  std::vector<std::pair<std::string, torch::Tensor>> entries;
+  for (const auto& item : module.named_parameters()) entries.emplace_back(item.key(), item.value());
+  for (const auto& item : module.named_buffers()) entries.emplace_back(item.key(), item.value());
+  return entries;
+}
+
+std::string shape(const torch::Tensor& t) { return c10::str(t.sizes()); }
+
+}  // namespace
+
+std::vector<char> encode(const Learner& learn, bool with_opt) {
+  c10::Dict<std::string, torch::Tensor> model;
+  for (const auto& [name, tensor] : model_entries(learn.model.module()))
+    model.insert(name, tensor.detach().to(torch::kCPU));
+  auto root = string_dict();
+  root.insert("format", std::string(kFormat));
+  root.insert("model", model);
+  root.insert("epoch", static_cast<int64_t>(learn.epoch));
+  if (with_opt && learn.opt) root.insert("opt", learn.opt->state_dict());
+  return torch::pickle_save(root);
+}
+
+void decode_into(Learner& learn, const std::vector<char>& bytes, bool with_opt, const std::string& source) {
+  c10::IValue value;
+  try {
+    value = torch::pickle_load(bytes);
+  } catch (const c10::Error& e) {
+    throw Error("cannot read " + source + ": the file is truncated or not a checkpoint (" +
+                std::string(e.what_without_backtrace()).substr(0, 200) + ")");
+  }
+  if (!value.isGenericDict()) throw Error("cannot read " + source + ": not a fastcpp checkpoint");
+  auto root = value.toGenericDict();
+  auto format = root.find(c10::IValue(std::string("format")));
+  if (format == root.end() || !format->value().isString() || format->value().toStringRef() != kFormat)
+    throw Error("cannot read " + source + ": not a fastcpp checkpoint (no '" + kFormat + "' marker)");
+  auto saved = root.at(c10::IValue(std::string("model"))).toGenericDict();
+
+  // Check every entry first, so that a mismatch changes nothing.
+  auto entries = model_entries(learn.model.module());
+  std::vector<torch::Tensor> loaded;
+  for (const auto& [name, tensor] : entries) {
+    auto it = saved.find(c10::IValue(name));
+    if (it == saved.end()) throw Error(source + " does not fit the model: '" + name + "' is missing from the file");
+    auto stored = it->value().toTensor();
+    if (stored.sizes() != tensor.sizes())
+      throw Error(source + " does not fit the model: '" + name + "' has shape " + shape(stored) +
+                  " in the file but " + shape(tensor) + " in the model");
+    loaded.push_back(stored);
+  }
+  if (saved.size() != entries.size())
+    for (const auto& entry : saved) {
+      const auto& key = entry.key().toStringRef();
+      if (std::none_of(entries.begin(), entries.end(), [&](const auto& e) { return e.first == key; }))
+        throw Error(source + " does not fit the model: the file has '" + key + "', which the model lacks");
+    }
+  auto opt = root.find(c10::IValue(std::string("opt")));
+  const bool load_opt = with_opt && opt != root.end();
+  if (load_opt && !learn.opt) learn.create_opt();
+
+  torch::NoGradGuard no_grad;
+  if (load_opt) learn.opt->load_state_dict(opt->value().toGenericDict(), source);  // checks its own shape before writing
+  for (size_t i = 0; i < entries.size(); ++i) entries[i].second.copy_(loaded[i]);
+  learn.epoch = static_cast<int>(root.at(c10::IValue(std::string("epoch"))).toInt());
+}
+
+void write_atomically(const std::string& path, const std::vector<char>& bytes) {
+  const std::filesystem::path target(path);
+  if (target.has_parent_path()) std::filesystem::create_directories(target.parent_path());
+  const std::string temp = path + ".tmp." + std::to_string(::getpid());
+  const int fd = ::open(temp.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+  if (fd < 0) throw Error("cannot write checkpoint '" + path + "': " + std::strerror(errno));
+  size_t written = 0;
+  while (written < bytes.size()) {
+    const auto n = ::write(fd, bytes.data() + written, bytes.size() - written);
+    if (n < 0) {
+      const std::string reason = std::strerror(errno);
+      ::close(fd);
+      ::unlink(temp.c_str());
+      throw Error("cannot write checkpoint '" + path + "': " + reason);
+    }
+    written += static_cast<size_t>(n);
+  }
+  const bool synced = ::fsync(fd) == 0;
+  ::close(fd);
+  if (!synced || std::rename(temp.c_str(), path.c_str()) != 0) {
+    const std::string reason = std::strerror(errno);
+    ::unlink(temp.c_str());
+    throw Error("cannot write checkpoint '" + path + "': " + reason);
+  }
+}
+
+std::vector<char> read_file(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) throw Error("checkpoint '" + path + "' not found or unreadable");
+  return {std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>()};
+}
+
+}  // namespace fastcpp::checkpoint

@@ -1,0 +1,24 @@
+#pragma once
+// Checkpoints: a Learner's model (parameters and buffers), optimizer state and epoch
+// as one pickled dictionary (the format torch.save writes, so Python can read it).
+// Files are written atomically: a temporary file beside the target, flushed, then
+// renamed over it, so a crash never leaves a half-written checkpoint.
+// Loading checks everything before changing anything: a mismatch leaves the
+// Learner as it was and names the file and the first mismatched entry.
+#include <string>
+#include <vector>
+
+namespace fastcpp {
+
+class Learner;
+
+namespace checkpoint {
+
+std::vector<char> encode(const Learner& learn, bool with_opt);
+void decode_into(Learner& learn, const std::vector<char>& bytes, bool with_opt, const std::string& source);
+
+void write_atomically(const std::string& path, const std::vector<char>& bytes);
+std::vector<char> read_file(const std::string& path);
+
+}  // namespace checkpoint
+}  // namespace fastcpp

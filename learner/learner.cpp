@@ -1,0 +1,352 @@
+#include "learner/learner.h"
+
+#include <torch/torch.h>
+
+#include <iostream>
+
+#include "callbacks/lr_finder.h"
+#include "callbacks/progress.h"
+#include "callbacks/schedule.h"
+#include "learner/checkpoint.h"
+#include "learner/error.h"
+#include "learner/param_groups.h"
+#include "learner/recorder.h"
+#include "learner/train_eval.h"
+
+namespace fastcpp {
+namespace {
+
+// Skips the epochs before start_epoch, so a resumed fit keeps its schedule.
+class SkipToEpoch : public Callback {
+ public:
+  explicit SkipToEpoch(int start_epoch) : start_epoch_(start_epoch) { order = -9; }
+  void before_epoch() override {
+    if (learn().epoch < start_epoch_) throw CancelEpochException();
+  }
+
+ private:
+  int start_epoch_;
+};
+
+// Collects activated predictions and targets while validating (get_preds).
+class GatherPreds : public Callback {
+ public:
+  GatherPreds() {
+    order = 100;
+    run_train = false;
+  }
+  void after_batch() override {
+    preds.push_back(learn().loss_func.activation(learn().pred).detach());
+    targets.push_back(learn().yb);
+  }
+  std::vector<torch::Tensor> preds, targets;
+};
+
+std::string first_line(const std::string& text) { return text.substr(0, text.find('\n')); }
+
+torch::Device default_device() { return torch::cuda::is_available() ? torch::Device(torch::kCUDA) : torch::kCPU; }
+
+}  // namespace
+
+class Learner::AddedCallbacks {
+ public:
+  AddedCallbacks(Learner& learn, std::vector<CallbackPtr> cbs) : learn_(learn), cbs_(std::move(cbs)) {
+    for (auto& cb : cbs_) learn_.add_cb(cb);
+  }
+  ~AddedCallbacks() {
+    for (auto& cb : cbs_) learn_.remove_cb(cb);
+  }
+
+ private:
+  Learner& learn_;
+  std::vector<CallbackPtr> cbs_;
+};
+
+Learner::Learner(DataLoaders dls_, Model model_, Loss loss_func_, std::vector<MetricPtr> metrics_,
+                 LearnerOptions options)
+    : dls(std::move(dls_)),
+      model(std::move(model_)),
+      loss_func(std::move(loss_func_)),
+      metrics(std::move(metrics_)),
+      device(options.device.value_or(default_device())),
+      logger([](const std::string& line) { std::cout << line << std::endl; }),
+      options_(std::move(options)) {
+  if (!loss_func) throw Error("Learner: no loss function");
+  if (!options_.opt_func) throw Error("Learner: no optimizer function (opt_func)");
+  if (!options_.lr.given()) throw Error("Learner: the default lr must be a value");
+  for (const auto& metric : metrics)
+    if (!metric) throw Error("Learner: a metric is null");
+  model.module().to(device);
+  dls.to(device);
+  recorder = std::make_shared<Recorder>();
+  add_cb(std::make_shared<TrainEvalCallback>());
+  add_cb(recorder);
+  if (options_.progress) add_cb(std::make_shared<ProgressCallback>());
+  for (auto& cb : options_.cbs) add_cb(cb);
+  event(Event::after_create);
+}
+
+// ---------------------------------------------------------------- callbacks
+
+void Learner::add_cb(CallbackPtr cb) {
+  if (!cb) throw Error("add_cb: null callback");
+  if (cb->learn_ && cb->learn_ != this) throw Error("add_cb: " + cb->name() + " already belongs to another Learner");
+  cb->learn_ = this;
+  auto position = std::upper_bound(cbs_.begin(), cbs_.end(), cb,
+                                   [](const CallbackPtr& a, const CallbackPtr& b) { return a->order < b->order; });
+  cbs_.insert(position, std::move(cb));
+}
+
+void Learner::remove_cb(const CallbackPtr& cb) {
+  auto it = std::find(cbs_.begin(), cbs_.end(), cb);
+  if (it == cbs_.end()) return;
+  (*it)->learn_ = nullptr;
+  cbs_.erase(it);
+}
+
+void Learner::event(Event e) {
+  const auto snapshot = cbs_;  // a callback may add or remove callbacks
+  for (const auto& cb : snapshot) {
+    try {
+      cb->handle(e);
+    } catch (const CancelException&) {
+      throw;
+    } catch (const std::exception& ex) {
+      throw Error("Exception occurred in `" + cb->name() + "` when calling event `" + event_name(e) + "`:\n\t" +
+                  ex.what());
+    }
+  }
+}
+
+std::string Learner::position() const {
+  return std::string(training ? "training" : "validation") + " batch " + std::to_string(iter) + " of epoch " +
+         std::to_string(epoch);
+}
+
+// ---------------------------------------------------------------- the loop
+
+template <class Cancel, class Body>
+void Learner::with_events(Body&& body, Event before, Event after_cancel, Event after) {
+  try {
+    event(before);
+    body();
+  } catch (const Cancel&) {
+    event(after_cancel);
+  }
+  event(after);
+}
+
+void Learner::fit(int n_epoch_, Lrs lr, FitOptions options) {
+  if (n_epoch_ < 0) throw Error("fit: n_epoch must be >= 0, got " + std::to_string(n_epoch_));
+  auto cbs = options.cbs;
+  if (options.start_epoch > 0) cbs.push_back(std::make_shared<SkipToEpoch>(options.start_epoch));
+  AddedCallbacks added(*this, std::move(cbs));
+  if (options.reset_opt || !opt) create_opt();
+  if (auto wd = options.wd ? options.wd : options_.wd) opt->set_hyper("wd", *wd);
+  opt->set_hyper("lr", (lr.given() ? lr : options_.lr).for_groups(opt->n_groups()));
+  n_epoch = n_epoch_;
+  struct Cleanup {  // the loop's tensors are not kept alive after a fit
+    Learner& l;
+    ~Cleanup() {
+      l.dl = nullptr;
+      l.xb = l.yb = l.pred = l.loss = l.loss_grad = torch::Tensor();
+    }
+  } cleanup{*this};
+  with_events<CancelFitException>([&] { do_fit(); }, Event::before_fit, Event::after_cancel_fit, Event::after_fit);
+}
+
+void Learner::do_fit() {
+  for (epoch = 0; epoch < n_epoch; ++epoch)
+    with_events<CancelEpochException>(
+        [&] {
+          do_epoch_train();
+          do_epoch_validate(dls.valid);
+        },
+        Event::before_epoch, Event::after_cancel_epoch, Event::after_epoch);
+}
+
+void Learner::do_epoch_train() {
+  dl = &dls.train;
+  dl->set_epoch(epoch);
+  with_events<CancelTrainException>([&] { all_batches(); }, Event::before_train, Event::after_cancel_train,
+                                    Event::after_train);
+}
+
+void Learner::do_epoch_validate(DataLoader& loader) {
+  dl = &loader;
+  dl->set_epoch(epoch);
+  torch::NoGradGuard no_grad;
+  with_events<CancelValidException>([&] { all_batches(); }, Event::before_validate, Event::after_cancel_validate,
+                                    Event::after_validate);
+}
+
+void Learner::all_batches() {
+  n_iter = dl->size();
+  size_t i = 0;
+  for (const Batch& batch : *dl) one_batch(i++, batch);
+}
+
+void Learner::one_batch(size_t i, const Batch& batch) {
+  iter = i;
+  xb = batch.x;
+  yb = batch.y;
+  try {
+    with_events<CancelBatchException>([&] { do_one_batch(); }, Event::before_batch, Event::after_cancel_batch,
+                                      Event::after_batch);
+  } catch (const Error& e) {
+    throw Error(std::string(e.what()) + "\n\t(in " + position() + ")");
+  }
+}
+
+void Learner::do_one_batch() {
+  try {
+    pred = model(xb);
+  } catch (const c10::Error& e) {
+    throw Error("the model's forward failed on input of shape " + c10::str(xb.sizes()) + ": " +
+                first_line(e.what_without_backtrace()));
+  }
+  event(Event::after_pred);
+  if (yb.defined()) {
+    loss_grad = loss_func(pred, yb);
+    loss = loss_grad.detach().clone();
+  }
+  event(Event::after_loss);
+  if (!training || !yb.defined()) return;
+  do_grad_opt();
+}
+
+void Learner::do_grad_opt() {
+  with_events<CancelBackwardException>([&] { loss_grad.backward(); }, Event::before_backward,
+                                       Event::after_cancel_backward, Event::after_backward);
+  with_events<CancelStepException>([&] { opt->step(); }, Event::before_step, Event::after_cancel_step,
+                                   Event::after_step);
+  opt->zero_grad();
+}
+
+// ---------------------------------------------------------------- schedules
+
+void Learner::fit_one_cycle(int n_epoch_, Lrs lr_max, OneCycleOptions o) {
+  if (!opt) create_opt();
+  const auto lrs = (lr_max.given() ? lr_max : options_.lr).for_groups(opt->n_groups());
+  ParamScheduler::Scheds scheds;
+  for (double lr : lrs) scheds["lr"].push_back(combined_cos(o.pct_start, lr / o.div, lr, lr / o.div_final));
+  scheds["mom"] = {combined_cos(o.pct_start, o.moms[0], o.moms[1], o.moms[2])};
+  auto cbs = o.cbs;
+  cbs.push_back(std::make_shared<ParamScheduler>(std::move(scheds)));
+  fit(n_epoch_, {}, {.wd = o.wd, .cbs = std::move(cbs), .reset_opt = o.reset_opt, .start_epoch = o.start_epoch});
+}
+
+void Learner::fit_flat_cos(int n_epoch_, Lrs lr, FlatCosOptions o) {
+  if (!opt) create_opt();
+  const auto lrs = (lr.given() ? lr : options_.lr).for_groups(opt->n_groups());
+  ParamScheduler::Scheds scheds;
+  for (double value : lrs) scheds["lr"].push_back(combined_cos(o.pct_start, value, value, value / o.div_final));
+  auto cbs = o.cbs;
+  cbs.push_back(std::make_shared<ParamScheduler>(std::move(scheds)));
+  fit(n_epoch_, {}, {.wd = o.wd, .cbs = std::move(cbs), .reset_opt = o.reset_opt, .start_epoch = o.start_epoch});
+}
+
+void Learner::fine_tune(int epochs, FineTuneOptions o) {
+  freeze();
+  fit_one_cycle(o.freeze_epochs, slice(o.base_lr), {.pct_start = 0.99, .wd = o.wd, .cbs = o.cbs});
+  const double base_lr = o.base_lr / 2;
+  unfreeze();
+  fit_one_cycle(epochs, slice(base_lr / o.lr_mult, base_lr),
+                {.div = o.div, .pct_start = o.pct_start, .wd = o.wd, .cbs = o.cbs});
+}
+
+LrFindResult Learner::lr_find(LrFindOptions o) {
+  if (o.num_it < 10) throw Error("lr_find: num_it must be at least 10, got " + std::to_string(o.num_it));
+  const int epochs = o.num_it / static_cast<int>(std::max<size_t>(dls.train.size(), 1)) + 1;
+  const bool was_logging = logging;
+  logging = false;
+  try {
+    fit(epochs, {}, {.cbs = {std::make_shared<LRFinder>(o.start_lr, o.end_lr, o.num_it, o.stop_div)}});
+  } catch (...) {
+    logging = was_logging;
+    throw;
+  }
+  logging = was_logging;
+  auto result = suggest_lrs(recorder->lrs, recorder->losses, o.num_it);
+  if (!o.plot.empty()) recorder->plot_lr_find(o.plot);
+  return result;
+}
+
+// ---------------------------------------------------------------- inference
+
+std::vector<double> Learner::validate(DataLoader* loader) {
+  do_epoch_validate(loader ? *loader : dls.valid);
+  dl = nullptr;
+  return recorder->valid_values();
+}
+
+Preds Learner::get_preds(DataLoader* loader) {
+  auto gather = std::make_shared<GatherPreds>();
+  AddedCallbacks added(*this, {gather});
+  validate(loader);
+  if (gather->preds.empty()) return {};
+  return {torch::cat(gather->preds), torch::cat(gather->targets)};
+}
+
+torch::Tensor Learner::predict(const torch::Tensor& item) {
+  torch::NoGradGuard no_grad;
+  model.module().eval();
+  auto x = item.unsqueeze(0).to(device);
+  for (const auto& tfm : dls.valid.options().batch_tfms) x = tfm(x);
+  return loss_func.activation(model(x)).squeeze(0);
+}
+
+// ---------------------------------------------------------------- state
+
+void Learner::save(const std::string& path, bool with_opt) const {
+  checkpoint::write_atomically(path, checkpoint::encode(*this, with_opt));
+}
+
+void Learner::load(const std::string& path, bool with_opt) {
+  checkpoint::decode_into(*this, checkpoint::read_file(path), with_opt, "checkpoint '" + path + "'");
+}
+
+void Learner::create_opt() {
+  const auto param_lists = (options_.splitter ? options_.splitter : single_group)(model.module());
+  ParamSet no_wd;
+  if (!options_.wd_bn_bias) {
+    no_wd = norm_params(model.module());
+    for (auto* bias : bias_params(model.module())) no_wd.insert(bias);
+  }
+  std::vector<ParamGroup> groups;
+  for (const auto& params : param_lists) {
+    ParamGroup group;
+    group.params = params;
+    for (const auto& param : params) group.do_wd.push_back(!contains(no_wd, param));
+    groups.push_back(std::move(group));
+  }
+  if (groups.empty()) throw Error("create_opt: the splitter returned no parameter groups");
+  opt = options_.opt_func(std::move(groups));
+  if (options_.wd) opt->set_hyper("wd", *options_.wd);
+  opt->set_hyper("lr", options_.lr.for_groups(opt->n_groups()));
+  apply_freeze();
+}
+
+size_t Learner::n_param_groups() const {
+  if (opt) return opt->n_groups();
+  return (options_.splitter ? options_.splitter : single_group)(model.module()).size();
+}
+
+void Learner::freeze_to(int n) {
+  if (!opt) create_opt();
+  const int n_groups = static_cast<int>(opt->n_groups());
+  frozen_groups_ = n >= 0 ? std::min(n, n_groups) : std::max(n_groups + n, 0);
+  apply_freeze();
+  opt->clear_state();
+}
+
+void Learner::apply_freeze() {
+  const auto norms = options_.train_bn ? norm_params(model.module()) : ParamSet{};
+  auto& groups = opt->param_groups();
+  for (size_t g = 0; g < groups.size(); ++g) {
+    const bool frozen = static_cast<int>(g) < frozen_groups_;
+    for (auto& param : groups[g].params) param.set_requires_grad(!frozen || contains(norms, param));
+  }
+}
+
+}  // namespace fastcpp

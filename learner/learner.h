@@ -1,0 +1,204 @@
+#pragma once
+// Learner: the training loop of fastai, driven by callbacks.
+//
+//   Learner learn(dls, model, CrossEntropyLoss(), {metrics::accuracy()});
+//   learn.fit_one_cycle(5, 1e-2);
+//
+// The loop's state is public, as in fastai, so that callbacks can read and change
+// it: xb, yb, pred, loss, loss_grad, epoch, n_epoch, iter, n_iter, train_iter,
+// pct_train, training, opt, dl. See events.h for the order of events.
+#include <torch/nn/module.h>
+#include <torch/types.h>
+
+#include <array>
+#include <functional>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "data/dataloader.h"
+#include "learner/callback.h"
+#include "learner/loss.h"
+#include "learner/lrs.h"
+#include "learner/metrics.h"
+#include "learner/model.h"
+#include "learner/optimizer.h"
+#include "learner/optimizers.h"
+
+namespace fastcpp {
+
+class Recorder;
+
+// Splits a model's parameters into groups (for discriminative lrs and freezing).
+using Splitter = std::function<std::vector<std::vector<torch::Tensor>>(torch::nn::Module&)>;
+
+struct LearnerOptions {
+  OptFunc opt_func = adam();
+  Lrs lr = 1e-3;                   // default lr of fit when none is given
+  std::optional<double> wd;        // overrides the optimizer's default weight decay
+  bool wd_bn_bias = false;         // weight decay on norm layers and biases too
+  bool train_bn = true;            // norm layers stay trainable when frozen
+  std::vector<CallbackPtr> cbs;    // added to the defaults
+  std::optional<torch::Device> device;  // default: CUDA when available, else CPU
+  Splitter splitter;               // default: one group with every parameter
+  bool progress = true;            // add a ProgressCallback
+};
+
+struct FitOptions {
+  std::optional<double> wd;
+  std::vector<CallbackPtr> cbs;  // added for this fit only
+  bool reset_opt = false;
+  int start_epoch = 0;           // skip the epochs before it (resuming)
+};
+
+struct OneCycleOptions {
+  double div = 25.0;
+  double div_final = 1e5;
+  double pct_start = 0.25;
+  std::array<double, 3> moms{0.95, 0.85, 0.95};
+  std::optional<double> wd;
+  std::vector<CallbackPtr> cbs;
+  bool reset_opt = false;
+  int start_epoch = 0;
+};
+
+struct FlatCosOptions {
+  double div_final = 1e5;
+  double pct_start = 0.75;
+  std::optional<double> wd;
+  std::vector<CallbackPtr> cbs;
+  bool reset_opt = false;
+  int start_epoch = 0;
+};
+
+struct FineTuneOptions {
+  double base_lr = 2e-3;
+  int freeze_epochs = 1;
+  double lr_mult = 100;
+  double pct_start = 0.3;
+  double div = 5.0;
+  std::optional<double> wd;
+  std::vector<CallbackPtr> cbs;
+};
+
+struct LrFindOptions {
+  double start_lr = 1e-7;
+  double end_lr = 10;
+  int num_it = 100;
+  bool stop_div = true;
+  std::string plot = "lr_find.png";  // empty: no plot
+};
+
+struct LrFindResult {
+  double valley = 0;   // the suggestion (fastai's default)
+  double minimum = 0;  // lr at the loss minimum, divided by 10
+  double steep = 0;    // lr where the loss falls fastest
+  std::vector<double> lrs, losses;
+};
+
+struct Preds {
+  torch::Tensor preds;    // activated (e.g. softmax) outputs
+  torch::Tensor targets;
+};
+
+class Learner {
+ public:
+  Learner(DataLoaders dls, Model model, Loss loss_func, std::vector<MetricPtr> metrics = {},
+          LearnerOptions options = {});
+  Learner(const Learner&) = delete;
+  Learner& operator=(const Learner&) = delete;
+
+  // ---- training
+  void fit(int n_epoch, Lrs lr = {}, FitOptions options = {});
+  void fit_one_cycle(int n_epoch, Lrs lr_max = {}, OneCycleOptions options = {});
+  void fit_flat_cos(int n_epoch, Lrs lr = {}, FlatCosOptions options = {});
+  void fine_tune(int epochs, FineTuneOptions options = {});
+  LrFindResult lr_find(LrFindOptions options = {});
+
+  // ---- inference
+  // [valid_loss, metrics...] over a loader (default: the valid one).
+  std::vector<double> validate(DataLoader* dl = nullptr);
+  Preds get_preds(DataLoader* dl = nullptr);
+  // Activated output for one item as the dataset gives it (batch transforms applied).
+  torch::Tensor predict(const torch::Tensor& item);
+
+  // ---- state
+  // Model, optimizer state and epoch, written atomically (temporary file + rename).
+  void save(const std::string& path, bool with_opt = true) const;
+  void load(const std::string& path, bool with_opt = true);
+
+  void create_opt();
+  void freeze_to(int n);  // freeze the first n parameter groups (n < 0: all but the last -n)
+  void freeze() { freeze_to(-1); }
+  void unfreeze() { freeze_to(0); }
+  size_t n_param_groups() const;
+
+  // ---- callbacks
+  void add_cb(CallbackPtr cb);
+  template <class Cb, class = std::enable_if_t<std::is_base_of_v<Callback, std::decay_t<Cb>>>>
+  std::shared_ptr<std::decay_t<Cb>> add_cb(Cb&& cb) {
+    auto ptr = std::make_shared<std::decay_t<Cb>>(std::forward<Cb>(cb));
+    add_cb(ptr);
+    return ptr;
+  }
+  void remove_cb(const CallbackPtr& cb);
+  const std::vector<CallbackPtr>& cbs() const { return cbs_; }
+  // The first callback of type T, or nullptr.
+  template <class T>
+  std::shared_ptr<T> get_cb() const {
+    for (const auto& cb : cbs_)
+      if (auto typed = std::dynamic_pointer_cast<T>(cb)) return typed;
+    return nullptr;
+  }
+
+  // Runs `event` on every callback, in order. An exception escaping a callback is
+  // re-thrown as fastcpp::Error naming the callback and the event (cancel
+  // exceptions pass through untouched).
+  void event(Event event);
+
+  // "training batch 3 of epoch 1": where the loop is, for error messages.
+  std::string position() const;
+
+  // ---- the loop's state
+  DataLoaders dls;
+  Model model;
+  Loss loss_func;
+  std::vector<MetricPtr> metrics;
+  std::unique_ptr<Optimizer> opt;
+  torch::Device device;
+  std::shared_ptr<Recorder> recorder;
+
+  DataLoader* dl = nullptr;
+  torch::Tensor xb, yb, pred, loss, loss_grad;
+  int n_epoch = 1;
+  int epoch = 0;
+  size_t iter = 0;
+  size_t n_iter = 0;
+  int64_t train_iter = 0;
+  double pct_train = 0;
+  bool training = false;
+  bool logging = true;  // epoch rows and progress output
+  // Where messages go (epoch table, callbacks' notices); default: stdout.
+  std::function<void(const std::string&)> logger;
+
+ private:
+  template <class Cancel, class Body>
+  void with_events(Body&& body, Event before, Event after_cancel, Event after);
+  void do_fit();
+  void do_epoch_train();
+  void do_epoch_validate(DataLoader& loader);
+  void all_batches();
+  void one_batch(size_t i, const Batch& batch);
+  void do_one_batch();
+  void do_grad_opt();
+  void apply_freeze();
+  // Tests a fit against a temporary set of callbacks; removes them after.
+  class AddedCallbacks;
+
+  LearnerOptions options_;
+  std::vector<CallbackPtr> cbs_;
+  int frozen_groups_ = 0;
+};
+
+}  // namespace fastcpp

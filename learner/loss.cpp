@@ -1,0 +1,54 @@
+#include "learner/loss.h"
+
+#include <torch/torch.h>
+
+#include <sstream>
+
+#include "learner/error.h"
+
+namespace fastcpp {
+namespace {
+
+void check_class_targets(const torch::Tensor& pred, const torch::Tensor& target) {
+  if (pred.dim() != 2)
+    throw Error("CrossEntropyLoss: expected model output [batch, n_classes], got " + c10::str(pred.sizes()));
+  if (target.dim() != 1 || target.size(0) != pred.size(0))
+    throw Error("CrossEntropyLoss: expected " + std::to_string(pred.size(0)) + " class indices, got targets of shape " +
+                c10::str(target.sizes()));
+  if (!c10::isIntegralType(target.scalar_type(), /*includeBool=*/false))
+    throw Error(std::string("CrossEntropyLoss: targets must be integer class indices, got ") +
+                c10::toString(target.scalar_type()));
+  const int64_t n_classes = pred.size(1);
+  auto bad = (target < 0).logical_or_(target >= n_classes);
+  if (!bad.any().item<bool>()) return;  // the one host sync of the check
+  const int64_t position = bad.nonzero()[0][0].item<int64_t>();
+  std::ostringstream msg;
+  msg << "label " << target[position].item<int64_t>() << " at position " << position
+      << " of the batch is outside [0, " << n_classes << "): the model has " << n_classes
+      << " outputs; check the dataset's labels or the model's output size";
+  throw Error(msg.str());
+}
+
+}  // namespace
+
+Loss CrossEntropyLoss(CrossEntropyOptions options) {
+  return Loss(
+      [options](const torch::Tensor& pred, const torch::Tensor& target) {
+        check_class_targets(pred, target);
+        return torch::nn::functional::cross_entropy(
+            pred, target.to(torch::kLong),
+            torch::nn::functional::CrossEntropyFuncOptions().label_smoothing(options.label_smoothing));
+      },
+      [](const torch::Tensor& pred) { return torch::softmax(pred, -1); });
+}
+
+Loss MSELoss() {
+  return Loss([](const torch::Tensor& pred, const torch::Tensor& target) {
+    if (pred.sizes() != target.sizes())
+      throw Error("MSELoss: prediction shape " + c10::str(pred.sizes()) + " differs from target shape " +
+                  c10::str(target.sizes()));
+    return torch::mse_loss(pred, target);
+  });
+}
+
+}  // namespace fastcpp

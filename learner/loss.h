@@ -1,0 +1,39 @@
+#pragma once
+// Loss: a loss function plus the activation that turns raw model outputs into
+// predictions (softmax for cross-entropy), as fastai's loss functions carry.
+#include <torch/types.h>
+
+#include <functional>
+
+namespace fastcpp {
+
+class Loss {
+ public:
+  using Fn = std::function<torch::Tensor(const torch::Tensor& pred, const torch::Tensor& target)>;
+  using Activation = std::function<torch::Tensor(const torch::Tensor&)>;
+
+  Loss() = default;
+  template <class F, class = std::enable_if_t<std::is_constructible_v<Fn, F>>>
+  Loss(F fn, Activation activation = nullptr)  // NOLINT: a lambda is a loss
+      : fn_(std::move(fn)), activation_(std::move(activation)) {}
+
+  torch::Tensor operator()(const torch::Tensor& pred, const torch::Tensor& target) const { return fn_(pred, target); }
+  torch::Tensor activation(const torch::Tensor& pred) const { return activation_ ? activation_(pred) : pred; }
+  explicit operator bool() const { return static_cast<bool>(fn_); }
+
+ private:
+  Fn fn_;
+  Activation activation_;
+};
+
+struct CrossEntropyOptions {
+  double label_smoothing = 0.0;
+};
+
+// Mean cross-entropy over class indices. Checks the targets: integer type, and every
+// label in [0, n_classes) (an error naming the label and its position, where CUDA
+// would raise a device-side assert). Activation: softmax.
+Loss CrossEntropyLoss(CrossEntropyOptions options = {});
+Loss MSELoss();
+
+}  // namespace fastcpp

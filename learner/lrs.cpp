@@ -1,0 +1,26 @@
+#include "learner/lrs.h"
+
+#include <cmath>
+
+#include "learner/error.h"
+
+namespace fastcpp {
+
+std::vector<double> even_mults(double start, double stop, size_t n) {
+  if (n == 1) return {stop};
+  std::vector<double> values;
+  const double step = std::pow(stop / start, 1.0 / static_cast<double>(n - 1));
+  for (size_t i = 0; i < n; ++i) values.push_back(start * std::pow(step, static_cast<double>(i)));
+  return values;
+}
+
+std::vector<double> Lrs::for_groups(size_t n_groups) const {
+  if (!stop_) throw Error("Lrs: no learning rate given");
+  if (!slice_) return std::vector<double>(n_groups, *stop_);
+  if (start_) return even_mults(*start_, *stop_, n_groups);
+  std::vector<double> values(n_groups, *stop_ / 10);
+  values.back() = *stop_;
+  return values;
+}
+
+}  // namespace fastcpp

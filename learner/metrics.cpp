@@ -1,0 +1,75 @@
+#include "learner/metrics.h"
+
+#include <torch/torch.h>
+
+#include "learner/error.h"
+#include "learner/learner.h"
+
+namespace fastcpp {
+
+void AvgMetric::reset() {
+  total_ = torch::Tensor();
+  count_ = 0;
+}
+
+void AvgMetric::accumulate(const Learner& learn) {
+  const int64_t bs = learn.yb.size(0);
+  auto batch_value = fn_(learn.pred, learn.yb).detach().to(torch::kDouble) * static_cast<double>(bs);
+  total_ = total_.defined() ? total_ + batch_value : batch_value;
+  count_ += bs;
+}
+
+double AvgMetric::value() const {
+  if (count_ == 0) return std::nan("");
+  return total_.item<double>() / static_cast<double>(count_);
+}
+
+void AccumMetric::reset() {
+  preds_.clear();
+  targets_.clear();
+}
+
+void AccumMetric::accumulate(const Learner& learn) {
+  auto pred = learn.pred.detach();
+  preds_.push_back(activation_ ? learn.loss_func.activation(pred) : pred);
+  targets_.push_back(learn.yb.detach());
+}
+
+double AccumMetric::value() const {
+  if (preds_.empty()) return std::nan("");
+  return fn_(torch::cat(preds_), torch::cat(targets_)).item<double>();
+}
+
+namespace metrics {
+
+torch::Tensor accuracy_fn(const torch::Tensor& pred, const torch::Tensor& target) {
+  return (pred.argmax(-1) == target).to(torch::kFloat).mean();
+}
+
+torch::Tensor top_k_accuracy_fn(const torch::Tensor& pred, const torch::Tensor& target, int64_t k) {
+  if (k < 1 || k > pred.size(-1))
+    throw Error("top_k_accuracy: k=" + std::to_string(k) + " but the model has " + std::to_string(pred.size(-1)) +
+                " outputs");
+  auto top = std::get<1>(pred.topk(k, -1));
+  return (top == target.unsqueeze(-1)).any(-1).to(torch::kFloat).mean();
+}
+
+MetricPtr accuracy() { return std::make_shared<AvgMetric>("accuracy", accuracy_fn); }
+
+MetricPtr error_rate() {
+  return std::make_shared<AvgMetric>("error_rate", [](const torch::Tensor& pred, const torch::Tensor& target) {
+    return 1 - accuracy_fn(pred, target);
+  });
+}
+
+MetricPtr top_k_accuracy(int64_t k) {
+  return std::make_shared<AvgMetric>("top_" + std::to_string(k) + "_accuracy",
+                                     [k](const torch::Tensor& pred, const torch::Tensor& target) {
+                                       return top_k_accuracy_fn(pred, target, k);
+                                     });
+}
+
+MetricPtr from_fn(std::string name, MetricFn fn) { return std::make_shared<AvgMetric>(std::move(name), std::move(fn)); }
+
+}  // namespace metrics
+}  // namespace fastcpp

@@ -1,0 +1,41 @@
+#pragma once
+// Model: any torch::nn::Module with forward(Tensor) -> Tensor, type-erased once so the
+// Learner needs no base class from the user. Wrappers (data parallel, distributed
+// hooks) replace the forward function and keep the module.
+#include <torch/nn/module.h>
+
+#include <functional>
+#include <memory>
+#include <type_traits>
+
+namespace fastcpp {
+
+class Model {
+ public:
+  using Forward = std::function<torch::Tensor(const torch::Tensor&)>;
+
+  // From a module holder (torch::nn::Sequential, or a TORCH_MODULE of the user's).
+  template <class Holder, class = decltype(std::declval<Holder&>().ptr()->forward(std::declval<torch::Tensor>()))>
+  Model(Holder holder)  // NOLINT: implicit, so Learner(dls, my_net, ...) reads naturally
+      : Model(holder.ptr()) {}
+
+  // From a shared pointer to a module.
+  template <class Impl, class = decltype(std::declval<Impl&>().forward(std::declval<torch::Tensor>()))>
+  Model(std::shared_ptr<Impl> impl)  // NOLINT
+      : module_(impl), forward_([impl](const torch::Tensor& x) { return impl->forward(x); }) {}
+
+  Model(std::shared_ptr<torch::nn::Module> module, Forward forward)
+      : module_(std::move(module)), forward_(std::move(forward)) {}
+
+  torch::Tensor operator()(const torch::Tensor& x) const { return forward_(x); }
+
+  torch::nn::Module& module() const { return *module_; }
+  const std::shared_ptr<torch::nn::Module>& ptr() const { return module_; }
+  void set_forward(Forward forward) { forward_ = std::move(forward); }
+
+ private:
+  std::shared_ptr<torch::nn::Module> module_;
+  Forward forward_;
+};
+
+}  // namespace fastcpp

@@ -1,0 +1,36 @@
+#include "learner/param_groups.h"
+
+#include <torch/torch.h>
+
+namespace fastcpp {
+
+bool is_norm_layer(const torch::nn::Module& module) {
+  return dynamic_cast<const torch::nn::BatchNorm1dImpl*>(&module) ||
+         dynamic_cast<const torch::nn::BatchNorm2dImpl*>(&module) ||
+         dynamic_cast<const torch::nn::BatchNorm3dImpl*>(&module) ||
+         dynamic_cast<const torch::nn::InstanceNorm1dImpl*>(&module) ||
+         dynamic_cast<const torch::nn::InstanceNorm2dImpl*>(&module) ||
+         dynamic_cast<const torch::nn::InstanceNorm3dImpl*>(&module) ||
+         dynamic_cast<const torch::nn::LayerNormImpl*>(&module) ||
+         dynamic_cast<const torch::nn::GroupNormImpl*>(&module);
+}
+
+ParamSet norm_params(const torch::nn::Module& model) {
+  ParamSet set;
+  for (const auto& module : model.modules(/*include_self=*/true))
+    if (is_norm_layer(*module))
+      for (const auto& param : module->parameters(/*recurse=*/false)) set.insert(param.unsafeGetTensorImpl());
+  return set;
+}
+
+ParamSet bias_params(const torch::nn::Module& model) {
+  ParamSet set;
+  for (const auto& module : model.modules(/*include_self=*/true))
+    for (const auto& item : module->named_parameters(/*recurse=*/false))
+      if (item.key() == "bias") set.insert(item.value().unsafeGetTensorImpl());
+  return set;
+}
+
+std::vector<std::vector<torch::Tensor>> single_group(torch::nn::Module& model) { return {model.parameters()}; }
+
+}  // namespace fastcpp

@@ -1,0 +1,24 @@
+#pragma once
+// Which parameters are special to the optimizer: those of normalization layers
+// (BatchNorm, InstanceNorm, LayerNorm, GroupNorm: trainable while frozen, no weight
+// decay) and biases (no weight decay), as fastai's norm_bias_params.
+#include <torch/nn/module.h>
+
+#include <unordered_set>
+#include <vector>
+
+namespace fastcpp {
+
+using ParamSet = std::unordered_set<const c10::TensorImpl*>;
+
+bool is_norm_layer(const torch::nn::Module& module);
+ParamSet norm_params(const torch::nn::Module& model);
+ParamSet bias_params(const torch::nn::Module& model);
+inline bool contains(const ParamSet& set, const torch::Tensor& param) {
+  return set.count(param.unsafeGetTensorImpl()) > 0;
+}
+
+// The default splitter: every parameter in one group.
+std::vector<std::vector<torch::Tensor>> single_group(torch::nn::Module& model);
+
+}  // namespace fastcpp

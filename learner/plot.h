@@ -1,0 +1,32 @@
+#pragma once
+// A small line-plot writer: series as coloured polylines on axes with numeric tick
+// labels, saved as PNG. Enough for loss curves and lr_find, with no plotting library.
+#include <array>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace fastcpp {
+
+using Rgb = std::array<uint8_t, 3>;
+constexpr Rgb kPlotBlue{31, 119, 180};
+constexpr Rgb kPlotOrange{255, 127, 14};
+
+struct PlotSeries {
+  std::vector<double> x, y;
+  Rgb color = kPlotBlue;
+};
+
+struct PlotOptions {
+  bool log_x = false;
+  int width = 640;
+  int height = 400;
+};
+
+// Throws fastcpp::Error if the file cannot be written.
+void write_line_plot(const std::string& path, const std::vector<PlotSeries>& series, PlotOptions options);
+
+// Encodes 8-bit RGB pixels (row-major, width*height*3 bytes) as a PNG file's bytes.
+std::vector<uint8_t> encode_png(const std::vector<uint8_t>& rgb, int width, int height);
+
+}  // namespace fastcpp

@@ -1,0 +1,151 @@
+#include "learner/recorder.h"
+
+#include <torch/torch.h>
+
+#include <cmath>
+#include <cstdio>
+
+#include "learner/learner.h"
+#include "learner/plot.h"
+
+namespace fastcpp {
+namespace {
+
+std::string format_value(double value) {
+  if (std::isnan(value)) return "";
+  char text[32];
+  std::snprintf(text, sizeof text, "%.6f", value);
+  return text;
+}
+
+}  // namespace
+
+std::string format_time(double seconds) {
+  const auto total = static_cast<long>(std::lround(seconds));
+  char text[32];
+  if (total >= 3600)
+    std::snprintf(text, sizeof text, "%ld:%02ld:%02ld", total / 3600, total / 60 % 60, total % 60);
+  else
+    std::snprintf(text, sizeof text, "%02ld:%02ld", total / 60, total % 60);
+  return text;
+}
+
+std::vector<std::string> Recorder::metric_names() const {
+  std::vector<std::string> names{"epoch", "train_loss", "valid_loss"};
+  for (const auto& metric : learn().metrics) names.push_back(metric->name());
+  names.push_back("time");
+  return names;
+}
+
+void Recorder::before_fit() {
+  lrs.clear();
+  moms.clear();
+  losses.clear();
+  iters.clear();
+  values.clear();
+  log.clear();
+  smooth_ = torch::Tensor();
+  smooth_count_ = 0;
+  pending_losses_.clear();
+}
+
+void Recorder::before_epoch() {
+  cancel_train_ = cancel_valid_ = false;
+  valid_values_.clear();
+  epoch_start_ = std::chrono::steady_clock::now();
+}
+
+void Recorder::after_batch() {
+  auto& l = learn();
+  if (!l.loss.defined()) return;
+  if (l.training) {
+    auto batch_loss = l.loss.detach().mean().to(torch::kFloat);
+    smooth_ = smooth_.defined() ? torch::lerp(batch_loss, smooth_, beta_) : batch_loss * (1 - beta_);
+    ++smooth_count_;
+    pending_losses_.push_back(smooth_ / (1 - std::pow(beta_, static_cast<double>(smooth_count_))));
+    const auto& hypers = l.opt->param_groups().back().hypers;
+    lrs.push_back(hypers.lr);
+    moms.push_back(hypers.mom);
+    return;
+  }
+  const int64_t bs = l.yb.defined() ? l.yb.size(0) : l.xb.size(0);
+  auto batch_loss = l.loss.detach().mean().to(torch::kDouble) * static_cast<double>(bs);
+  valid_loss_sum_ = valid_loss_sum_.defined() ? valid_loss_sum_ + batch_loss : batch_loss;
+  valid_count_ += bs;
+  for (const auto& metric : l.metrics) metric->accumulate(l);
+}
+
+void Recorder::flush_losses() {
+  if (pending_losses_.empty()) return;
+  auto all = torch::stack(pending_losses_).to(torch::kCPU, torch::kDouble).contiguous();
+  losses.insert(losses.end(), all.data_ptr<double>(), all.data_ptr<double>() + all.numel());
+  pending_losses_.clear();
+}
+
+void Recorder::after_train() { flush_losses(); }
+
+double Recorder::smooth_loss() const {
+  if (!smooth_.defined()) return std::nan("");
+  return smooth_.item<double>() / (1 - std::pow(beta_, static_cast<double>(smooth_count_)));
+}
+
+void Recorder::before_validate() {
+  valid_loss_sum_ = torch::Tensor();
+  valid_count_ = 0;
+  for (const auto& metric : learn().metrics) metric->reset();
+}
+
+void Recorder::after_validate() {
+  valid_values_.clear();
+  const double nan = std::nan("");
+  valid_values_.push_back(cancel_valid_ || valid_count_ == 0 ? nan
+                                                             : valid_loss_sum_.item<double>() / valid_count_);
+  for (const auto& metric : learn().metrics) valid_values_.push_back(cancel_valid_ ? nan : metric->value());
+}
+
+void Recorder::after_epoch() {
+  flush_losses();
+  auto& l = learn();
+  std::vector<double> row{cancel_train_ ? std::nan("") : smooth_loss()};
+  const auto n_valid = 1 + l.metrics.size();
+  for (size_t i = 0; i < n_valid; ++i) row.push_back(i < valid_values_.size() ? valid_values_[i] : std::nan(""));
+  values.push_back(row);
+  iters.push_back(losses.size());
+  log = {std::to_string(l.epoch)};
+  for (double value : row) log.push_back(format_value(value));
+  log.push_back(format_time(
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - epoch_start_).count()));
+}
+
+void Recorder::after_fit() { flush_losses(); }
+
+void Recorder::plot_loss(const std::string& path, size_t skip_start, bool with_valid) const {
+  PlotSeries train{{}, {}, kPlotBlue};
+  for (size_t i = skip_start; i < losses.size(); ++i) {
+    train.x.push_back(static_cast<double>(i));
+    train.y.push_back(losses[i]);
+  }
+  std::vector<PlotSeries> series{train};
+  if (with_valid) {
+    PlotSeries valid{{}, {}, kPlotOrange};
+    for (size_t e = 0; e < values.size() && e < iters.size(); ++e)
+      if (iters[e] > skip_start && values[e].size() > 1 && !std::isnan(values[e][1])) {
+        valid.x.push_back(static_cast<double>(iters[e] - 1));
+        valid.y.push_back(values[e][1]);
+      }
+    series.push_back(valid);
+  }
+  write_line_plot(path, series, {});
+}
+
+void Recorder::plot_lr_find(const std::string& path, size_t skip_end) const {
+  PlotSeries series{{}, {}, kPlotBlue};
+  const size_t n = std::min(lrs.size(), losses.size());
+  for (size_t i = 0; i + skip_end < n; ++i) {
+    series.x.push_back(lrs[i]);
+    series.y.push_back(losses[i]);
+  }
+  write_line_plot(path, {series}, {.log_x = true});
+}
+
+}  // namespace fastcpp

@@ -1,0 +1,69 @@
+#pragma once
+// Recorder (order 50, always present): the history of a fit.
+//   losses     smoothed training loss after each batch: avg = beta*avg + (1-beta)*loss,
+//              reported as avg/(1-beta^count), beta 0.98 (fastai's AvgSmoothLoss)
+//   lrs, moms  hyper-parameters of the last parameter group at each training batch
+//   iters      number of recorded batches at the end of each epoch
+//   values     per epoch: train_loss (smoothed), valid_loss, metrics...
+//   log        the last epoch's row as printed: epoch, train_loss, valid_loss, metrics, time
+// Losses stay on the device during an epoch and are read back once at its end.
+#include <torch/types.h>
+
+#include <chrono>
+#include <string>
+#include <vector>
+
+#include "learner/callback.h"
+
+namespace fastcpp {
+
+class Recorder : public Callback {
+ public:
+  explicit Recorder(double beta = 0.98) : beta_(beta) { order = 50; }
+
+  void before_fit() override;
+  void before_epoch() override;
+  void after_batch() override;
+  void after_train() override;
+  void before_validate() override;
+  void after_validate() override;
+  void after_cancel_train() override { cancel_train_ = true; }
+  void after_cancel_validate() override { cancel_valid_ = true; }
+  void after_epoch() override;
+  void after_fit() override;
+
+  // Smoothed training loss now (reads it back from the device).
+  double smooth_loss() const;
+  // [valid_loss, metrics...] of the last validation (NaN where it was cancelled).
+  const std::vector<double>& valid_values() const { return valid_values_; }
+  // "epoch", "train_loss", "valid_loss", metric names..., "time"
+  std::vector<std::string> metric_names() const;
+
+  // Training loss per batch (and validation loss per epoch) as a PNG line plot.
+  void plot_loss(const std::string& path, size_t skip_start = 5, bool with_valid = true) const;
+  // Loss against learning rate on a log scale, as after lr_find.
+  void plot_lr_find(const std::string& path, size_t skip_end = 5) const;
+
+  std::vector<double> lrs, moms, losses;
+  std::vector<size_t> iters;
+  std::vector<std::vector<double>> values;
+  std::vector<std::string> log;
+
+ private:
+  void flush_losses();
+
+  double beta_;
+  torch::Tensor smooth_;         // biased running average, on the device
+  int64_t smooth_count_ = 0;
+  std::vector<torch::Tensor> pending_losses_;  // debiased, this epoch
+  torch::Tensor valid_loss_sum_;
+  int64_t valid_count_ = 0;
+  std::vector<double> valid_values_;
+  bool cancel_train_ = false, cancel_valid_ = false;
+  std::chrono::steady_clock::time_point epoch_start_;
+};
+
+// "01:05" (or "1:02:05" past an hour), as fastai prints epoch times.
+std::string format_time(double seconds);
+
+}  // namespace fastcpp
