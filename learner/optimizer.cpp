@@ -69,7 +69,7 @@ c10::impl::GenericDict Optimizer::state_dict() const {
       const auto& state = state_[g][i];
       const auto param_prefix = prefix + std::to_string(i) + ".";
       dict.insert(param_prefix + "step", state.step);
-      for (const auto& [name, buffer] : state.buffers) dict.insert(param_prefix + name, buffer.to(torch::kCPU));
+      for (const auto& [name, buffer] : state.buffers) dict.insert(param_prefix + name, buffer.to(torch::kCPU, /*non_blocking=*/false, /*copy=*/true));
     }
   }
   return dict;

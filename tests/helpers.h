@@ -1,0 +1,99 @@
+#pragma once
+// Small deterministic learners and probes shared by the tests.
+#include <doctest/doctest.h>
+
+#include <fastcpp.h>
+
+#include <string>
+#include <vector>
+
+namespace fastcpp::testing {
+
+// n items of `features` floats with labels in [0, classes), the same for a given seed.
+inline std::shared_ptr<TensorDataset> synthetic_dataset(int64_t n, int64_t features = 4, int64_t classes = 3,
+                                                        uint64_t seed = 0) {
+  auto gen = at::make_generator<at::CPUGeneratorImpl>(seed);
+  auto x = torch::randn({n, features}, gen);
+  auto y = torch::randint(classes, {n}, gen, torch::kLong);
+  return std::make_shared<TensorDataset>(x, y);
+}
+
+inline DataLoaders synthetic_dls(int64_t n_train = 8, int64_t n_valid = 4, int64_t bs = 2) {
+  return {DataLoader(synthetic_dataset(n_train, 4, 3, 1), {.bs = bs}),
+          DataLoader(synthetic_dataset(n_valid, 4, 3, 2), {.bs = bs})};
+}
+
+inline torch::nn::Sequential tiny_model(int64_t features = 4, int64_t classes = 3, uint64_t seed = 0) {
+  torch::manual_seed(seed);
+  return torch::nn::Sequential(torch::nn::Linear(features, 8), torch::nn::ReLU(), torch::nn::Linear(8, classes));
+}
+
+inline LearnerOptions quiet(LearnerOptions options = {}) {
+  options.device = torch::kCPU;
+  options.progress = false;
+  return options;
+}
+
+inline void silence(Learner& learn, std::vector<std::string>* lines = nullptr) {
+  learn.logger = [lines](const std::string& line) {
+    if (lines) lines->push_back(line);
+  };
+}
+
+// Records every event it sees, by name.
+class EventProbe : public Callback {
+ public:
+  std::vector<std::string> events;
+#define FASTCPP_PROBE(name) \
+  void name() override { events.push_back(#name); }
+  FASTCPP_PROBE(after_create)
+  FASTCPP_PROBE(before_fit)
+  FASTCPP_PROBE(before_epoch)
+  FASTCPP_PROBE(before_train)
+  FASTCPP_PROBE(before_batch)
+  FASTCPP_PROBE(after_pred)
+  FASTCPP_PROBE(after_loss)
+  FASTCPP_PROBE(before_backward)
+  FASTCPP_PROBE(after_cancel_backward)
+  FASTCPP_PROBE(after_backward)
+  FASTCPP_PROBE(before_step)
+  FASTCPP_PROBE(after_cancel_step)
+  FASTCPP_PROBE(after_step)
+  FASTCPP_PROBE(after_cancel_batch)
+  FASTCPP_PROBE(after_batch)
+  FASTCPP_PROBE(after_cancel_train)
+  FASTCPP_PROBE(after_train)
+  FASTCPP_PROBE(before_validate)
+  FASTCPP_PROBE(after_cancel_validate)
+  FASTCPP_PROBE(after_validate)
+  FASTCPP_PROBE(after_cancel_epoch)
+  FASTCPP_PROBE(after_epoch)
+  FASTCPP_PROBE(after_cancel_fit)
+  FASTCPP_PROBE(after_fit)
+#undef FASTCPP_PROBE
+};
+
+// Copies of every parameter, to compare before and after.
+inline std::vector<torch::Tensor> snapshot(const torch::nn::Module& module) {
+  std::vector<torch::Tensor> copies;
+  for (const auto& p : module.parameters()) copies.push_back(p.detach().clone());
+  return copies;
+}
+
+inline bool all_equal(const std::vector<torch::Tensor>& a, const std::vector<torch::Tensor>& b) {
+  if (a.size() != b.size()) return false;
+  for (size_t i = 0; i < a.size(); ++i)
+    if (!torch::equal(a[i], b[i])) return false;
+  return true;
+}
+
+inline std::string error_of(const std::function<void()>& f) {
+  try {
+    f();
+  } catch (const Error& e) {
+    return e.what();
+  }
+  return "(no fastcpp::Error thrown)";
+}
+
+}  // namespace fastcpp::testing

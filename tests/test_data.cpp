@@ -1,0 +1,124 @@
+// Datasets, the DataLoader's order and batches, batch transforms, and the idx reader.
+#include <zlib.h>
+
+#include <filesystem>
+#include <fstream>
+#include <set>
+
+#include "helpers.h"
+
+using namespace fastcpp;
+using namespace fastcpp::testing;
+
+namespace {
+
+std::vector<uint8_t> idx_bytes(const std::vector<int>& dims, uint8_t fill_start) {
+  std::vector<uint8_t> bytes{0, 0, 0x08, static_cast<uint8_t>(dims.size())};
+  size_t count = 1;
+  for (int d : dims) {
+    for (int shift = 24; shift >= 0; shift -= 8) bytes.push_back(static_cast<uint8_t>(d >> shift));
+    count *= static_cast<size_t>(d);
+  }
+  for (size_t i = 0; i < count; ++i) bytes.push_back(static_cast<uint8_t>(fill_start + i));
+  return bytes;
+}
+
+void write_raw(const std::string& path, const std::vector<uint8_t>& bytes) {
+  std::ofstream(path, std::ios::binary).write(reinterpret_cast<const char*>(bytes.data()), bytes.size());
+}
+
+void write_gz(const std::string& path, const std::vector<uint8_t>& bytes) {
+  gzFile f = gzopen(path.c_str(), "wb");
+  gzwrite(f, bytes.data(), static_cast<unsigned>(bytes.size()));
+  gzclose(f);
+}
+
+std::string temp_dir(const std::string& name) {
+  auto dir = std::filesystem::temp_directory_path() / ("fastcpp_test_" + name + "_" + std::to_string(::getpid()));
+  std::filesystem::remove_all(dir);
+  std::filesystem::create_directories(dir);
+  return dir.string();
+}
+
+}  // namespace
+
+TEST_SUITE("data") {
+  TEST_CASE("DataLoader batches: sizes, drop_last, and every index once per epoch") {
+    auto ds = std::make_shared<TensorDataset>(torch::arange(10).view({10, 1}), torch::arange(10));
+    DataLoader loader(ds, {.bs = 4, .shuffle = true, .seed = 7});
+    CHECK(loader.size() == 3);
+    std::multiset<int64_t> seen;
+    std::vector<int64_t> sizes;
+    for (const auto& batch : loader) {
+      sizes.push_back(batch.x.size(0));
+      for (int64_t i = 0; i < batch.y.size(0); ++i) seen.insert(batch.y[i].item<int64_t>());
+      CHECK(torch::equal(batch.x.view(-1), batch.y));  // x and y stay paired
+    }
+    CHECK(sizes == std::vector<int64_t>{4, 4, 2});
+    CHECK(seen == std::multiset<int64_t>{0, 1, 2, 3, 4, 5, 6, 7, 8, 9});
+    DataLoader dropping(ds, {.bs = 4, .drop_last = true});
+    CHECK(dropping.size() == 2);
+  }
+
+  TEST_CASE("the order is a function of (seed, epoch) alone") {
+    auto ds = synthetic_dataset(50);
+    DataLoader a(ds, {.bs = 8, .shuffle = true, .seed = 3});
+    DataLoader b(ds, {.bs = 8, .shuffle = true, .seed = 3});
+    DataLoader c(ds, {.bs = 8, .shuffle = true, .seed = 4});
+    CHECK(a.order(2) == b.order(2));
+    CHECK(a.order(2) != a.order(3));
+    CHECK(a.order(2) != c.order(2));
+    b.set_epoch(5);
+    auto first = *b.begin();
+    CHECK(torch::equal(first.x, a.load(a.order(5), 0).x));
+    DataLoader sequential(ds, {.bs = 8});
+    CHECK(sequential.order(9)[0] == 0);
+    CHECK(sequential.order(9)[49] == 49);
+  }
+
+  TEST_CASE("Normalize against hand-computed values") {
+    auto x = torch::tensor({0, 51, 255, 102}, torch::kUInt8).view({1, 2, 2, 1});  // channels 0 and 1
+    auto y = Normalize{{0.1, 0.2}, {0.5, 0.25}}(x);
+    CHECK((y.scalar_type() == torch::kFloat));
+    CHECK(y[0][0][0][0].item<double>() == doctest::Approx((0.0 - 0.1) / 0.5));
+    CHECK(y[0][0][1][0].item<double>() == doctest::Approx((0.2 - 0.1) / 0.5));
+    CHECK(y[0][1][0][0].item<double>() == doctest::Approx((1.0 - 0.2) / 0.25));
+    CHECK(y[0][1][1][0].item<double>() == doctest::Approx((0.4 - 0.2) / 0.25));
+    CHECK(error_of([&] { Normalize{{0.1, 0.2, 0.3}, {1, 1, 1}}(x); }) ==
+          "Normalize: 3 channel statistics for a batch of shape [1, 2, 2, 1]");
+  }
+
+  TEST_CASE("read_idx reads raw and gzipped idx files, and names the file when corrupt") {
+    const auto dir = temp_dir("idx");
+    const auto images = idx_bytes({3, 2, 2}, 10), labels = idx_bytes({3}, 1);
+    write_gz(dir + "/train-images-idx3-ubyte.gz", images);
+    write_raw(dir + "/train-labels-idx1-ubyte", labels);
+    auto ds = vision::idx_image_dataset(dir, "train");
+    CHECK(ds->size() == 3);
+    CHECK((ds->x().sizes() == torch::IntArrayRef{3, 1, 2, 2}));
+    CHECK((ds->x().scalar_type() == torch::kUInt8));
+    CHECK(ds->x()[1][0][0][1].item<int>() == 10 + 5);
+    CHECK((ds->y().scalar_type() == torch::kLong));
+    CHECK(ds->y()[2].item<int64_t>() == 3);
+
+    auto truncated = images;
+    truncated.resize(truncated.size() - 3);
+    write_raw(dir + "/short-images-idx3-ubyte", truncated);
+    CHECK(error_of([&] { vision::read_idx(dir + "/short-images-idx3-ubyte"); }) ==
+          "'" + dir + "/short-images-idx3-ubyte' has 25 bytes, its header promises 28 (truncated or corrupt)");
+    write_raw(dir + "/bad", {1, 2, 3, 4, 5});
+    CHECK(error_of([&] { vision::read_idx(dir + "/bad"); }) == "'" + dir + "/bad' is not an idx file (bad magic number)");
+    CHECK(error_of([&] { vision::idx_image_dataset(dir, "t10k"); }) ==
+          "idx file '" + dir + "/t10k-images-idx3-ubyte[.gz]' not found");
+    std::filesystem::remove_all(dir);
+  }
+
+  TEST_CASE("TensorDataset checks its inputs") {
+    CHECK(error_of([] { TensorDataset(torch::zeros({3, 2}), torch::zeros({4})); }) ==
+          "TensorDataset: x and y need the same first dimension, got x [3, 2] and y [4]");
+    auto ds = synthetic_dataset(4);
+    CHECK(error_of([&] { ds->get(4); }) == "TensorDataset: index 4 out of range for 4 items");
+    auto batch = ds->Dataset::get_batch({3, 1});  // the generic path: get + collate
+    CHECK(torch::equal(batch.x, ds->get_batch({3, 1}).x));
+  }
+}

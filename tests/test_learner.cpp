@@ -1,0 +1,193 @@
+// The Learner's own behaviour: training lowers the loss on real data, lr_find,
+// checkpoints, label errors, gradient accumulation, freezing, predictions.
+#include <filesystem>
+#include <fstream>
+
+#include "helpers.h"
+
+using namespace fastcpp;
+using namespace fastcpp::testing;
+
+namespace {
+
+const std::string kFashionMnist = "/usr/share/datasets/fashion-mnist";
+
+std::string temp_path(const std::string& name) {
+  return (std::filesystem::temp_directory_path() / ("fastcpp_" + std::to_string(::getpid()) + "_" + name)).string();
+}
+
+std::vector<std::vector<torch::Tensor>> two_groups(torch::nn::Module& model) {
+  auto children = model.children();
+  std::vector<std::vector<torch::Tensor>> groups(2);
+  for (size_t i = 0; i < children.size(); ++i)
+    for (const auto& p : children[i]->parameters()) groups[i == 0 ? 0 : 1].push_back(p);
+  return groups;
+}
+
+bool dicts_equal(const c10::impl::GenericDict& a, const c10::impl::GenericDict& b) {
+  if (a.size() != b.size()) return false;
+  for (const auto& entry : a) {
+    auto it = b.find(entry.key());
+    if (it == b.end()) return false;
+    const auto& x = entry.value();
+    const auto& y = it->value();
+    const bool same = x.isTensor() ? torch::equal(x.toTensor(), y.toTensor())
+                      : x.isDouble() ? x.toDouble() == y.toDouble()
+                                     : x.toInt() == y.toInt();
+    if (!same) {
+      MESSAGE("differs: " << entry.key().toStringRef());
+      return false;
+    }
+  }
+  return true;
+}
+
+}  // namespace
+
+TEST_SUITE("learner") {
+  TEST_CASE("a short run on a real Fashion-MNIST subset lowers the loss") {
+    REQUIRE_MESSAGE(std::filesystem::exists(kFashionMnist), "apt-get install dataset-fashion-mnist");
+    auto train = vision::idx_image_dataset(kFashionMnist, "train");
+    auto test = vision::idx_image_dataset(kFashionMnist, "t10k");
+    auto small = [](const TensorDataset& ds, int64_t n) {
+      return std::make_shared<TensorDataset>(ds.x().slice(0, 0, n), ds.y().slice(0, 0, n));
+    };
+    const std::vector<BatchTransform> tfms{Normalize{{0.2860}, {0.3530}}};
+    DataLoaders dls{DataLoader(small(*train, 2048), {.bs = 64, .shuffle = true, .batch_tfms = tfms}),
+                    DataLoader(small(*test, 512), {.bs = 256, .batch_tfms = tfms})};
+    torch::manual_seed(0);
+    torch::nn::Sequential model(torch::nn::Flatten(), torch::nn::Linear(784, 64), torch::nn::ReLU(),
+                                torch::nn::Linear(64, 10));
+    Learner learn(dls, model, CrossEntropyLoss(), {metrics::accuracy()}, quiet());
+    silence(learn);
+    const auto before = learn.validate();
+    learn.fit_one_cycle(2, 1e-2);
+    const auto after = learn.validate();
+    CHECK(after[0] < 0.5 * before[0]);
+    CHECK(after[1] > 0.7);
+    CHECK(learn.recorder->losses.back() < learn.recorder->losses.front());
+  }
+
+  TEST_CASE("lr_find restores the weights and optimizer state, and suggests an lr in range") {
+    Learner learn(synthetic_dls(64, 8, 8), tiny_model(), CrossEntropyLoss(), {}, quiet());
+    silence(learn);
+    learn.fit(1, 1e-3);  // some optimizer state to restore
+    const auto weights = snapshot(learn.model.module());
+    const auto opt_state = learn.opt->state_dict();
+    const auto plot = temp_path("lr_find.png");
+    const auto result = learn.lr_find({.num_it = 30, .plot = plot});
+    CHECK(all_equal(weights, snapshot(learn.model.module())));
+    CHECK(dicts_equal(opt_state, learn.opt->state_dict()));
+    CHECK(result.lrs.size() >= 10);
+    CHECK(result.valley > 1e-7);
+    CHECK(result.valley < 10);
+    CHECK(std::filesystem::file_size(plot) > 100);
+    std::filesystem::remove(plot);
+  }
+
+  TEST_CASE("save -> load gives identical predictions and optimizer state") {
+    const auto path = temp_path("roundtrip.pt");
+    Learner a(synthetic_dls(), tiny_model(4, 3, 1), CrossEntropyLoss(), {}, quiet());
+    silence(a);
+    a.fit(2, 1e-2);
+    a.save(path);
+    CHECK(!std::filesystem::exists(path + ".tmp." + std::to_string(::getpid())));
+    Learner b(synthetic_dls(), tiny_model(4, 3, 2), CrossEntropyLoss(), {}, quiet());
+    b.load(path);
+    CHECK(torch::equal(a.get_preds().preds, b.get_preds().preds));
+    CHECK(dicts_equal(a.opt->state_dict(), b.opt->state_dict()));
+    CHECK(b.epoch == a.epoch);
+    std::filesystem::remove(path);
+  }
+
+  TEST_CASE("a corrupt or mismatched checkpoint names the file and the entry, and changes nothing") {
+    const auto path = temp_path("model.pt");
+    Learner a(synthetic_dls(), tiny_model(), CrossEntropyLoss(), {}, quiet());
+    a.save(path);
+
+    Learner wider(synthetic_dls(), torch::nn::Sequential(torch::nn::Linear(4, 16), torch::nn::ReLU(), torch::nn::Linear(16, 3)),
+                  CrossEntropyLoss(), {}, quiet());
+    const auto weights = snapshot(wider.model.module());
+    CHECK(error_of([&] { wider.load(path); }) == "checkpoint '" + path +
+                                                     "' does not fit the model: '0.weight' has shape [8, 4] in the "
+                                                     "file but [16, 4] in the model");
+    CHECK(all_equal(weights, snapshot(wider.model.module())));
+
+    Learner deeper(synthetic_dls(), torch::nn::Sequential(torch::nn::Linear(4, 8), torch::nn::ReLU(), torch::nn::Linear(8, 3), torch::nn::Linear(3, 3)),
+                   CrossEntropyLoss(), {}, quiet());
+    CHECK(error_of([&] { deeper.load(path); }) ==
+          "checkpoint '" + path + "' does not fit the model: '3.weight' is missing from the file");
+
+    std::filesystem::resize_file(path, std::filesystem::file_size(path) / 2);
+    const auto message = error_of([&] { a.load(path); });
+    CHECK(message.rfind("cannot read checkpoint '" + path + "': the file is truncated or not a checkpoint", 0) == 0);
+    std::ofstream(path) << "not a checkpoint";
+    CHECK(error_of([&] { a.load(path); }).rfind("cannot read checkpoint '" + path + "'", 0) == 0);
+    std::filesystem::remove(path);
+    CHECK(error_of([&] { a.load(path); }) == "checkpoint '" + path + "' not found or unreadable");
+  }
+
+  TEST_CASE("labels outside [0, n_classes) are an error naming the batch, not an abort") {
+    auto x = torch::randn({6, 4});
+    auto y = torch::tensor({0, 1, 2, 1, 12, 0}, torch::kLong);
+    auto ds = std::make_shared<TensorDataset>(x, y);
+    Learner learn({DataLoader(ds, {.bs = 2}), DataLoader(ds, {.bs = 2})}, tiny_model(), CrossEntropyLoss(), {},
+                  quiet());
+    silence(learn);
+    CHECK(error_of([&] { learn.fit(1); }) ==
+          "label 12 at position 0 of the batch is outside [0, 3): the model has 3 outputs; check the dataset's "
+          "labels or the model's output size\n\t(in training batch 2 of epoch 0)");
+  }
+
+  TEST_CASE("a forward shape mismatch is an error with the input shape") {
+    Learner learn(synthetic_dls(), tiny_model(5, 3), CrossEntropyLoss(), {}, quiet());
+    silence(learn);
+    const auto message = error_of([&] { learn.fit(1); });
+    CHECK(message.rfind("the model's forward failed on input of shape [2, 4]: ", 0) == 0);
+    CHECK(message.find("(in training batch 0 of epoch 0)") != std::string::npos);
+  }
+
+  TEST_CASE("GradientAccumulation over k batches equals one batch k times larger") {
+    auto run = [](int64_t bs, std::vector<CallbackPtr> cbs) {
+      Learner learn(synthetic_dls(16, 4, bs), tiny_model(4, 3, 5), CrossEntropyLoss(), {},
+                    quiet({.opt_func = sgd({.mom = 0.9}), .cbs = std::move(cbs)}));
+      silence(learn);
+      learn.fit(2, 0.1);
+      return snapshot(learn.model.module());
+    };
+    const auto big_batches = run(8, {});
+    const auto accumulated = run(2, {std::make_shared<GradientAccumulation>(8)});
+    const auto plain_small = run(2, {});
+    REQUIRE(big_batches.size() == accumulated.size());
+    for (size_t i = 0; i < big_batches.size(); ++i)
+      CHECK(torch::allclose(big_batches[i], accumulated[i], 1e-5, 1e-6));
+    CHECK(!torch::allclose(big_batches[0], plain_small[0], 1e-5, 1e-6));
+  }
+
+  TEST_CASE("freeze keeps the first groups' weights through training; unfreeze releases them") {
+    Learner learn(synthetic_dls(), tiny_model(), CrossEntropyLoss(), {}, quiet({.splitter = two_groups}));
+    silence(learn);
+    CHECK(learn.n_param_groups() == 2);
+    learn.freeze();
+    auto body = learn.model.module().children()[0]->parameters();
+    auto head = learn.model.module().children()[2]->parameters();
+    const auto body_before = body[0].detach().clone(), head_before = head[0].detach().clone();
+    learn.fit(1, 1e-2);
+    CHECK(torch::equal(body[0], body_before));
+    CHECK(!torch::equal(head[0], head_before));
+    learn.unfreeze();
+    learn.fit(1, 1e-2);
+    CHECK(!torch::equal(body[0], body_before));
+  }
+
+  TEST_CASE("get_preds returns activated predictions and targets; predict one item") {
+    Learner learn(synthetic_dls(8, 6, 4), tiny_model(), CrossEntropyLoss(), {}, quiet());
+    silence(learn);
+    const auto preds = learn.get_preds();
+    CHECK((preds.preds.sizes() == torch::IntArrayRef{6, 3}));
+    CHECK(torch::allclose(preds.preds.sum(1), torch::ones({6})));
+    CHECK(torch::equal(preds.targets, learn.dls.valid.dataset().get_batch({0, 1, 2, 3, 4, 5}).y));
+    const auto item = learn.dls.valid.dataset().get(4).x;
+    CHECK(torch::allclose(learn.predict(item), preds.preds[4], 1e-6, 1e-7));
+  }
+}

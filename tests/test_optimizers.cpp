@@ -1,0 +1,91 @@
+// Our SGD and Adam against PyTorch's SGD and AdamW on the same gradient sequence
+// (fixtures written by fixtures/make_fixtures.py with Debian's python3-torch).
+#include <fstream>
+#include <map>
+#include <sstream>
+
+#include "helpers.h"
+#include "learner/param_groups.h"
+
+using namespace fastcpp;
+using namespace fastcpp::testing;
+
+namespace {
+
+std::map<std::string, std::vector<double>> read_fixtures(const std::string& name) {
+  std::ifstream in(std::string(FASTCPP_FIXTURES) + "/" + name);
+  REQUIRE_MESSAGE(in.good(), "missing fixture " << name << ": run tests/fixtures/make_fixtures.py");
+  std::map<std::string, std::vector<double>> values;
+  std::string line;
+  while (std::getline(in, line)) {
+    const auto colon = line.find(':');
+    std::istringstream numbers(line.substr(colon + 1));
+    auto& row = values[line.substr(0, colon)];
+    for (double v; numbers >> v;) row.push_back(v);
+  }
+  return values;
+}
+
+torch::Tensor tensor_of(const std::vector<double>& values) { return torch::tensor(values, torch::kDouble); }
+
+// Runs `opt_func` on the fixture's gradient sequence and compares with `expected_key`.<step>.
+void check_trajectory(const OptFunc& opt_func, const std::string& expected_key, bool schedule_mom, double lr,
+                      double wd) {
+  auto fx = read_fixtures("optimizers.txt");
+  auto param = tensor_of(fx["init"]).requires_grad_(true);
+  auto opt = opt_func({ParamGroup{{param}, {}, {}}});
+  opt->set_hyper("lr", lr);
+  opt->set_hyper("wd", wd);
+  for (int k = 0; k < 6; ++k) {
+    if (schedule_mom) opt->set_hyper("mom", fx["mom." + std::to_string(k)][0]);
+    param.mutable_grad() = tensor_of(fx["grad." + std::to_string(k)]);
+    opt->step();
+    const auto expected = tensor_of(fx[expected_key + "." + std::to_string(k)]);
+    INFO("step " << k);
+    CHECK(torch::allclose(param.detach(), expected, /*rtol=*/1e-12, /*atol=*/1e-14));
+  }
+}
+
+}  // namespace
+
+TEST_SUITE("optimizers") {
+  TEST_CASE("Adam equals torch.optim.AdamW, with a scheduled beta1 and decoupled weight decay") {
+    check_trajectory(adam({.sqr_mom = 0.99, .eps = 1e-5}), "adamw", /*schedule_mom=*/true, 1e-2, 0.1);
+  }
+
+  TEST_CASE("SGD with momentum equals torch.optim.SGD") {
+    check_trajectory(sgd({.mom = 0.9}), "sgd", /*schedule_mom=*/false, 1e-2, 0.0);
+  }
+
+  TEST_CASE("decoupled weight decay: p *= 1 - lr*wd when the gradient is zero") {
+    auto param = torch::ones({3}, torch::kDouble).requires_grad_(true);
+    auto opt = sgd({.wd = 0.5})({ParamGroup{{param}, {}, {}}});
+    opt->set_hyper("lr", 0.1);
+    param.mutable_grad() = torch::zeros({3}, torch::kDouble);
+    opt->step();
+    CHECK(param[0].item<double>() == doctest::Approx(0.95).epsilon(1e-15));
+  }
+
+  TEST_CASE("no weight decay on BatchNorm and bias parameters by default") {
+    torch::nn::Sequential model(torch::nn::Linear(3, 4), torch::nn::BatchNorm1d(4), torch::nn::Linear(4, 2));
+    Learner learn(synthetic_dls(), model, CrossEntropyLoss(), {}, quiet());
+    learn.create_opt();
+    const auto& group = learn.opt->param_groups().at(0);
+    const auto named = model->named_parameters();
+    REQUIRE(group.params.size() == named.size());
+    for (size_t i = 0; i < named.size(); ++i) {
+      const bool expect_wd = named[i].key() == "0.weight" || named[i].key() == "2.weight";
+      CHECK_MESSAGE(group.do_wd[i] == expect_wd, named[i].key());
+    }
+    Learner with_wd(synthetic_dls(), tiny_model(), CrossEntropyLoss(), {}, quiet({.wd_bn_bias = true}));
+    with_wd.create_opt();
+    for (bool do_wd : with_wd.opt->param_groups()[0].do_wd) CHECK(do_wd);
+  }
+
+  TEST_CASE("unknown hyper-parameter names are rejected") {
+    auto param = torch::ones({1}).requires_grad_(true);
+    auto opt = adam()({ParamGroup{{param}, {}, {}}});
+    CHECK(error_of([&] { opt->set_hyper("momentum", 0.9); }) ==
+          "unknown hyper-parameter 'momentum': use one of lr, mom, sqr_mom, wd, eps");
+  }
+}
