@@ -1,7 +1,7 @@
 #!/usr/bin/python3
 """The Python peer of examples/fashion_mnist.cpp.
 
-The same network, batch size, one-cycle schedule (fastai's formula), optimizer
+The same residual network, batch size, one-cycle schedule (fastai's formula), optimizer
 (Adam with decoupled weight decay, none on BatchNorm and bias), data handling
 (uint8 batches made float and normalized per batch) and thread count, written
 the way a careful PyTorch user would. Prints one machine-readable line:
@@ -33,10 +33,21 @@ def conv_bn(ni, nf, stride):
     return [nn.Conv2d(ni, nf, 3, stride, 1, bias=False), nn.BatchNorm2d(nf), nn.ReLU()]
 
 
+class ResBlock(nn.Module):
+    def __init__(self, ni, nf, stride):
+        super().__init__()
+        self.convs = nn.Sequential(*conv_bn(ni, nf, stride), nn.Conv2d(nf, nf, 3, 1, 1, bias=False), nn.BatchNorm2d(nf))
+        self.idconv = nn.Identity() if ni == nf else nn.Conv2d(ni, nf, 1, bias=False)
+        self.pool = nn.Identity() if stride == 1 else nn.AvgPool2d(2, ceil_mode=True)
+        self.act = nn.ReLU()
+
+    def forward(self, x):
+        return self.act(self.convs(x) + self.idconv(self.pool(x)))
+
+
 def make_model():
-    return nn.Sequential(*conv_bn(1, 32, 1), *conv_bn(32, 32, 1), *conv_bn(32, 64, 2),
-                         *conv_bn(64, 64, 1), *conv_bn(64, 128, 2),
-                         nn.AdaptiveAvgPool2d(1), nn.Flatten(), nn.Linear(128, 10))
+    return nn.Sequential(*conv_bn(1, 16, 1), ResBlock(16, 32, 2), ResBlock(32, 64, 2), ResBlock(64, 128, 2),
+                         ResBlock(128, 256, 2), nn.AdaptiveAvgPool2d(1), nn.Flatten(), nn.Linear(256, 10))
 
 
 def sched_cos(start, end, pos):

@@ -1,0 +1,36 @@
+#!/usr/bin/env bash
+# examples/fashion_mnist against the same model and job in PyTorch Python
+# (fashion_mnist_peer.py, Debian's python3-torch), one after the other in one run.
+#
+#   bench/fashion_mnist_vs_python.sh [--epochs 5] [--threads 2]
+#
+# Prints both whole-process wall times, the ratio and both test accuracies.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+epochs=5
+threads=$(nproc)
+while [ $# -gt 0 ]; do
+  case "$1" in
+    --epochs) epochs=$2; shift 2 ;;
+    --threads) threads=$2; shift 2 ;;
+    *) echo "unknown flag $1"; exit 2 ;;
+  esac
+done
+[ -x build/examples/fashion_mnist ] || scripts/build.sh
+
+now() { date +%s.%N; }
+log=$(mktemp -d)
+start=$(now)
+(cd "$log" && "$OLDPWD/build/examples/fashion_mnist" --epochs "$epochs" --threads "$threads") | tee "$log/cpp.txt"
+cpp_seconds=$(awk -v a="$(now)" -v b="$start" 'BEGIN{print a-b}')
+start=$(now)
+/usr/bin/python3 bench/fashion_mnist_peer.py --epochs "$epochs" --threads "$threads" | tee "$log/py.txt"
+py_seconds=$(awk -v a="$(now)" -v b="$start" 'BEGIN{print a-b}')
+
+cpp_acc=$(grep -o 'final test accuracy: [0-9.]*' "$log/cpp.txt" | awk '{print $4}')
+py_acc=$(grep -o 'accuracy=[0-9.]*' "$log/py.txt" | cut -d= -f2)
+echo
+printf 'fastcpp  %6.1fs  accuracy %s\n' "$cpp_seconds" "$cpp_acc"
+printf 'PyTorch  %6.1fs  accuracy %s\n' "$py_seconds" "$py_acc"
+printf 'time ratio fastcpp/PyTorch: %.3f  (%d epochs, %d threads)\n' "$(awk -v a="$cpp_seconds" -v b="$py_seconds" 'BEGIN{print a/b}')" "$epochs" "$threads"
+rm -rf "$log"

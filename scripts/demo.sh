@@ -1,0 +1,8 @@
+#!/usr/bin/env bash
+# The main job on a fresh machine: install, build, and train the Fashion-MNIST example.
+# Arguments go to the example (e.g. --epochs 2).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+scripts/install_deps.sh
+scripts/build.sh
+cd build && ./examples/fashion_mnist "$@"
