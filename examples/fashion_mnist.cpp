@@ -34,8 +34,10 @@ struct ResBlockImpl : torch::nn::Module {
     auto shortcut = pool ? pool(x) : x;
     return torch::relu(residual + (idconv ? idconv(shortcut) : shortcut));
   }
-  torch::nn::Conv2d conv1, conv2;
-  torch::nn::BatchNorm2d bn1, bn2;
+  torch::nn::Conv2d conv1;
+  torch::nn::BatchNorm2d bn1;
+  torch::nn::Conv2d conv2;
+  torch::nn::BatchNorm2d bn2;
   torch::nn::AvgPool2d pool{nullptr};
   torch::nn::Conv2d idconv{nullptr};
 };

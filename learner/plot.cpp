@@ -72,7 +72,10 @@ int text_width(const std::string& s) { return static_cast<int>(s.size()) * 4 * k
 
 std::string tick_label(double value, bool exponent) {
   char text[32];
-  std::snprintf(text, sizeof text, exponent ? "%.0e" : "%.3g", value);
+  if (exponent)
+    std::snprintf(text, sizeof text, "%.0e", value);
+  else
+    std::snprintf(text, sizeof text, std::abs(value) >= 1000 ? "%.0f" : "%.3g", value);
   return text;
 }
 
@@ -115,7 +118,7 @@ std::vector<uint8_t> encode_png(const std::vector<uint8_t>& rgb, int width, int 
 }
 
 void write_line_plot(const std::string& path, const std::vector<PlotSeries>& series, PlotOptions options) {
-  const int left = 70, right = 20, top = 20, bottom = 40;
+  const int left = 70, right = 40, top = 20, bottom = 40;
   Canvas canvas(options.width, options.height);
   auto tx = [&](double x) { return options.log_x ? std::log10(x) : x; };
 

@@ -16,14 +16,6 @@ std::string temp_path(const std::string& name) {
   return (std::filesystem::temp_directory_path() / ("fastcpp_" + std::to_string(::getpid()) + "_" + name)).string();
 }
 
-std::vector<std::vector<torch::Tensor>> two_groups(torch::nn::Module& model) {
-  auto children = model.children();
-  std::vector<std::vector<torch::Tensor>> groups(2);
-  for (size_t i = 0; i < children.size(); ++i)
-    for (const auto& p : children[i]->parameters()) groups[i == 0 ? 0 : 1].push_back(p);
-  return groups;
-}
-
 bool dicts_equal(const c10::impl::GenericDict& a, const c10::impl::GenericDict& b) {
   if (a.size() != b.size()) return false;
   for (const auto& entry : a) {

@@ -28,15 +28,6 @@ double one_cycle_mom(double pos) {
   return pos < pct ? sched_cos(0.95, 0.85, pos / pct) : sched_cos(0.85, 0.95, (pos - pct) / (1 - pct));
 }
 
-// Two parameter groups: the first layer, then the rest.
-std::vector<std::vector<torch::Tensor>> two_groups(torch::nn::Module& model) {
-  auto children = model.children();
-  std::vector<std::vector<torch::Tensor>> groups(2);
-  for (size_t i = 0; i < children.size(); ++i)
-    for (const auto& p : children[i]->parameters()) groups[i == 0 ? 0 : 1].push_back(p);
-  return groups;
-}
-
 }  // namespace
 
 TEST_SUITE("schedules") {
