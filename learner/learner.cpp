@@ -258,15 +258,13 @@ void Learner::fine_tune(int epochs, FineTuneOptions o) {
 LrFindResult Learner::lr_find(LrFindOptions o) {
   if (o.num_it < 10) throw Error("lr_find: num_it must be at least 10, got " + std::to_string(o.num_it));
   const int epochs = o.num_it / static_cast<int>(std::max<size_t>(dls.train.size(), 1)) + 1;
-  const bool was_logging = logging;
+  struct Quiet {  // no epoch table while searching
+    bool& flag;
+    bool saved;
+    ~Quiet() { flag = saved; }
+  } quiet{logging, logging};
   logging = false;
-  try {
-    fit(epochs, {}, {.cbs = {std::make_shared<LRFinder>(o.start_lr, o.end_lr, o.num_it, o.stop_div)}});
-  } catch (...) {
-    logging = was_logging;
-    throw;
-  }
-  logging = was_logging;
+  fit(epochs, {}, {.cbs = {std::make_shared<LRFinder>(o.start_lr, o.end_lr, o.num_it, o.stop_div)}});
   auto result = suggest_lrs(recorder->lrs, recorder->losses, o.num_it);
   if (!o.plot.empty()) recorder->plot_lr_find(o.plot);
   return result;

@@ -193,7 +193,7 @@ class Learner {
   void do_one_batch();
   void do_grad_opt();
   void apply_freeze();
-  // Tests a fit against a temporary set of callbacks; removes them after.
+  // Adds callbacks for one fit (or get_preds) and removes them after, even on error.
   class AddedCallbacks;
 
   LearnerOptions options_;
