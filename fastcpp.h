@@ -23,4 +23,11 @@
 #include "learner/optimizers.h"
 #include "learner/recorder.h"
 #include "learner/schedules.h"
+#include "data/random.h"
+#include "data/sampler.h"
 #include "vision/idx.h"
+#if FASTCPP_HAS_OPENCV
+#include "vision/image.h"
+#include "vision/image_folder.h"
+#include "vision/transforms.h"
+#endif

@@ -1,29 +1,24 @@
 #include "data/dataloader.h"
 
-#include <ATen/CPUGeneratorImpl.h>
 #include <torch/torch.h>
-
-#include <numeric>
 
 #include "learner/error.h"
 
 namespace fastcpp {
-namespace {
-
-// splitmix64: spreads (seed, epoch) into an independent generator seed.
-uint64_t mix_seed(uint64_t seed, uint64_t stream) {
-  uint64_t z = seed + 0x9E3779B97F4A7C15ULL * (stream + 1);
-  z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ULL;
-  z = (z ^ (z >> 27)) * 0x94D049BB133111EBULL;
-  return z ^ (z >> 31);
-}
-
-}  // namespace
 
 DataLoader::DataLoader(DatasetPtr dataset, DataLoaderOptions options)
     : dataset_(std::move(dataset)), options_(std::move(options)) {
   if (!dataset_) throw Error("DataLoader: no dataset");
   if (options_.bs <= 0) throw Error("DataLoader: batch size must be positive, got " + std::to_string(options_.bs));
+  if (options_.workers < 0) throw Error("DataLoader: workers must be >= 0, got " + std::to_string(options_.workers));
+  set_sampler(options_.sampler ? options_.sampler
+              : options_.shuffle ? SamplerPtr(std::make_shared<RandomSampler>(dataset_->size(), options_.seed))
+                                 : SamplerPtr(std::make_shared<SequentialSampler>(dataset_->size())));
+}
+
+void DataLoader::set_sampler(SamplerPtr sampler) {
+  if (!sampler) throw Error("DataLoader: null sampler");
+  sampler_ = std::move(sampler);
 }
 
 size_t DataLoader::size() const {
@@ -32,23 +27,25 @@ size_t DataLoader::size() const {
   return options_.drop_last ? n / bs : (n + bs - 1) / bs;
 }
 
-std::vector<int64_t> DataLoader::order(int64_t epoch) const {
-  const auto n = static_cast<int64_t>(n_items());
-  if (!options_.shuffle) {
-    std::vector<int64_t> indices(static_cast<size_t>(n));
-    std::iota(indices.begin(), indices.end(), 0);
-    return indices;
-  }
-  auto generator = at::make_generator<at::CPUGeneratorImpl>(mix_seed(options_.seed, static_cast<uint64_t>(epoch)));
-  auto perm = torch::randperm(n, generator, torch::kLong);
-  return {perm.data_ptr<int64_t>(), perm.data_ptr<int64_t>() + n};
-}
-
-Batch DataLoader::load(const std::vector<int64_t>& order, size_t b) const {
+Batch DataLoader::make_batch(const std::vector<int64_t>& order, int64_t epoch, size_t b) const {
   const auto bs = static_cast<size_t>(options_.bs);
   const auto first = order.begin() + static_cast<std::ptrdiff_t>(b * bs);
   const auto last = order.begin() + static_cast<std::ptrdiff_t>(std::min(order.size(), (b + 1) * bs));
-  Batch batch = dataset_->get_batch(std::vector<int64_t>(first, last));
+  const uint64_t seed = mix_seed(mix_seed(options_.seed, static_cast<uint64_t>(epoch)), b);
+  Batch batch;
+  try {
+    batch = dataset_->get_batch(std::vector<int64_t>(first, last), seed);
+  } catch (const Error& e) {
+    throw Error(std::string(e.what()) + " (batch " + std::to_string(b) + " of epoch " + std::to_string(epoch) + ")");
+  }
+  if (device_.is_cuda()) {
+    batch.x = batch.x.pin_memory();
+    batch.y = batch.y.pin_memory();
+  }
+  return batch;
+}
+
+Batch DataLoader::finish(Batch batch) const {
   if (batch.x.device() != device_) {
     batch.x = batch.x.to(device_, /*non_blocking=*/true);
     batch.y = batch.y.to(device_, /*non_blocking=*/true);
@@ -57,31 +54,31 @@ Batch DataLoader::load(const std::vector<int64_t>& order, size_t b) const {
   return batch;
 }
 
-DataLoader::Iterator DataLoader::begin() {
-  auto indices = std::make_shared<const std::vector<int64_t>>(order(epoch_++));
-  return Iterator(this, std::move(indices));
-}
+DataLoader::Iterator DataLoader::begin() { return Iterator(this, epoch_++); }
 
 DataLoader::Iterator DataLoader::end() { return Iterator(); }
 
-DataLoader::Iterator::Iterator(const DataLoader* loader, std::shared_ptr<const std::vector<int64_t>> order)
-    : loader_(loader), order_(std::move(order)), position_(0) {
+DataLoader::Iterator::Iterator(const DataLoader* loader, int64_t epoch) : loader_(loader), done_(false) {
+  auto order = std::make_shared<const std::vector<int64_t>>(loader->order(epoch));
+  const size_t depth = static_cast<size_t>(std::max(loader->options().workers, 1) * std::max(loader->options().prefetch, 1));
+  pipeline_ = std::make_shared<BatchPipeline>(loader->size(), loader->options().workers, depth,
+                                              [loader, order, epoch](size_t b) { return loader->make_batch(*order, epoch, b); });
   fetch();
 }
 
 DataLoader::Iterator& DataLoader::Iterator::operator++() {
-  ++position_;
   fetch();
   return *this;
 }
 
 void DataLoader::Iterator::fetch() {
-  if (position_ >= loader_->size()) {
-    position_ = SIZE_MAX;
+  if (pipeline_->exhausted()) {
+    done_ = true;
     batch_ = {};
+    pipeline_.reset();  // joins the workers now, not when the iterator goes
     return;
   }
-  batch_ = loader_->load(*order_, position_);
+  batch_ = loader_->finish(pipeline_->next());
 }
 
 }  // namespace fastcpp

@@ -1,19 +1,28 @@
 #pragma once
-// DataLoader: batches of a Dataset, in a shuffled or sequential order, moved to a
-// device and passed through the batch transforms there.
+// DataLoader: batches of a Dataset, built on worker threads, delivered in order,
+// moved to a device and passed through the batch transforms there.
 //
-// The order of an epoch is a function of (seed, epoch) alone, so a run is
-// reproducible; set_epoch chooses the epoch (the Learner sets it each epoch),
+// The order of an epoch comes from the sampler (default: sequential, or random
+// when shuffle) and batch b of epoch e draws its randomness from
+// (seed, e, b) alone: the same seed gives bitwise the same batches with 0, 1 or 8
+// workers. set_epoch chooses the epoch (the Learner sets it each epoch);
 // otherwise every new iteration advances it by one, as a reshuffle.
 //
 //   for (const Batch& b : loader) { ... b.x, b.y on loader.device() ... }
+//
+// Workers build whole batches (item transforms and collate included) at most
+// workers*prefetch batches ahead of the consumer; host memory is pinned when the
+// device is CUDA so the copy can overlap. Breaking out of the loop, an error, or
+// destroying the loader mid-epoch stops and joins the workers.
 #include <torch/types.h>
 
 #include <memory>
 #include <vector>
 
+#include "data/batch_pipeline.h"
 #include "data/batch_transforms.h"
 #include "data/dataset.h"
+#include "data/sampler.h"
 
 namespace fastcpp {
 
@@ -21,7 +30,10 @@ struct DataLoaderOptions {
   int64_t bs = 64;
   bool shuffle = false;
   bool drop_last = false;
+  int workers = 0;       // threads building batches; 0: on the consumer's thread
+  int prefetch = 2;      // batches in flight per worker
   uint64_t seed = 0;
+  SamplerPtr sampler;    // overrides shuffle
   std::vector<BatchTransform> batch_tfms;
 };
 
@@ -32,10 +44,13 @@ class DataLoader {
   DataLoader(DatasetPtr dataset, DataLoaderOptions options = {});
 
   size_t size() const;  // batches per epoch
-  size_t n_items() const { return dataset_->size(); }
+  size_t n_items() const { return sampler_->size(); }
   int64_t bs() const { return options_.bs; }
   const Dataset& dataset() const { return *dataset_; }
+  const DatasetPtr& dataset_ptr() const { return dataset_; }
   const DataLoaderOptions& options() const { return options_; }
+  const Sampler& sampler() const { return *sampler_; }
+  void set_sampler(SamplerPtr sampler);
 
   void set_epoch(int64_t epoch) { epoch_ = epoch; }
   int64_t epoch() const { return epoch_; }
@@ -43,9 +58,11 @@ class DataLoader {
   torch::Device device() const { return device_; }
 
   // Item indices of an epoch, in the order they are served.
-  std::vector<int64_t> order(int64_t epoch) const;
-  // Batch b of an order: fetched, moved to the device, transformed.
-  Batch load(const std::vector<int64_t>& order, size_t b) const;
+  std::vector<int64_t> order(int64_t epoch) const { return sampler_->indices(epoch); }
+  // Batch b of an epoch on the host, as a worker builds it.
+  Batch make_batch(const std::vector<int64_t>& order, int64_t epoch, size_t b) const;
+  // A host batch moved to the device and transformed, as the consumer finishes it.
+  Batch finish(Batch batch) const;
 
   Iterator begin();
   Iterator end();
@@ -53,6 +70,7 @@ class DataLoader {
  private:
   DatasetPtr dataset_;
   DataLoaderOptions options_;
+  SamplerPtr sampler_;
   int64_t epoch_ = 0;
   torch::Device device_ = torch::kCPU;
 };
@@ -60,31 +78,34 @@ class DataLoader {
 class DataLoader::Iterator {
  public:
   Iterator() = default;
-  Iterator(const DataLoader* loader, std::shared_ptr<const std::vector<int64_t>> order);
+  Iterator(const DataLoader* loader, int64_t epoch);
 
   const Batch& operator*() const { return batch_; }
   const Batch* operator->() const { return &batch_; }
   Iterator& operator++();
-  bool operator==(const Iterator& other) const { return position_ == other.position_; }
+  bool operator==(const Iterator& other) const { return done_ == other.done_; }
   bool operator!=(const Iterator& other) const { return !(*this == other); }
 
  private:
   void fetch();
   const DataLoader* loader_ = nullptr;
-  std::shared_ptr<const std::vector<int64_t>> order_;
-  size_t position_ = SIZE_MAX;  // SIZE_MAX is the end
+  std::shared_ptr<BatchPipeline> pipeline_;
   Batch batch_;
+  bool done_ = true;
 };
 
-// The train and valid loaders of a Learner. The valid loader needs no shuffle
-// and can take a larger batch (no gradients to keep).
+// The train and valid loaders of a Learner (the valid loader needs no shuffle and
+// can take a larger batch), and the class names when the data have them.
 struct DataLoaders {
   DataLoader train;
   DataLoader valid;
+  std::vector<std::string> vocab;
+
   void to(torch::Device device) {
     train.to(device);
     valid.to(device);
   }
+  size_t num_classes() const { return vocab.size(); }
 };
 
 }  // namespace fastcpp

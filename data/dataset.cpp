@@ -18,10 +18,17 @@ Batch collate(const std::vector<Example>& examples) {
   return {torch::stack(xs), torch::stack(ys)};
 }
 
-Batch Dataset::get_batch(const std::vector<int64_t>& indices) const {
+Batch Dataset::get_batch(const std::vector<int64_t>& indices, uint64_t seed) const {
   std::vector<Example> examples;
   examples.reserve(indices.size());
-  for (auto index : indices) examples.push_back(get(static_cast<size_t>(index)));
+  for (size_t k = 0; k < indices.size(); ++k) {
+    Rng rng(mix_seed(seed, k));
+    try {
+      examples.push_back(get(static_cast<size_t>(indices[k]), rng));
+    } catch (const Error& e) {
+      throw Error("item " + std::to_string(indices[k]) + ": " + e.what());
+    }
+  }
   return collate(examples);
 }
 
@@ -39,7 +46,7 @@ Example TensorDataset::get(size_t index) const {
   return {x_[i], y_[i]};
 }
 
-Batch TensorDataset::get_batch(const std::vector<int64_t>& indices) const {
+Batch TensorDataset::get_batch(const std::vector<int64_t>& indices, uint64_t) const {
   auto index = torch::tensor(indices, torch::kLong);
   return {x_.index_select(0, index), y_.index_select(0, index)};
 }

@@ -1,12 +1,16 @@
 #pragma once
-// Dataset: a map-style collection of (x, y) examples. get(i) is const and must be
-// thread-safe: the DataLoader calls it from worker threads. get_batch builds a
-// whole batch; override it where a dataset can do better than item-by-item
-// (TensorDataset gathers with one index_select).
+// Dataset: a map-style collection of (x, y) examples. get is const and must be
+// thread-safe: the DataLoader calls it from worker threads. An augmenting dataset
+// draws its randomness from the Rng it is given, never from global state, so a
+// batch depends only on (seed, epoch, batch index). get_batch builds a whole batch;
+// override it where a dataset can do better than item by item (TensorDataset
+// gathers with one index_select).
 #include <torch/types.h>
 
 #include <memory>
 #include <vector>
+
+#include "data/random.h"
 
 namespace fastcpp {
 
@@ -27,8 +31,12 @@ class Dataset {
  public:
   virtual ~Dataset() = default;
   virtual size_t size() const = 0;
+  // The item without augmentation.
   virtual Example get(size_t index) const = 0;
-  virtual Batch get_batch(const std::vector<int64_t>& indices) const;
+  // The item with its own random stream (augmenting datasets override this).
+  virtual Example get(size_t index, Rng& rng) const { return get(index); }
+  // Items indices[k] with streams Rng(mix_seed(seed, k)), collated. Errors name the item.
+  virtual Batch get_batch(const std::vector<int64_t>& indices, uint64_t seed = 0) const;
 };
 
 using DatasetPtr = std::shared_ptr<const Dataset>;
@@ -37,9 +45,10 @@ using DatasetPtr = std::shared_ptr<const Dataset>;
 class TensorDataset : public Dataset {
  public:
   TensorDataset(torch::Tensor x, torch::Tensor y);
+  using Dataset::get;
   size_t size() const override { return static_cast<size_t>(x_.size(0)); }
   Example get(size_t index) const override;
-  Batch get_batch(const std::vector<int64_t>& indices) const override;
+  Batch get_batch(const std::vector<int64_t>& indices, uint64_t seed = 0) const override;
 
   const torch::Tensor& x() const { return x_; }
   const torch::Tensor& y() const { return y_; }

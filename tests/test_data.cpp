@@ -70,7 +70,7 @@ TEST_SUITE("data") {
     CHECK(a.order(2) != c.order(2));
     b.set_epoch(5);
     auto first = *b.begin();
-    CHECK(torch::equal(first.x, a.load(a.order(5), 0).x));
+    CHECK(torch::equal(first.x, a.make_batch(a.order(5), 5, 0).x));
     DataLoader sequential(ds, {.bs = 8});
     CHECK(sequential.order(9)[0] == 0);
     CHECK(sequential.order(9)[49] == 49);

@@ -1,0 +1,58 @@
+#include "data/batch_pipeline.h"
+
+namespace fastcpp {
+
+BatchPipeline::BatchPipeline(size_t n_batches, int workers, size_t depth, Producer produce)
+    : n_batches_(n_batches), depth_(std::max<size_t>(depth, 1)), produce_(std::move(produce)) {
+  for (int w = 0; w < workers; ++w) workers_.emplace_back([this] { work(); });
+}
+
+BatchPipeline::~BatchPipeline() {
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    stopping_ = true;
+  }
+  room_free_.notify_all();
+  for (auto& worker : workers_) worker.join();
+}
+
+void BatchPipeline::work() {
+  for (;;) {
+    size_t index;
+    {
+      std::unique_lock<std::mutex> lock(mutex_);
+      room_free_.wait(lock, [&] { return stopping_ || next_to_build_ >= n_batches_ || next_to_build_ < consumed_ + depth_; });
+      if (stopping_ || next_to_build_ >= n_batches_) return;
+      index = next_to_build_++;
+    }
+    Result result;
+    try {
+      result.batch = produce_(index);
+    } catch (...) {
+      result.error = std::current_exception();
+    }
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      ready_.emplace(index, std::move(result));
+    }
+    batch_ready_.notify_all();
+  }
+}
+
+Batch BatchPipeline::next() {
+  if (workers_.empty()) return produce_(consumed_++);
+  Result result;
+  {
+    std::unique_lock<std::mutex> lock(mutex_);
+    batch_ready_.wait(lock, [&] { return ready_.count(consumed_) > 0; });
+    auto it = ready_.find(consumed_);
+    result = std::move(it->second);
+    ready_.erase(it);
+    ++consumed_;
+  }
+  room_free_.notify_all();
+  if (result.error) std::rethrow_exception(result.error);
+  return std::move(result.batch);
+}
+
+}  // namespace fastcpp

@@ -1,0 +1,64 @@
+#include "data/sampler.h"
+
+#include <ATen/CPUGeneratorImpl.h>
+#include <torch/torch.h>
+
+#include <algorithm>
+#include <numeric>
+
+#include "data/random.h"
+#include "learner/error.h"
+
+namespace fastcpp {
+
+std::vector<int64_t> SequentialSampler::indices(int64_t) const {
+  std::vector<int64_t> all(n_);
+  std::iota(all.begin(), all.end(), 0);
+  return all;
+}
+
+std::vector<int64_t> RandomSampler::indices(int64_t epoch) const {
+  auto generator = at::make_generator<at::CPUGeneratorImpl>(mix_seed(seed_, static_cast<uint64_t>(epoch)));
+  auto perm = torch::randperm(static_cast<int64_t>(n_), generator, torch::kLong);
+  return {perm.data_ptr<int64_t>(), perm.data_ptr<int64_t>() + n_};
+}
+
+WeightedSampler::WeightedSampler(std::vector<double> weights, uint64_t seed, size_t n_samples)
+    : seed_(seed), n_samples_(n_samples ? n_samples : weights.size()) {
+  if (weights.empty()) throw Error("WeightedSampler: no weights");
+  double total = 0;
+  for (size_t i = 0; i < weights.size(); ++i) {
+    if (!(weights[i] >= 0)) throw Error("WeightedSampler: weight " + std::to_string(i) + " is negative or nan");
+    cumulative_.push_back(total += weights[i]);
+  }
+  if (total <= 0) throw Error("WeightedSampler: the weights sum to 0");
+}
+
+std::vector<int64_t> WeightedSampler::indices(int64_t epoch) const {
+  Rng rng(mix_seed(seed_, static_cast<uint64_t>(epoch)));
+  std::vector<int64_t> drawn(n_samples_);
+  for (auto& index : drawn) {
+    const double target = rng.uniform() * cumulative_.back();
+    index = std::upper_bound(cumulative_.begin(), cumulative_.end(), target) - cumulative_.begin();
+    index = std::min<int64_t>(index, static_cast<int64_t>(cumulative_.size()) - 1);
+  }
+  return drawn;
+}
+
+DistributedSampler::DistributedSampler(size_t n, int rank, int world_size, bool shuffle, uint64_t seed)
+    : n_(n), rank_(rank), world_size_(world_size), shuffle_(shuffle), seed_(seed) {
+  if (world_size < 1 || rank < 0 || rank >= world_size)
+    throw Error("DistributedSampler: rank " + std::to_string(rank) + " is not in [0, " + std::to_string(world_size) + ")");
+  if (n == 0) throw Error("DistributedSampler: empty dataset");
+  per_rank_ = (n + static_cast<size_t>(world_size) - 1) / static_cast<size_t>(world_size);
+}
+
+std::vector<int64_t> DistributedSampler::indices(int64_t epoch) const {
+  auto all = shuffle_ ? RandomSampler(n_, seed_).indices(epoch) : SequentialSampler(n_).indices(epoch);
+  const size_t padded = per_rank_ * static_cast<size_t>(world_size_);
+  for (size_t i = 0; all.size() < padded; ++i) all.push_back(all[i % n_]);
+  const auto first = all.begin() + static_cast<std::ptrdiff_t>(per_rank_ * static_cast<size_t>(rank_));
+  return {first, first + static_cast<std::ptrdiff_t>(per_rank_)};
+}
+
+}  // namespace fastcpp

@@ -1,0 +1,73 @@
+#pragma once
+// Samplers: the item indices of an epoch, in the order a DataLoader serves them.
+// Each is a pure function of the epoch (and its seed), so any process or thread
+// asking for the same epoch gets the same indices.
+//   SequentialSampler   0, 1, ..., n-1
+//   RandomSampler       a permutation from (seed, epoch)
+//   WeightedSampler     n draws with replacement, probability proportional to weight
+//   DistributedSampler  fastai's DistributedDL: every rank takes rank 0's permutation
+//                       (the same seed), pads it to ceil(n/world)*world by repeating
+//                       from the start, and serves its contiguous block
+#include <memory>
+#include <vector>
+
+namespace fastcpp {
+
+class Sampler {
+ public:
+  virtual ~Sampler() = default;
+  virtual std::vector<int64_t> indices(int64_t epoch) const = 0;
+  virtual size_t size() const = 0;  // indices per epoch
+};
+
+using SamplerPtr = std::shared_ptr<const Sampler>;
+
+class SequentialSampler : public Sampler {
+ public:
+  explicit SequentialSampler(size_t n) : n_(n) {}
+  std::vector<int64_t> indices(int64_t epoch) const override;
+  size_t size() const override { return n_; }
+
+ private:
+  size_t n_;
+};
+
+class RandomSampler : public Sampler {
+ public:
+  RandomSampler(size_t n, uint64_t seed) : n_(n), seed_(seed) {}
+  std::vector<int64_t> indices(int64_t epoch) const override;
+  size_t size() const override { return n_; }
+
+ private:
+  size_t n_;
+  uint64_t seed_;
+};
+
+class WeightedSampler : public Sampler {
+ public:
+  // n_samples draws per epoch (default: as many as weights).
+  WeightedSampler(std::vector<double> weights, uint64_t seed, size_t n_samples = 0);
+  std::vector<int64_t> indices(int64_t epoch) const override;
+  size_t size() const override { return n_samples_; }
+
+ private:
+  std::vector<double> cumulative_;
+  uint64_t seed_;
+  size_t n_samples_;
+};
+
+class DistributedSampler : public Sampler {
+ public:
+  DistributedSampler(size_t n, int rank, int world_size, bool shuffle, uint64_t seed);
+  std::vector<int64_t> indices(int64_t epoch) const override;
+  size_t size() const override { return per_rank_; }
+
+ private:
+  size_t n_;
+  int rank_, world_size_;
+  bool shuffle_;
+  uint64_t seed_;
+  size_t per_rank_;
+};
+
+}  // namespace fastcpp

@@ -1,0 +1,96 @@
+#include "vision/image.h"
+
+#include <torch/torch.h>
+
+#include <fstream>
+#include <opencv2/imgcodecs.hpp>
+#include <opencv2/imgproc.hpp>
+
+#include "learner/error.h"
+
+namespace fastcpp::vision {
+namespace {
+
+bool is_jpeg(const std::vector<uint8_t>& b) { return b.size() > 3 && b[0] == 0xFF && b[1] == 0xD8 && b[2] == 0xFF; }
+
+int reduction_flag(int factor, bool gray) {
+  switch (factor) {
+    case 2: return gray ? cv::IMREAD_REDUCED_GRAYSCALE_2 : cv::IMREAD_REDUCED_COLOR_2;
+    case 4: return gray ? cv::IMREAD_REDUCED_GRAYSCALE_4 : cv::IMREAD_REDUCED_COLOR_4;
+    case 8: return gray ? cv::IMREAD_REDUCED_GRAYSCALE_8 : cv::IMREAD_REDUCED_COLOR_8;
+    default: return gray ? cv::IMREAD_GRAYSCALE : cv::IMREAD_COLOR;
+  }
+}
+
+}  // namespace
+
+cv::Size image_header_size(const std::vector<uint8_t>& b) {
+  auto be16 = [&](size_t i) { return int(b[i]) << 8 | int(b[i + 1]); };
+  if (b.size() >= 24 && b[0] == 0x89 && b[1] == 'P' && b[2] == 'N' && b[3] == 'G')
+    return {be16(16) << 16 | be16(18), be16(20) << 16 | be16(22)};
+  if (b.size() >= 26 && b[0] == 'B' && b[1] == 'M') {
+    auto le32 = [&](size_t i) { return int32_t(b[i] | b[i + 1] << 8 | b[i + 2] << 16 | uint32_t(b[i + 3]) << 24); };
+    return {std::abs(le32(18)), std::abs(le32(22))};
+  }
+  if (is_jpeg(b)) {
+    size_t i = 2;
+    while (i + 9 < b.size()) {
+      if (b[i] != 0xFF) return {0, 0};
+      const uint8_t marker = b[i + 1];
+      if (marker == 0xFF) { ++i; continue; }
+      const bool sof = marker >= 0xC0 && marker <= 0xCF && marker != 0xC4 && marker != 0xC8 && marker != 0xCC;
+      if (sof) return {be16(i + 7), be16(i + 5)};
+      i += 2 + static_cast<size_t>(be16(i + 2));
+    }
+  }
+  return {0, 0};
+}
+
+cv::Mat decode_image(const std::vector<uint8_t>& bytes, const std::string& path, DecodeOptions options) {
+  if (options.channels != 1 && options.channels != 3)
+    throw Error("decode_image: channels must be 1 or 3, got " + std::to_string(options.channels));
+  const bool gray = options.channels == 1;
+  int factor = 1;
+  if (options.min_side > 0 && is_jpeg(bytes)) {
+    const auto size = image_header_size(bytes);
+    const int short_side = std::min(size.width, size.height);
+    while (factor < 8 && short_side / (factor * 2) >= options.min_side) factor *= 2;
+  }
+  cv::Mat image;
+  try {
+    image = cv::imdecode(cv::Mat(1, static_cast<int>(bytes.size()), CV_8U, const_cast<uint8_t*>(bytes.data())),
+                         reduction_flag(factor, gray));
+  } catch (const cv::Exception& e) {
+    throw Error("cannot decode image '" + path + "': " + e.what());
+  }
+  if (image.empty()) throw Error("cannot decode image '" + path + "': not an image, or corrupt or truncated");
+  if (!gray) cv::cvtColor(image, image, cv::COLOR_BGR2RGB);
+  return image;
+}
+
+cv::Mat read_image(const std::string& path, DecodeOptions options) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) throw Error("cannot open image '" + path + "'");
+  std::vector<uint8_t> bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  if (bytes.empty()) throw Error("cannot decode image '" + path + "': the file is empty");
+  return decode_image(bytes, path, options);
+}
+
+void copy_image_to(const cv::Mat& image, torch::Tensor& chw) {
+  const int h = image.rows, w = image.cols, c = image.channels();
+  auto* out = chw.data_ptr<uint8_t>();
+  const size_t plane = static_cast<size_t>(h) * w;
+  for (int y = 0; y < h; ++y) {
+    const uint8_t* row = image.ptr<uint8_t>(y);
+    for (int x = 0; x < w; ++x)
+      for (int ch = 0; ch < c; ++ch) out[ch * plane + static_cast<size_t>(y) * w + x] = row[x * c + ch];
+  }
+}
+
+torch::Tensor image_to_tensor(const cv::Mat& image) {
+  auto chw = torch::empty({image.channels(), image.rows, image.cols}, torch::kUInt8);
+  copy_image_to(image, chw);
+  return chw;
+}
+
+}  // namespace fastcpp::vision

@@ -1,0 +1,31 @@
+#pragma once
+// Image files: decoding with OpenCV (JPEG, PNG, BMP, ...; RGB order, or grayscale),
+// at reduced size when the consumer needs fewer pixels, and the conversion of an
+// 8-bit image to a CHW uint8 tensor.
+#include <opencv2/core.hpp>
+#include <torch/types.h>
+
+#include <string>
+#include <vector>
+
+namespace fastcpp::vision {
+
+struct DecodeOptions {
+  int channels = 3;    // 3: RGB, 1: grayscale
+  int min_side = 0;    // JPEG only: decode at 1/2, 1/4 or 1/8 size while the short side stays >= min_side
+};
+
+// The file's pixels, 8-bit, RGB (or single-channel). Throws fastcpp::Error naming the
+// file if it cannot be read or is not a decodable image.
+cv::Mat read_image(const std::string& path, DecodeOptions options = {});
+cv::Mat decode_image(const std::vector<uint8_t>& bytes, const std::string& path, DecodeOptions options = {});
+
+// Width and height from a JPEG, PNG or BMP header without decoding; {0, 0} if unknown.
+cv::Size image_header_size(const std::vector<uint8_t>& bytes);
+
+// HWC 8-bit image -> CHW uint8 tensor (a copy).
+torch::Tensor image_to_tensor(const cv::Mat& image);
+// Writes a HWC image into a preallocated CHW uint8 tensor of the same size.
+void copy_image_to(const cv::Mat& image, torch::Tensor& chw);
+
+}  // namespace fastcpp::vision

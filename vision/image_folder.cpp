@@ -1,0 +1,170 @@
+#include "vision/image_folder.h"
+
+#include <torch/torch.h>
+
+#include <algorithm>
+#include <filesystem>
+#include <iostream>
+#include <opencv2/core/utility.hpp>
+#include <thread>
+
+#include "learner/error.h"
+#include "vision/image.h"
+
+namespace fastcpp::vision {
+namespace fs = std::filesystem;
+
+bool is_image_file(const std::string& path) {
+  auto ext = fs::path(path).extension().string();
+  std::transform(ext.begin(), ext.end(), ext.begin(), [](unsigned char c) { return std::tolower(c); });
+  for (const char* known : {".jpg", ".jpeg", ".png", ".bmp", ".tif", ".tiff", ".webp", ".ppm", ".pgm"})
+    if (ext == known) return true;
+  return false;
+}
+
+ImageFolder::ImageFolder(std::vector<std::string> paths, std::vector<int64_t> labels, std::vector<std::string> vocab,
+                         ImageFolderOptions options)
+    : paths_(std::move(paths)), labels_(std::move(labels)), vocab_(std::move(vocab)), options_(std::move(options)) {
+  if (paths_.size() != labels_.size()) throw Error("ImageFolder: as many labels as paths needed");
+  if (!options_.item_tfms.empty()) min_side_ = options_.item_tfms.front().min_input_side();
+  // Images are decoded one per loader worker: OpenCV's own thread pool would only
+  // oversubscribe the cores.
+  cv::setNumThreads(1);
+}
+
+ImageFolder ImageFolder::scan(const std::string& root, ImageFolderOptions options,
+                              const std::vector<std::string>& given_vocab) {
+  std::error_code ec;
+  if (!fs::is_directory(root, ec)) throw Error("image folder '" + root + "' not found or not a directory");
+  std::vector<std::string> vocab = given_vocab;
+  if (vocab.empty()) {
+    for (const auto& entry : fs::directory_iterator(root))
+      if (entry.is_directory() && entry.path().filename().string()[0] != '.') vocab.push_back(entry.path().filename());
+    std::sort(vocab.begin(), vocab.end());
+    if (vocab.empty()) throw Error("image folder '" + root + "' has no class folders (expected root/<class>/<image>)");
+  }
+  auto warn_or_throw = [&](const std::string& message) {
+    if (!options.skip_bad) throw Error(message + " (skip_bad leaves such files out)");
+    std::cerr << "warning: " << message << "; left out\n";
+  };
+  std::vector<std::string> paths;
+  std::vector<int64_t> labels;
+  for (size_t label = 0; label < vocab.size(); ++label) {
+    const auto dir = fs::path(root) / vocab[label];
+    if (!fs::is_directory(dir, ec)) continue;  // a class absent from this split
+    std::vector<std::string> files;
+    for (const auto& entry : fs::directory_iterator(dir)) {
+      const auto name = entry.path().filename().string();
+      if (!entry.is_regular_file() || name[0] == '.') continue;
+      if (!is_image_file(name)) {
+        warn_or_throw("'" + entry.path().string() + "' is not an image file");
+        continue;
+      }
+      if (options.skip_bad) {
+        try {
+          read_image(entry.path().string(), {options.channels, 0});
+        } catch (const Error& e) {
+          warn_or_throw(e.what());
+          continue;
+        }
+      }
+      files.push_back(entry.path().string());
+    }
+    if (files.empty() && given_vocab.empty()) warn_or_throw("class folder '" + dir.string() + "' has no images");
+    std::sort(files.begin(), files.end());
+    for (auto& file : files) {
+      paths.push_back(std::move(file));
+      labels.push_back(static_cast<int64_t>(label));
+    }
+  }
+  return ImageFolder(std::move(paths), std::move(labels), std::move(vocab), std::move(options));
+}
+
+ImageFolder ImageFolder::with_options(ImageFolderOptions options) const {
+  return ImageFolder(paths_, labels_, vocab_, std::move(options));
+}
+
+ImageFolder ImageFolder::subset(const std::vector<int64_t>& indices) const {
+  std::vector<std::string> paths;
+  std::vector<int64_t> labels;
+  for (auto i : indices) {
+    paths.push_back(paths_.at(static_cast<size_t>(i)));
+    labels.push_back(labels_.at(static_cast<size_t>(i)));
+  }
+  return ImageFolder(std::move(paths), std::move(labels), vocab_, options_);
+}
+
+cv::Mat ImageFolder::load(size_t index, Rng& rng) const {
+  if (index >= size()) throw Error("ImageFolder: index " + std::to_string(index) + " out of range for " + std::to_string(size()));
+  auto image = read_image(paths_[index], {options_.channels, min_side_});
+  for (const auto& tfm : options_.item_tfms) image = tfm(image, rng, options_.train);
+  return image;
+}
+
+Example ImageFolder::get(size_t index, Rng& rng) const {
+  return {image_to_tensor(load(index, rng)), torch::tensor(labels_[index], torch::kLong)};
+}
+
+Example ImageFolder::get(size_t index) const {
+  Rng rng(index);
+  return get(index, rng);
+}
+
+Batch ImageFolder::get_batch(const std::vector<int64_t>& indices, uint64_t seed) const {
+  std::vector<cv::Mat> images;
+  images.reserve(indices.size());
+  auto labels = torch::empty({static_cast<int64_t>(indices.size())}, torch::kLong);
+  for (size_t k = 0; k < indices.size(); ++k) {
+    Rng rng(mix_seed(seed, k));
+    const auto index = static_cast<size_t>(indices[k]);
+    try {
+      images.push_back(load(index, rng));
+    } catch (const Error& e) {
+      throw Error("item " + std::to_string(index) + ": " + e.what());
+    }
+    labels[static_cast<int64_t>(k)] = labels_[index];
+    if (images[k].size() != images[0].size())
+      throw Error("items of one batch differ in size: '" + paths_[index] + "' is " + std::to_string(images[k].cols) +
+                  "x" + std::to_string(images[k].rows) + ", '" + paths_[static_cast<size_t>(indices[0])] + "' " +
+                  std::to_string(images[0].cols) + "x" + std::to_string(images[0].rows) +
+                  ": add a Resize or crop to the item transforms");
+  }
+  const auto& first = images.front();
+  auto x = torch::empty({static_cast<int64_t>(images.size()), first.channels(), first.rows, first.cols}, torch::kUInt8);
+  for (size_t k = 0; k < images.size(); ++k) {
+    auto slot = x[static_cast<int64_t>(k)];
+    copy_image_to(images[k], slot);
+  }
+  return {x, labels};
+}
+
+DataLoaders ImageDataLoaders::from_folder(const std::string& root, FromFolderOptions o) {
+  ImageFolderOptions train_options{o.channels, o.item_tfms, /*train=*/true, o.skip_bad};
+  ImageFolderOptions valid_options{o.channels, o.item_tfms, /*train=*/false, o.skip_bad};
+  std::shared_ptr<ImageFolder> train, valid;
+  if (o.valid_pct > 0) {
+    if (o.valid_pct >= 1) throw Error("from_folder: valid_pct must be in (0, 1), got " + std::to_string(o.valid_pct));
+    auto all = ImageFolder::scan(root, train_options);
+    auto order = RandomSampler(all.size(), o.seed).indices(0);
+    const auto n_valid = static_cast<size_t>(std::lround(o.valid_pct * static_cast<double>(all.size())));
+    std::vector<int64_t> valid_idx(order.begin(), order.begin() + static_cast<std::ptrdiff_t>(n_valid));
+    std::vector<int64_t> train_idx(order.begin() + static_cast<std::ptrdiff_t>(n_valid), order.end());
+    std::sort(valid_idx.begin(), valid_idx.end());
+    std::sort(train_idx.begin(), train_idx.end());
+    train = std::make_shared<ImageFolder>(all.subset(train_idx));
+    valid = std::make_shared<ImageFolder>(all.subset(valid_idx).with_options(valid_options));
+  } else {
+    train = std::make_shared<ImageFolder>(ImageFolder::scan((fs::path(root) / o.train).string(), train_options));
+    valid = std::make_shared<ImageFolder>(
+        ImageFolder::scan((fs::path(root) / o.valid).string(), valid_options, train->vocab()));
+  }
+  if (train->size() == 0) throw Error("from_folder: no training images under '" + root + "'");
+  const int workers = o.workers >= 0 ? o.workers : static_cast<int>(std::thread::hardware_concurrency());
+  std::vector<BatchTransform> tfms{IntToFloat()};
+  tfms.insert(tfms.end(), o.batch_tfms.begin(), o.batch_tfms.end());
+  auto vocab = train->vocab();
+  return {DataLoader(train, {.bs = o.bs, .shuffle = true, .drop_last = true, .workers = workers, .seed = o.seed, .batch_tfms = tfms}),
+          DataLoader(valid, {.bs = 2 * o.bs, .workers = workers, .seed = o.seed, .batch_tfms = tfms}), std::move(vocab)};
+}
+
+}  // namespace fastcpp::vision

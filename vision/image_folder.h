@@ -1,0 +1,81 @@
+#pragma once
+// ImageFolder: a dataset of image files with one folder per class
+// (root/<class>/<image>), vocab sorted by name; and ImageDataLoaders::from_folder,
+// the train/valid DataLoaders of such a tree (root/train and root/valid, or a
+// random valid_pct split of root).
+//
+// Items are decoded on the loader's workers (at reduced size where the first item
+// transform allows), transformed, and travel as uint8 CHW; the batch becomes float
+// on its device (IntToFloat first, then the user's batch transforms).
+//
+// Bad input is an error naming the file: a corrupt, truncated or non-image file, an
+// unreadable path, an empty class folder. With skip_bad, every file is checked when
+// the folder is scanned, and a bad one is left out with a warning instead.
+#include <string>
+#include <vector>
+
+#include "data/dataloader.h"
+#include "data/dataset.h"
+#include "vision/transforms.h"
+
+namespace fastcpp::vision {
+
+struct ImageFolderOptions {
+  int channels = 3;
+  std::vector<ItemTransform> item_tfms;
+  bool train = true;      // random transforms act; false: their deterministic version
+  bool skip_bad = false;
+};
+
+class ImageFolder : public Dataset {
+ public:
+  ImageFolder(std::vector<std::string> paths, std::vector<int64_t> labels, std::vector<std::string> vocab,
+              ImageFolderOptions options = {});
+  // Scans root/<class>/* (or uses `vocab` to name the classes, for a valid set).
+  static ImageFolder scan(const std::string& root, ImageFolderOptions options = {},
+                          const std::vector<std::string>& vocab = {});
+
+  using Dataset::get;
+  size_t size() const override { return paths_.size(); }
+  Example get(size_t index) const override;
+  Example get(size_t index, Rng& rng) const override;
+  Batch get_batch(const std::vector<int64_t>& indices, uint64_t seed = 0) const override;
+
+  const std::vector<std::string>& vocab() const { return vocab_; }
+  const std::vector<std::string>& paths() const { return paths_; }
+  const std::vector<int64_t>& labels() const { return labels_; }
+  // The same files with other options (e.g. the validation transforms).
+  ImageFolder with_options(ImageFolderOptions options) const;
+  // The items at `indices` only.
+  ImageFolder subset(const std::vector<int64_t>& indices) const;
+
+ private:
+  cv::Mat load(size_t index, Rng& rng) const;
+  std::vector<std::string> paths_;
+  std::vector<int64_t> labels_;
+  std::vector<std::string> vocab_;
+  ImageFolderOptions options_;
+  int min_side_ = 0;
+};
+
+// True for the file names ImageFolder takes as images (by extension).
+bool is_image_file(const std::string& path);
+
+struct FromFolderOptions {
+  std::string train = "train";
+  std::string valid = "valid";
+  double valid_pct = 0;  // > 0: split root itself randomly instead of train/valid folders
+  uint64_t seed = 42;
+  int64_t bs = 64;
+  int workers = -1;      // -1: one per core
+  int channels = 3;
+  std::vector<ItemTransform> item_tfms;
+  std::vector<BatchTransform> batch_tfms;
+  bool skip_bad = false;
+};
+
+struct ImageDataLoaders {
+  static DataLoaders from_folder(const std::string& root, FromFolderOptions options = {});
+};
+
+}  // namespace fastcpp::vision

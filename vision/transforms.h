@@ -1,0 +1,101 @@
+#pragma once
+// Item transforms on decoded images (HWC, 8-bit), run on the loader's workers.
+// Random ones draw from the item's Rng, and act on the training set only; on the
+// validation set each does its deterministic counterpart (fastai's split_idx):
+//   Resize             to size x size: Squish, Crop (random crop of the resized
+//                      short side when training, centre otherwise) or Pad
+//   RandomResizedCrop  torchvision's: area fraction in `scale`, aspect ratio in
+//                      `ratio` (log-uniform), 10 tries then a centre crop; resized
+//                      to size. Validation: centre square crop, resized
+//   CenterCrop         the centre size x size (padded with zeros if smaller)
+//   RandomCrop         zero-pad by `padding`, then a random size x size crop
+//                      (CIFAR's pad-4 crop). Validation: centre crop, no padding
+//   FlipItem           horizontal flip with probability p. Validation: nothing
+#include <opencv2/core.hpp>
+
+#include <memory>
+#include <type_traits>
+#include <utility>
+#include <vector>
+
+#include "data/random.h"
+
+namespace fastcpp::vision {
+
+class ImageTransform {
+ public:
+  virtual ~ImageTransform() = default;
+  virtual cv::Mat apply(const cv::Mat& image, Rng& rng, bool train) const = 0;
+  // The shortest image side this transform needs for full quality (0: no need):
+  // lets JPEG decoding skip pixels that would be thrown away.
+  virtual int min_input_side() const { return 0; }
+};
+
+// A transform held by value in a list: item_tfms = {RandomResizedCrop(224), FlipItem()}.
+class ItemTransform {
+ public:
+  template <class T, class = std::enable_if_t<std::is_base_of_v<ImageTransform, T>>>
+  ItemTransform(T transform)  // NOLINT: implicit on purpose
+      : impl_(std::make_shared<T>(std::move(transform))) {}
+  cv::Mat operator()(const cv::Mat& image, Rng& rng, bool train) const { return impl_->apply(image, rng, train); }
+  int min_input_side() const { return impl_->min_input_side(); }
+
+ private:
+  std::shared_ptr<const ImageTransform> impl_;
+};
+
+enum class ResizeMethod { Squish, Crop, Pad };
+
+class Resize : public ImageTransform {
+ public:
+  explicit Resize(int size, ResizeMethod method = ResizeMethod::Crop);
+  cv::Mat apply(const cv::Mat& image, Rng& rng, bool train) const override;
+  int min_input_side() const override { return size_; }
+
+ private:
+  int size_;
+  ResizeMethod method_;
+};
+
+class RandomResizedCrop : public ImageTransform {
+ public:
+  explicit RandomResizedCrop(int size, std::pair<double, double> scale = {0.08, 1.0},
+                             std::pair<double, double> ratio = {3.0 / 4, 4.0 / 3});
+  cv::Mat apply(const cv::Mat& image, Rng& rng, bool train) const override;
+  int min_input_side() const override { return size_; }
+  // The crop torchvision would take from a width x height image.
+  cv::Rect crop_for(cv::Size image, Rng& rng) const;
+
+ private:
+  int size_;
+  std::pair<double, double> scale_, ratio_;
+};
+
+class CenterCrop : public ImageTransform {
+ public:
+  explicit CenterCrop(int size) : size_(size) {}
+  cv::Mat apply(const cv::Mat& image, Rng& rng, bool train) const override;
+
+ private:
+  int size_;
+};
+
+class RandomCrop : public ImageTransform {
+ public:
+  explicit RandomCrop(int size, int padding = 0) : size_(size), padding_(padding) {}
+  cv::Mat apply(const cv::Mat& image, Rng& rng, bool train) const override;
+
+ private:
+  int size_, padding_;
+};
+
+class FlipItem : public ImageTransform {
+ public:
+  explicit FlipItem(double p = 0.5) : p_(p) {}
+  cv::Mat apply(const cv::Mat& image, Rng& rng, bool train) const override;
+
+ private:
+  double p_;
+};
+
+}  // namespace fastcpp::vision
