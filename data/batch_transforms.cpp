@@ -11,15 +11,35 @@ torch::Tensor IntToFloat::operator()(const torch::Tensor& x) const {
   return x.to(torch::kFloat).div_(255);
 }
 
+// out = x * scale[c] + shift[c] with scale = 1/(255 std), shift = -mean/std: one pass.
+torch::Tensor Normalize::normalize_bytes(const torch::Tensor& x) const {
+  auto input = x.contiguous();
+  auto out = torch::empty(input.sizes(), torch::kFloat);
+  const int64_t batch = input.size(0), channels = input.size(1);
+  const int64_t plane = input.numel() / std::max<int64_t>(batch * channels, 1);
+  const uint8_t* src = input.data_ptr<uint8_t>();
+  float* dst = out.data_ptr<float>();
+  for (int64_t b = 0; b < batch; ++b)
+    for (int64_t c = 0; c < channels; ++c) {
+      const size_t stat = mean.size() == 1 ? 0 : static_cast<size_t>(c);
+      const float scale = static_cast<float>(1.0 / (255.0 * std[stat]));
+      const float shift = static_cast<float>(-mean[stat] / std[stat]);
+      const int64_t offset = (b * channels + c) * plane;
+      for (int64_t i = 0; i < plane; ++i) dst[offset + i] = static_cast<float>(src[offset + i]) * scale + shift;
+    }
+  return out;
+}
+
 torch::Tensor Normalize::operator()(const torch::Tensor& x) const {
   if (mean.empty() || mean.size() != std.size())
     throw Error("Normalize: need as many means as stds, got " + std::to_string(mean.size()) + " and " +
                 std::to_string(std.size()));
-  auto input = IntToFloat()(x);
   const auto channels = static_cast<int64_t>(mean.size());
-  if (input.dim() < 2 || (input.size(1) != channels && channels != 1))
+  if (x.dim() < 2 || (x.size(1) != channels && channels != 1))
     throw Error("Normalize: " + std::to_string(channels) + " channel statistics for a batch of shape " +
-                c10::str(input.sizes()));
+                c10::str(x.sizes()));
+  if (x.scalar_type() == torch::kUInt8 && x.device().is_cpu()) return normalize_bytes(x);
+  auto input = IntToFloat()(x);
   std::vector<int64_t> shape(static_cast<size_t>(input.dim()), 1);
   shape[1] = channels;
   auto options = torch::TensorOptions().dtype(input.scalar_type());

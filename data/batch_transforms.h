@@ -1,6 +1,8 @@
 #pragma once
 // Batch transforms: run on a whole batch of x, on its device, after the transfer
-// (so images cross to the GPU as uint8, a quarter of the bytes of float).
+// (so images cross to the GPU as uint8, a quarter of the bytes of float). When the
+// device is the CPU they run on the loader's worker threads, so they must be
+// thread-safe (these are: they hold no mutable state).
 #include <torch/types.h>
 
 #include <functional>
@@ -15,11 +17,13 @@ struct IntToFloat {
   torch::Tensor operator()(const torch::Tensor& x) const;
 };
 
-// (x - mean) / std per channel (dimension 1); converts uint8 input with IntToFloat first.
+// (x - mean) / std per channel (dimension 1). uint8 input is read as x/255, in one
+// pass on the CPU (no intermediate float copy).
 struct Normalize {
   std::vector<double> mean;
   std::vector<double> std;
   torch::Tensor operator()(const torch::Tensor& x) const;
+  torch::Tensor normalize_bytes(const torch::Tensor& x) const;
   static Normalize imagenet() { return {{0.485, 0.456, 0.406}, {0.229, 0.224, 0.225}}; }
 };
 

@@ -38,6 +38,7 @@ Batch DataLoader::make_batch(const std::vector<int64_t>& order, int64_t epoch, s
   } catch (const Error& e) {
     throw Error(std::string(e.what()) + " (batch " + std::to_string(b) + " of epoch " + std::to_string(epoch) + ")");
   }
+  if (device_.is_cpu()) return apply_batch_tfms(std::move(batch));  // on the worker: the consumer stays free
   if (device_.is_cuda()) {
     batch.x = batch.x.pin_memory();
     batch.y = batch.y.pin_memory();
@@ -45,13 +46,16 @@ Batch DataLoader::make_batch(const std::vector<int64_t>& order, int64_t epoch, s
   return batch;
 }
 
-Batch DataLoader::finish(Batch batch) const {
-  if (batch.x.device() != device_) {
-    batch.x = batch.x.to(device_, /*non_blocking=*/true);
-    batch.y = batch.y.to(device_, /*non_blocking=*/true);
-  }
+Batch DataLoader::apply_batch_tfms(Batch batch) const {
   for (const auto& tfm : options_.batch_tfms) batch.x = tfm(batch.x);
   return batch;
+}
+
+Batch DataLoader::finish(Batch batch) const {
+  if (batch.x.device() == device_) return batch;  // already transformed by the worker
+  batch.x = batch.x.to(device_, /*non_blocking=*/true);
+  batch.y = batch.y.to(device_, /*non_blocking=*/true);
+  return apply_batch_tfms(std::move(batch));
 }
 
 DataLoader::Iterator DataLoader::begin() { return Iterator(this, epoch_++); }

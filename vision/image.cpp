@@ -64,32 +64,35 @@ cv::Mat decode_image(const std::vector<uint8_t>& bytes, const std::string& path,
     throw Error("cannot decode image '" + path + "': " + e.what());
   }
   if (image.empty()) throw Error("cannot decode image '" + path + "': not an image, or corrupt or truncated");
-  if (!gray) cv::cvtColor(image, image, cv::COLOR_BGR2RGB);
+  if (!gray && options.rgb) cv::cvtColor(image, image, cv::COLOR_BGR2RGB);
   return image;
 }
 
 cv::Mat read_image(const std::string& path, DecodeOptions options) {
-  std::ifstream in(path, std::ios::binary);
+  std::ifstream in(path, std::ios::binary | std::ios::ate);
   if (!in) throw Error("cannot open image '" + path + "'");
-  std::vector<uint8_t> bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  std::vector<uint8_t> bytes(static_cast<size_t>(in.tellg()));
+  in.seekg(0);
+  if (!in.read(reinterpret_cast<char*>(bytes.data()), static_cast<std::streamsize>(bytes.size())))
+    throw Error("cannot read image '" + path + "'");
   if (bytes.empty()) throw Error("cannot decode image '" + path + "': the file is empty");
   return decode_image(bytes, path, options);
 }
 
-void copy_image_to(const cv::Mat& image, torch::Tensor& chw) {
-  const int h = image.rows, w = image.cols, c = image.channels();
+void copy_image_to(const cv::Mat& image, torch::Tensor& chw, bool reverse_channels) {
+  const int h = image.rows, w = image.cols, channels = image.channels();
   auto* out = chw.data_ptr<uint8_t>();
-  const size_t plane = static_cast<size_t>(h) * w;
-  for (int y = 0; y < h; ++y) {
-    const uint8_t* row = image.ptr<uint8_t>(y);
-    for (int x = 0; x < w; ++x)
-      for (int ch = 0; ch < c; ++ch) out[ch * plane + static_cast<size_t>(y) * w + x] = row[x * c + ch];
+  std::vector<cv::Mat> planes;  // views of the tensor's channel planes: split writes straight into them
+  for (int c = 0; c < channels; ++c) {
+    const int plane = reverse_channels ? channels - 1 - c : c;
+    planes.emplace_back(h, w, CV_8UC1, out + static_cast<size_t>(plane) * h * w);
   }
+  cv::split(image, planes);
 }
 
-torch::Tensor image_to_tensor(const cv::Mat& image) {
+torch::Tensor image_to_tensor(const cv::Mat& image, bool reverse_channels) {
   auto chw = torch::empty({image.channels(), image.rows, image.cols}, torch::kUInt8);
-  copy_image_to(image, chw);
+  copy_image_to(image, chw, reverse_channels);
   return chw;
 }
 

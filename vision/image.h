@@ -13,6 +13,7 @@ namespace fastcpp::vision {
 struct DecodeOptions {
   int channels = 3;    // 3: RGB, 1: grayscale
   int min_side = 0;    // JPEG only: decode at 1/2, 1/4 or 1/8 size while the short side stays >= min_side
+  bool rgb = true;     // false: OpenCV's BGR order, saving a pass when the caller swaps on copy
 };
 
 // The file's pixels, 8-bit, RGB (or single-channel). Throws fastcpp::Error naming the
@@ -23,9 +24,9 @@ cv::Mat decode_image(const std::vector<uint8_t>& bytes, const std::string& path,
 // Width and height from a JPEG, PNG or BMP header without decoding; {0, 0} if unknown.
 cv::Size image_header_size(const std::vector<uint8_t>& bytes);
 
-// HWC 8-bit image -> CHW uint8 tensor (a copy).
-torch::Tensor image_to_tensor(const cv::Mat& image);
+// HWC 8-bit image -> CHW uint8 tensor (a copy); reverse_channels turns BGR into RGB.
+torch::Tensor image_to_tensor(const cv::Mat& image, bool reverse_channels = false);
 // Writes a HWC image into a preallocated CHW uint8 tensor of the same size.
-void copy_image_to(const cv::Mat& image, torch::Tensor& chw);
+void copy_image_to(const cv::Mat& image, torch::Tensor& chw, bool reverse_channels = false);
 
 }  // namespace fastcpp::vision

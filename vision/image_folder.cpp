@@ -96,13 +96,14 @@ ImageFolder ImageFolder::subset(const std::vector<int64_t>& indices) const {
 
 cv::Mat ImageFolder::load(size_t index, Rng& rng) const {
   if (index >= size()) throw Error("ImageFolder: index " + std::to_string(index) + " out of range for " + std::to_string(size()));
-  auto image = read_image(paths_[index], {options_.channels, min_side_});
+  // Decoded in OpenCV's BGR order (transforms don't care); swapped to RGB on the copy out.
+  auto image = read_image(paths_[index], {options_.channels, min_side_, /*rgb=*/false});
   for (const auto& tfm : options_.item_tfms) image = tfm(image, rng, options_.train);
   return image;
 }
 
 Example ImageFolder::get(size_t index, Rng& rng) const {
-  return {image_to_tensor(load(index, rng)), torch::tensor(labels_[index], torch::kLong)};
+  return {image_to_tensor(load(index, rng), /*reverse_channels=*/true), torch::tensor(labels_[index], torch::kLong)};
 }
 
 Example ImageFolder::get(size_t index) const {
@@ -133,7 +134,7 @@ Batch ImageFolder::get_batch(const std::vector<int64_t>& indices, uint64_t seed)
   auto x = torch::empty({static_cast<int64_t>(images.size()), first.channels(), first.rows, first.cols}, torch::kUInt8);
   for (size_t k = 0; k < images.size(); ++k) {
     auto slot = x[static_cast<int64_t>(k)];
-    copy_image_to(images[k], slot);
+    copy_image_to(images[k], slot, /*reverse_channels=*/true);
   }
   return {x, labels};
 }
@@ -160,8 +161,9 @@ DataLoaders ImageDataLoaders::from_folder(const std::string& root, FromFolderOpt
   }
   if (train->size() == 0) throw Error("from_folder: no training images under '" + root + "'");
   const int workers = o.workers >= 0 ? o.workers : static_cast<int>(std::thread::hardware_concurrency());
-  std::vector<BatchTransform> tfms{IntToFloat()};
-  tfms.insert(tfms.end(), o.batch_tfms.begin(), o.batch_tfms.end());
+  // Batches arrive as uint8: Normalize reads them as x/255 itself; with no batch
+  // transforms they just become float.
+  auto tfms = o.batch_tfms.empty() ? std::vector<BatchTransform>{IntToFloat()} : o.batch_tfms;
   auto vocab = train->vocab();
   return {DataLoader(train, {.bs = o.bs, .shuffle = true, .drop_last = true, .workers = workers, .seed = o.seed, .batch_tfms = tfms}),
           DataLoader(valid, {.bs = 2 * o.bs, .workers = workers, .seed = o.seed, .batch_tfms = tfms}), std::move(vocab)};

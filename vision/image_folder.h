@@ -6,7 +6,8 @@
 //
 // Items are decoded on the loader's workers (at reduced size where the first item
 // transform allows), transformed, and travel as uint8 CHW; the batch becomes float
-// on its device (IntToFloat first, then the user's batch transforms).
+// on its device through the batch transforms (Normalize reads uint8 directly; with
+// no batch transforms, IntToFloat is used).
 //
 // Bad input is an error naming the file: a corrupt, truncated or non-image file, an
 // unreadable path, an empty class folder. With skip_bad, every file is checked when
