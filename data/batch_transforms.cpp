@@ -2,6 +2,7 @@
 
 #include <torch/torch.h>
 
+#include "data/buffer_pool.h"
 #include "learner/error.h"
 
 namespace fastcpp {
@@ -14,7 +15,7 @@ torch::Tensor IntToFloat::operator()(const torch::Tensor& x) const {
 // out = x * scale[c] + shift[c] with scale = 1/(255 std), shift = -mean/std: one pass.
 torch::Tensor Normalize::normalize_bytes(const torch::Tensor& x) const {
   auto input = x.contiguous();
-  auto out = torch::empty(input.sizes(), torch::kFloat);
+  auto out = pooled_empty(input.sizes(), torch::kFloat);
   const int64_t batch = input.size(0), channels = input.size(1);
   const int64_t plane = input.numel() / std::max<int64_t>(batch * channels, 1);
   const uint8_t* src = input.data_ptr<uint8_t>();

@@ -13,6 +13,14 @@ namespace {
 
 bool is_jpeg(const std::vector<uint8_t>& b) { return b.size() > 3 && b[0] == 0xFF && b[1] == 0xD8 && b[2] == 0xFF; }
 
+// The end-of-image marker FF D9, allowing for a little padding after it.
+bool has_jpeg_end(const std::vector<uint8_t>& b) {
+  const size_t from = b.size() > 64 ? b.size() - 64 : 0;
+  for (size_t i = b.size() - 1; i > from; --i)
+    if (b[i - 1] == 0xFF && b[i] == 0xD9) return true;
+  return false;
+}
+
 int reduction_flag(int factor, bool gray) {
   switch (factor) {
     case 2: return gray ? cv::IMREAD_REDUCED_GRAYSCALE_2 : cv::IMREAD_REDUCED_COLOR_2;
@@ -50,6 +58,8 @@ cv::Mat decode_image(const std::vector<uint8_t>& bytes, const std::string& path,
   if (options.channels != 1 && options.channels != 3)
     throw Error("decode_image: channels must be 1 or 3, got " + std::to_string(options.channels));
   const bool gray = options.channels == 1;
+  if (is_jpeg(bytes) && !has_jpeg_end(bytes))  // libjpeg would only warn and grey out the rest
+    throw Error("cannot decode image '" + path + "': truncated JPEG (no end-of-image marker)");
   int factor = 1;
   if (options.min_side > 0 && is_jpeg(bytes)) {
     const auto size = image_header_size(bytes);

@@ -8,6 +8,7 @@
 #include <opencv2/core/utility.hpp>
 #include <thread>
 
+#include "data/buffer_pool.h"
 #include "learner/error.h"
 #include "vision/image.h"
 
@@ -131,7 +132,7 @@ Batch ImageFolder::get_batch(const std::vector<int64_t>& indices, uint64_t seed)
                   ": add a Resize or crop to the item transforms");
   }
   const auto& first = images.front();
-  auto x = torch::empty({static_cast<int64_t>(images.size()), first.channels(), first.rows, first.cols}, torch::kUInt8);
+  auto x = pooled_empty({static_cast<int64_t>(images.size()), first.channels(), first.rows, first.cols}, torch::kUInt8);
   for (size_t k = 0; k < images.size(); ++k) {
     auto slot = x[static_cast<int64_t>(k)];
     copy_image_to(images[k], slot, /*reverse_channels=*/true);
