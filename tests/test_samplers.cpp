@@ -1,0 +1,54 @@
+// Samplers: sequential, random, weighted, and the distributed sampler's padding
+// and contiguous blocks (fastai's DistributedDL).
+#include <map>
+#include <set>
+
+#include "helpers.h"
+
+using namespace fastcpp;
+
+TEST_SUITE("samplers") {
+  TEST_CASE("DistributedSampler: same permutation on every rank, padded, contiguous blocks") {
+    const size_t n = 10;
+    const int world = 4;  // ceil(10/4) = 3 per rank, 12 in all: 2 repeated from the start
+    std::vector<int64_t> all_ranks;
+    for (int rank = 0; rank < world; ++rank) {
+      DistributedSampler sampler(n, rank, world, /*shuffle=*/true, /*seed=*/9);
+      CHECK(sampler.size() == 3);
+      const auto mine = sampler.indices(2);
+      all_ranks.insert(all_ranks.end(), mine.begin(), mine.end());
+    }
+    const auto perm = RandomSampler(n, 9).indices(2);
+    std::vector<int64_t> expected(perm);
+    expected.push_back(perm[0]);
+    expected.push_back(perm[1]);
+    CHECK(all_ranks == expected);
+    CHECK(std::set<int64_t>(all_ranks.begin(), all_ranks.end()).size() == n);
+    DistributedSampler sequential(n, 3, world, false, 0);
+    CHECK(sequential.indices(0) == std::vector<int64_t>{9, 0, 1});
+  }
+
+  TEST_CASE("DistributedSampler rejects a rank outside the world") {
+    CHECK(testing::error_of([] { DistributedSampler(10, 2, 2, true, 0); }) ==
+          "DistributedSampler: rank 2 is not in [0, 2)");
+  }
+
+  TEST_CASE("WeightedSampler draws in proportion to the weights") {
+    WeightedSampler sampler({0.0, 1.0, 3.0}, 1, 8000);
+    std::map<int64_t, int> counts;
+    for (auto i : sampler.indices(0)) ++counts[i];
+    CHECK(counts[0] == 0);
+    CHECK(counts[2] / double(counts[1]) == doctest::Approx(3.0).epsilon(0.1));
+    CHECK(sampler.indices(0) == WeightedSampler({0.0, 1.0, 3.0}, 1, 8000).indices(0));
+  }
+
+  TEST_CASE("a DataLoader serves its sampler's indices") {
+    auto ds = std::make_shared<TensorDataset>(torch::arange(10), torch::arange(10));
+    DataLoader loader(ds, {.bs = 4, .sampler = std::make_shared<DistributedSampler>(10, 1, 2, false, 0)});
+    CHECK(loader.size() == 2);
+    std::vector<int64_t> seen;
+    for (const auto& b : loader)
+      for (int64_t i = 0; i < b.y.size(0); ++i) seen.push_back(b.y[i].item<int64_t>());
+    CHECK(seen == std::vector<int64_t>{5, 6, 7, 8, 9});
+  }
+}

@@ -1,0 +1,205 @@
+// Image decoding, item transforms and ImageFolder, on images the test writes itself.
+#include <filesystem>
+#include <fstream>
+#include <opencv2/imgcodecs.hpp>
+
+#include "helpers.h"
+
+using namespace fastcpp;
+using namespace fastcpp::testing;
+namespace fs = std::filesystem;
+
+namespace {
+
+std::string temp_dir(const std::string& name) {
+  auto dir = fs::temp_directory_path() / ("fastcpp_vision_" + name + "_" + std::to_string(::getpid()));
+  fs::remove_all(dir);
+  fs::create_directories(dir);
+  return dir.string();
+}
+
+// A w x h image whose pixel (x, y) is (R, G, B) = (x, y, 200), saved as BGR by OpenCV.
+cv::Mat gradient(int w, int h) {
+  cv::Mat bgr(h, w, CV_8UC3);
+  for (int y = 0; y < h; ++y)
+    for (int x = 0; x < w; ++x) bgr.at<cv::Vec3b>(y, x) = cv::Vec3b(200, static_cast<uint8_t>(y), static_cast<uint8_t>(x));
+  return bgr;
+}
+
+void write(const std::string& path, const cv::Mat& image) { REQUIRE(cv::imwrite(path, image)); }
+
+// root/<class>/<i>.png with `per_class` gradient images of varying sizes.
+std::string make_folder(const std::string& name, int per_class) {
+  const auto root = temp_dir(name);
+  for (const char* cls : {"cat", "dog"}) {
+    fs::create_directories(fs::path(root) / cls);
+    for (int i = 0; i < per_class; ++i) write(root + "/" + cls + "/" + std::to_string(i) + ".png", gradient(40 + i, 30 + 2 * i));
+  }
+  return root;
+}
+
+}  // namespace
+
+TEST_SUITE("vision") {
+  TEST_CASE("PNG and JPEG decode to RGB, colour or grayscale") {
+    const auto dir = temp_dir("decode");
+    write(dir + "/g.png", gradient(20, 10));
+    auto rgb = vision::read_image(dir + "/g.png");
+    CHECK(rgb.size() == cv::Size(20, 10));
+    CHECK((rgb.at<cv::Vec3b>(7, 13) == cv::Vec3b(13, 7, 200)));  // RGB order
+    auto tensor = vision::image_to_tensor(rgb);
+    CHECK((tensor.sizes() == torch::IntArrayRef{3, 10, 20}));
+    CHECK(tensor[0][7][13].item<int>() == 13);
+    CHECK(tensor[2][7][13].item<int>() == 200);
+    auto gray = vision::read_image(dir + "/g.png", {.channels = 1});
+    CHECK(gray.channels() == 1);
+
+    cv::Mat flat(64, 64, CV_8UC3, cv::Scalar(30, 60, 90));  // BGR
+    write(dir + "/flat.jpg", flat);
+    auto jpeg = vision::read_image(dir + "/flat.jpg");
+    const auto pixel = jpeg.at<cv::Vec3b>(32, 32);
+    CHECK(std::abs(pixel[0] - 90) <= 2);
+    CHECK(std::abs(pixel[2] - 30) <= 2);
+    fs::remove_all(dir);
+  }
+
+  TEST_CASE("JPEG decodes at reduced size only while the short side stays large enough") {
+    const auto dir = temp_dir("reduced");
+    write(dir + "/big.jpg", gradient(400, 300));
+    CHECK(vision::read_image(dir + "/big.jpg", {.min_side = 100}).size() == cv::Size(200, 150));
+    CHECK(vision::read_image(dir + "/big.jpg", {.min_side = 70}).size() == cv::Size(100, 75));
+    CHECK(vision::read_image(dir + "/big.jpg", {.min_side = 160}).size() == cv::Size(400, 300));
+    std::ifstream in(dir + "/big.jpg", std::ios::binary);
+    std::vector<uint8_t> bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+    CHECK(vision::image_header_size(bytes) == cv::Size(400, 300));
+    fs::remove_all(dir);
+  }
+
+  TEST_CASE("corrupt, truncated, empty and missing files are errors naming the file") {
+    const auto dir = temp_dir("bad");
+    write(dir + "/ok.jpg", gradient(64, 64));
+    std::ifstream in(dir + "/ok.jpg", std::ios::binary);
+    std::string bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+    std::ofstream(dir + "/truncated.jpg", std::ios::binary) << bytes.substr(0, bytes.size() / 2);
+    std::ofstream(dir + "/garbage.png") << "this is not a png";
+    std::ofstream(dir + "/empty.png");
+    CHECK(error_of([&] { vision::read_image(dir + "/truncated.jpg"); }) ==
+          "cannot decode image '" + dir + "/truncated.jpg': truncated JPEG (no end-of-image marker)");
+    CHECK(error_of([&] { vision::read_image(dir + "/garbage.png"); }) ==
+          "cannot decode image '" + dir + "/garbage.png': not an image, or corrupt or truncated");
+    CHECK(error_of([&] { vision::read_image(dir + "/empty.png"); }) ==
+          "cannot decode image '" + dir + "/empty.png': the file is empty");
+    CHECK(error_of([&] { vision::read_image(dir + "/missing.png"); }) == "cannot open image '" + dir + "/missing.png'");
+    fs::remove_all(dir);
+  }
+
+  TEST_CASE("RandomResizedCrop: output size, crops inside the image, areas in scale") {
+    vision::RandomResizedCrop rrc(24, {0.08, 1.0});
+    const cv::Size image(120, 80);
+    for (uint64_t seed = 0; seed < 200; ++seed) {
+      Rng rng(seed);
+      const auto crop = rrc.crop_for(image, rng);
+      CHECK(crop.x >= 0);
+      CHECK(crop.y >= 0);
+      CHECK(crop.x + crop.width <= image.width);
+      CHECK(crop.y + crop.height <= image.height);
+      const double area = double(crop.area()) / image.area();
+      CHECK(area >= 0.07);
+      CHECK(area <= 1.01);
+    }
+    Rng rng(3);
+    auto out = rrc.apply(gradient(120, 80), rng, /*train=*/true);
+    CHECK(out.size() == cv::Size(24, 24));
+    auto valid = rrc.apply(gradient(120, 80), rng, /*train=*/false);  // centre square, resized
+    CHECK(valid.size() == cv::Size(24, 24));
+  }
+
+  TEST_CASE("RandomCrop with padding, CenterCrop, Resize and FlipItem") {
+    const auto image = gradient(32, 32);
+    Rng rng(1);
+    auto padded = vision::RandomCrop(32, 4).apply(image, rng, true);
+    CHECK(padded.size() == cv::Size(32, 32));
+    CHECK((vision::RandomCrop(32, 4).apply(image, rng, false).at<cv::Vec3b>(5, 6) == image.at<cv::Vec3b>(5, 6)));
+    auto centre = vision::CenterCrop(8).apply(image, rng, false);
+    CHECK((centre.at<cv::Vec3b>(0, 0) == image.at<cv::Vec3b>(12, 12)));
+    CHECK(vision::Resize(16, vision::ResizeMethod::Squish).apply(gradient(40, 20), rng, true).size() == cv::Size(16, 16));
+    auto padded_resize = vision::Resize(16, vision::ResizeMethod::Pad).apply(gradient(40, 20), rng, false);
+    CHECK(padded_resize.size() == cv::Size(16, 16));
+    CHECK((padded_resize.at<cv::Vec3b>(0, 8) == cv::Vec3b(0, 0, 0)));  // the padding band
+    vision::FlipItem always(1.0);
+    auto flipped = always.apply(image, rng, true);
+    CHECK((flipped.at<cv::Vec3b>(3, 0) == image.at<cv::Vec3b>(3, 31)));
+    CHECK((always.apply(image, rng, false).at<cv::Vec3b>(3, 0) == image.at<cv::Vec3b>(3, 0)));  // not on valid
+  }
+
+  TEST_CASE("ImageFolder: sorted vocab, labels, bitwise-equal augmented batches across worker counts") {
+    const auto root = make_folder("folder", 6);
+    auto ds = std::make_shared<vision::ImageFolder>(vision::ImageFolder::scan(
+        root, {.item_tfms = {vision::RandomResizedCrop(16), vision::FlipItem()}}));
+    CHECK(ds->vocab() == std::vector<std::string>{"cat", "dog"});
+    CHECK(ds->size() == 12);
+    CHECK(ds->labels()[0] == 0);
+    CHECK(ds->labels()[11] == 1);
+    std::vector<torch::Tensor> xs;
+    for (int workers : {0, 1, 8}) {
+      DataLoader loader(ds, {.bs = 5, .shuffle = true, .workers = workers, .seed = 3});
+      std::vector<torch::Tensor> parts;
+      for (const auto& b : loader) parts.push_back(b.x);
+      xs.push_back(torch::cat(parts));
+    }
+    CHECK((xs[0].sizes() == torch::IntArrayRef{12, 3, 16, 16}));
+    CHECK((xs[0].scalar_type() == torch::kUInt8));
+    CHECK(torch::equal(xs[0], xs[1]));
+    CHECK(torch::equal(xs[0], xs[2]));
+    fs::remove_all(root);
+  }
+
+  TEST_CASE("from_folder: train/valid folders or a valid_pct split, float batches") {
+    const auto root = temp_dir("from_folder");
+    for (const char* split : {"train", "valid"})
+      for (const char* cls : {"a", "b", "c"}) {
+        fs::create_directories(fs::path(root) / split / cls);
+        for (int i = 0; i < 3; ++i) write(root + "/" + split + "/" + cls + "/" + std::to_string(i) + ".png", gradient(20, 20));
+      }
+    auto dls = vision::ImageDataLoaders::from_folder(
+        root, {.bs = 4, .workers = 2, .item_tfms = {vision::Resize(8)}, .batch_tfms = {Normalize::imagenet()}});
+    CHECK(dls.num_classes() == 3);
+    CHECK(dls.train.n_items() == 9);
+    CHECK(dls.valid.n_items() == 9);
+    auto batch = *dls.train.begin();
+    CHECK((batch.x.sizes() == torch::IntArrayRef{4, 3, 8, 8}));
+    CHECK((batch.x.scalar_type() == torch::kFloat));
+    auto split = vision::ImageDataLoaders::from_folder(root + "/train", {.valid_pct = 0.34, .bs = 2, .workers = 0, .item_tfms = {vision::Resize(8)}});
+    CHECK(split.train.n_items() == 6);
+    CHECK(split.valid.n_items() == 3);
+    fs::remove_all(root);
+  }
+
+  TEST_CASE("bad folders: an error naming the file, or with skip_bad a warning and the file left out") {
+    const auto root = make_folder("badfolder", 2);
+    std::ofstream(root + "/cat/notes.txt") << "hello";
+    CHECK(error_of([&] { vision::ImageFolder::scan(root); }) ==
+          "'" + root + "/cat/notes.txt' is not an image file (skip_bad leaves such files out)");
+    fs::remove(root + "/cat/notes.txt");
+    std::ofstream(root + "/dog/broken.png") << "not a png";
+    auto strict = vision::ImageFolder::scan(root);
+    CHECK(strict.size() == 5);
+    DataLoader unsized(std::make_shared<vision::ImageFolder>(strict), {.bs = 5});
+    CHECK(error_of([&] { unsized.begin(); }) ==
+          "items of one batch differ in size: '" + root + "/cat/1.png' is 41x32, '" + root +
+              "/cat/0.png' 40x30: add a Resize or crop to the item transforms (batch 0 of epoch 0)");
+    DataLoader loader(std::make_shared<vision::ImageFolder>(strict.with_options({.item_tfms = {vision::Resize(8)}})),
+                      {.bs = 5, .workers = 2});
+    CHECK(error_of([&] {
+            for (const auto& b : loader) (void)b;
+          }) == "item 4: cannot decode image '" + root + "/dog/broken.png': not an image, or corrupt or truncated (batch 0 of epoch 0)");
+    auto lenient = vision::ImageFolder::scan(root, {.skip_bad = true});
+    CHECK(lenient.size() == 4);
+    fs::create_directories(root + "/empty_class");
+    CHECK(error_of([&] { vision::ImageFolder::scan(root); }) ==
+          "class folder '" + root + "/empty_class' has no images (skip_bad leaves such files out)");
+    CHECK(error_of([&] { vision::ImageFolder::scan(root + "/nowhere"); }) ==
+          "image folder '" + root + "/nowhere' not found or not a directory");
+    fs::remove_all(root);
+  }
+}
