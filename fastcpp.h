@@ -25,8 +25,10 @@
 #include "learner/schedules.h"
 #include "data/random.h"
 #include "data/sampler.h"
+#include "vision/cifar.h"
 #include "vision/idx.h"
 #if FASTCPP_HAS_OPENCV
+#include "vision/export.h"
 #include "vision/image.h"
 #include "vision/image_folder.h"
 #include "vision/transforms.h"

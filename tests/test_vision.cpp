@@ -203,3 +203,36 @@ TEST_SUITE("vision") {
     fs::remove_all(root);
   }
 }
+
+TEST_SUITE("vision") {
+  TEST_CASE("CIFAR binary batches and the export to an image folder round-trip") {
+    const auto dir = temp_dir("cifar");
+    auto gen = at::make_generator<at::CPUGeneratorImpl>(4);
+    auto images = torch::randint(256, {5, 3, 32, 32}, gen, torch::kUInt8);
+    auto labels = torch::tensor({3, 0, 9, 3, 1}, torch::kUInt8);
+    auto records = torch::cat({labels.view({5, 1}), images.view({5, -1})}, 1).contiguous();
+    std::ofstream(dir + "/test_batch.bin", std::ios::binary)
+        .write(reinterpret_cast<const char*>(records.data_ptr<uint8_t>()), records.numel());
+    auto ds = vision::cifar_dataset(dir, /*train=*/false);
+    CHECK(torch::equal(ds->x(), images));
+    CHECK(torch::equal(ds->y(), labels.to(torch::kLong)));
+    CHECK(vision::cifar_vocab(dir).size() == 10);
+    std::ofstream(dir + "/short.bin", std::ios::binary) << "abc";
+    CHECK(error_of([&] { vision::read_cifar_file(dir + "/short.bin"); }) ==
+          "'" + dir + "/short.bin' is not a CIFAR-10 binary batch: 3 bytes is not a multiple of 3073");
+
+    std::vector<std::string> vocab;
+    for (int i = 0; i < 10; ++i) vocab.push_back(i == 3 ? "cat/kitten" : "class" + std::to_string(i));
+    vision::export_image_folder(*ds, vocab, dir + "/folder");
+    auto folder = vision::ImageFolder::scan(dir + "/folder");
+    CHECK(folder.vocab() == std::vector<std::string>{"cat_kitten", "class0", "class1", "class9"});
+    REQUIRE(folder.size() == 5);
+    CHECK(fs::exists(dir + "/folder/cat_kitten/0.png"));
+    // item 0 was written as cat_kitten/0.png: the pixels survive the round trip exactly (PNG)
+    const auto it = std::find(folder.paths().begin(), folder.paths().end(), dir + "/folder/cat_kitten/0.png");
+    REQUIRE(it != folder.paths().end());
+    const auto pixels = folder.get(static_cast<size_t>(it - folder.paths().begin())).x;
+    CHECK(torch::equal(pixels, images[0]));
+    fs::remove_all(dir);
+  }
+}

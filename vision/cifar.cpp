@@ -1,0 +1,66 @@
+#include "vision/cifar.h"
+
+#include <torch/torch.h>
+
+#include <filesystem>
+#include <fstream>
+
+#include "learner/error.h"
+
+namespace fastcpp::vision {
+namespace {
+
+constexpr int64_t kPixels = 3 * 32 * 32;
+
+int64_t label_bytes(Cifar kind) { return kind == Cifar::ten ? 1 : 2; }
+
+}  // namespace
+
+std::shared_ptr<TensorDataset> read_cifar_file(const std::string& path, Cifar kind) {
+  std::ifstream in(path, std::ios::binary | std::ios::ate);
+  if (!in) throw Error("CIFAR batch '" + path + "' not found or unreadable");
+  const auto bytes = static_cast<int64_t>(in.tellg());
+  const int64_t record = label_bytes(kind) + kPixels;
+  if (bytes == 0 || bytes % record != 0)
+    throw Error("'" + path + "' is not a CIFAR-" + (kind == Cifar::ten ? "10" : "100") + " binary batch: " +
+                std::to_string(bytes) + " bytes is not a multiple of " + std::to_string(record));
+  const int64_t n = bytes / record;
+  auto raw = torch::empty({n, record}, torch::kUInt8);
+  in.seekg(0);
+  in.read(reinterpret_cast<char*>(raw.data_ptr<uint8_t>()), bytes);
+  auto labels = raw.select(1, label_bytes(kind) - 1).to(torch::kLong);
+  auto images = raw.narrow(1, label_bytes(kind), kPixels).reshape({n, 3, 32, 32}).contiguous();
+  return std::make_shared<TensorDataset>(images, labels);
+}
+
+std::shared_ptr<TensorDataset> cifar_dataset(const std::string& dir, bool train, Cifar kind) {
+  std::vector<std::string> files;
+  if (kind == Cifar::ten) {
+    if (train)
+      for (int i = 1; i <= 5; ++i) files.push_back("data_batch_" + std::to_string(i) + ".bin");
+    else
+      files.push_back("test_batch.bin");
+  } else {
+    files.push_back(train ? "train.bin" : "test.bin");
+  }
+  std::vector<torch::Tensor> xs, ys;
+  for (const auto& file : files) {
+    auto part = read_cifar_file((std::filesystem::path(dir) / file).string(), kind);
+    xs.push_back(part->x());
+    ys.push_back(part->y());
+  }
+  return std::make_shared<TensorDataset>(torch::cat(xs), torch::cat(ys));
+}
+
+std::vector<std::string> cifar_vocab(const std::string& dir, Cifar kind) {
+  const auto path = std::filesystem::path(dir) / (kind == Cifar::ten ? "batches.meta.txt" : "fine_label_names.txt");
+  std::vector<std::string> names;
+  std::ifstream in(path);
+  for (std::string line; std::getline(in, line);)
+    if (!line.empty()) names.push_back(line);
+  if (names.empty())
+    for (int i = 0; i < (kind == Cifar::ten ? 10 : 100); ++i) names.push_back(std::to_string(i));
+  return names;
+}
+
+}  // namespace fastcpp::vision
