@@ -88,7 +88,8 @@ int main(int argc, char** argv) {
     // Decode ceiling: decode (at the size the pipeline decodes) on one thread.
     const size_t probe = std::min<size_t>(dataset->size(), 400);
     const auto decode_start = std::chrono::steady_clock::now();
-    for (size_t i = 0; i < probe; ++i) vision::read_image(dataset->paths()[i], {3, size > 64 ? size : 0});
+    const int min_side = tfms.front().min_input_side();
+    for (size_t i = 0; i < probe; ++i) vision::read_image(dataset->paths()[i], {3, min_side, /*rgb=*/false});
     const double decode_rate = static_cast<double>(probe) / seconds_since(decode_start);
 
     std::printf("fastcpp: %.1f images/s  (%d workers, %zu images, %dpx, bs %ld)\n", ours, workers, dataset->size(),

@@ -64,6 +64,10 @@ RandomResizedCrop::RandomResizedCrop(int size, std::pair<double, double> scale, 
     throw Error("RandomResizedCrop: scale and ratio must be positive (low, high) pairs");
 }
 
+int RandomResizedCrop::min_input_side() const {
+  return static_cast<int>(std::ceil(size_ * std::sqrt(ratio_.second / scale_.first)));
+}
+
 cv::Rect RandomResizedCrop::crop_for(cv::Size image, Rng& rng) const {
   const double area = double(image.width) * image.height;
   const double log_low = std::log(ratio_.first), log_high = std::log(ratio_.second);

@@ -62,7 +62,10 @@ class RandomResizedCrop : public ImageTransform {
   explicit RandomResizedCrop(int size, std::pair<double, double> scale = {0.08, 1.0},
                              std::pair<double, double> ratio = {3.0 / 4, 4.0 / 3});
   cv::Mat apply(const cv::Mat& image, Rng& rng, bool train) const override;
-  int min_input_side() const override { return size_; }
+  // Reduced decoding must keep even the smallest possible crop (scale.first of the
+  // area, at the widest ratio) at >= size pixels, so that no crop is upscaled more
+  // than torchvision's would be: short side >= size * sqrt(ratio.second / scale.first).
+  int min_input_side() const override;
   // The crop torchvision would take from a width x height image.
   cv::Rect crop_for(cv::Size image, Rng& rng) const;
 
