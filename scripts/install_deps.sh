@@ -9,7 +9,8 @@ packages=(
   libopencv-dev
   doctest-dev
   dataset-fashion-mnist
-  python3-torch          # the Python peer of the benchmarks and the test-fixture generator
+  python3-torch          # the Python peers of the benchmarks and the test-fixture generator
+  python3-torchvision python3-skimage python3-pil   # the image-loader benchmark's peer and photos
 )
 
 missing=()
