@@ -2,7 +2,9 @@
 // fastcpp: one include for a training program.
 #include <torch/torch.h>
 
+#include "callbacks/fp16.h"
 #include "callbacks/logging.h"
+#include "callbacks/memory.h"
 #include "callbacks/lr_finder.h"
 #include "callbacks/progress.h"
 #include "callbacks/schedule.h"

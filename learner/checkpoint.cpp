@@ -39,6 +39,7 @@ std::vector<char> encode(const Learner& learn, bool with_opt) {
   root.insert("model", model);
   root.insert("epoch", static_cast<int64_t>(learn.epoch));
   if (with_opt && learn.opt) root.insert("opt", learn.opt->state_dict());
+  if (with_opt && learn.scaler) root.insert("scaler", learn.scaler->state_dict());
   return torch::pickle_save(root);
 }
 
@@ -81,6 +82,11 @@ void decode_into(Learner& learn, const std::vector<char>& bytes, bool with_opt, 
 
   torch::NoGradGuard no_grad;
   if (load_opt) learn.opt->load_state_dict(opt->value().toGenericDict(), source);  // checks its own shape before writing
+  auto scaler = root.find(c10::IValue(std::string("scaler")));
+  if (with_opt && scaler != root.end()) {
+    if (!learn.scaler) learn.scaler = std::make_shared<GradScaler>();
+    learn.scaler->load_state_dict(scaler->value().toGenericDict());
+  }
   for (size_t i = 0; i < entries.size(); ++i) entries[i].second.copy_(loaded[i]);
   learn.epoch = static_cast<int>(root.at(c10::IValue(std::string("epoch"))).toInt());
 }

@@ -19,6 +19,7 @@
 
 #include "data/dataloader.h"
 #include "learner/callback.h"
+#include "learner/grad_scaler.h"
 #include "learner/loss.h"
 #include "learner/lrs.h"
 #include "learner/metrics.h"
@@ -134,6 +135,12 @@ class Learner {
   void unfreeze() { freeze_to(0); }
   size_t n_param_groups() const;
 
+  // ---- precision and layout (callbacks/fp16.h)
+  void to_fp16(GradScalerOptions scaler = {});  // CUDA only
+  void to_bf16();                               // CUDA or CPU
+  void to_fp32();
+  void to_channels_last();
+
   // ---- callbacks
   void add_cb(CallbackPtr cb);
   template <class Cb, class = std::enable_if_t<std::is_base_of_v<Callback, std::decay_t<Cb>>>>
@@ -168,6 +175,7 @@ class Learner {
   std::unique_ptr<Optimizer> opt;
   torch::Device device;
   std::shared_ptr<Recorder> recorder;
+  std::shared_ptr<GradScaler> scaler;  // set by to_fp16; saved with checkpoints
 
   DataLoader* dl = nullptr;
   torch::Tensor xb, yb, pred, loss, loss_grad;

@@ -33,8 +33,18 @@ std::string format_time(double seconds) {
 std::vector<std::string> Recorder::metric_names() const {
   std::vector<std::string> names{"epoch", "train_loss", "valid_loss"};
   for (const auto& metric : learn().metrics) names.push_back(metric->name());
+  for (const auto& column : columns_) names.push_back(column.first);
   names.push_back("time");
   return names;
+}
+
+void Recorder::add_column(const std::string& name, std::function<double()> value) {
+  for (auto& column : columns_)
+    if (column.first == name) {
+      column.second = std::move(value);
+      return;
+    }
+  columns_.emplace_back(name, std::move(value));
 }
 
 void Recorder::before_fit() {
@@ -109,10 +119,14 @@ void Recorder::after_epoch() {
   std::vector<double> row{cancel_train_ ? std::nan("") : smooth_loss()};
   const auto n_valid = 1 + l.metrics.size();
   for (size_t i = 0; i < n_valid; ++i) row.push_back(i < valid_values_.size() ? valid_values_[i] : std::nan(""));
-  values.push_back(row);
-  iters.push_back(losses.size());
   log = {std::to_string(l.epoch)};
   for (double value : row) log.push_back(format_value(value));
+  for (const auto& column : columns_) {
+    row.push_back(column.second());
+    log.push_back(std::isnan(row.back()) ? "n/a" : format_value(row.back()));
+  }
+  values.push_back(row);
+  iters.push_back(losses.size());
   log.push_back(format_time(
       std::chrono::duration<double>(std::chrono::steady_clock::now() - epoch_start_).count()));
 }

@@ -10,7 +10,9 @@
 #include <torch/types.h>
 
 #include <chrono>
+#include <functional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "learner/callback.h"
@@ -36,8 +38,12 @@ class Recorder : public Callback {
   double smooth_loss() const;
   // [valid_loss, metrics...] of the last validation (NaN where it was cancelled).
   const std::vector<double>& valid_values() const { return valid_values_; }
-  // "epoch", "train_loss", "valid_loss", metric names..., "time"
+  // "epoch", "train_loss", "valid_loss", metric names..., extra columns..., "time"
   std::vector<std::string> metric_names() const;
+  // An extra column of the epoch table, after the metrics (PeakMemMetric's memory
+  // columns): `value` is read at after_epoch; NaN prints as n/a. Adding a name twice
+  // replaces it.
+  void add_column(const std::string& name, std::function<double()> value);
 
   // Training loss per batch (and validation loss per epoch) as a PNG line plot.
   void plot_loss(const std::string& path, size_t skip_start = 5, bool with_valid = true) const;
@@ -60,6 +66,7 @@ class Recorder : public Callback {
   int64_t valid_count_ = 0;
   std::vector<double> valid_values_;
   bool cancel_train_ = false, cancel_valid_ = false;
+  std::vector<std::pair<std::string, std::function<double()>>> columns_;
   std::chrono::steady_clock::time_point epoch_start_;
 };
 

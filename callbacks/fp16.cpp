@@ -1,0 +1,108 @@
+#include "callbacks/fp16.h"
+
+#include <torch/torch.h>
+
+#include <sstream>
+
+#include "learner/compat.h"
+#include "learner/error.h"
+#include "learner/learner.h"
+
+namespace fastcpp {
+
+MixedPrecision::MixedPrecision(MixedPrecisionOptions options) : options_(options) {
+  order = 10;
+  if (options.dtype != torch::kHalf && options.dtype != torch::kBFloat16)
+    throw Error(std::string("MixedPrecision: dtype must be Half or BFloat16, got ") + c10::toString(options.dtype));
+}
+
+void MixedPrecision::before_fit() {
+  auto& l = learn();
+  device_type_ = l.device.type();
+  if (options_.dtype == torch::kHalf && !l.device.is_cuda())
+    throw Error("fp16 training needs a CUDA device, and this learner runs on " + l.device.str() +
+                ": use learn.to_bf16() on the CPU (or learn.to_fp32())");
+  if (scaling() && !l.scaler) l.scaler = std::make_shared<GradScaler>(options_.scaler);
+  skipped_in_row_ = 0;
+}
+
+void MixedPrecision::autocast(bool enabled) { compat::set_autocast(device_type_, enabled, options_.dtype); }
+
+void MixedPrecision::before_batch() { autocast(true); }
+
+void MixedPrecision::after_pred() {
+  auto& pred = learn().pred;
+  if (pred.is_floating_point() && pred.scalar_type() != torch::kFloat) pred = pred.to(torch::kFloat);
+}
+
+void MixedPrecision::after_loss() { autocast(false); }
+
+void MixedPrecision::before_backward() {
+  auto& l = learn();
+  if (scaling()) l.loss_grad = l.scaler->scale(l.loss_grad);
+}
+
+std::string MixedPrecision::scale_history() const {
+  const auto& history = learn().scaler->history();
+  std::ostringstream text;
+  text << "loss scale " << learn().scaler->get_scale() << "; last updates:";
+  const size_t first = history.size() > 12 ? history.size() - 12 : 0;
+  for (size_t i = first; i < history.size(); ++i) text << " " << history[i];
+  return text.str();
+}
+
+void MixedPrecision::before_step() {
+  auto& l = learn();
+  if (!scaling()) return;
+  if (!l.scaler->unscale_(*l.opt)) {
+    skipped_in_row_ = 0;
+    return;
+  }
+  ++skipped_in_row_;
+  if (!torch::isfinite(l.loss).all().item<bool>())
+    throw Error("fp16: the loss is nan/inf at " + l.position() +
+                ": the model diverged (this is not a loss-scale overflow); " + scale_history());
+  if (skipped_in_row_ >= options_.max_skipped_in_row)
+    throw Error("fp16: gradients overflowed " + std::to_string(skipped_in_row_) + " steps in a row, up to " +
+                l.position() + "; " + scale_history());
+  throw CancelStepException();
+}
+
+void MixedPrecision::after_step() {
+  auto& l = learn();
+  if (scaling()) l.scaler->update();
+}
+
+void ChannelsLast::before_fit() {
+  torch::NoGradGuard no_grad;
+  for (auto& param : learn().model.module().parameters())
+    if (param.dim() == 4) param.set_data(param.contiguous(torch::MemoryFormat::ChannelsLast));
+}
+
+void ChannelsLast::before_batch() {
+  auto& xb = learn().xb;
+  if (xb.dim() == 4) xb = xb.contiguous(torch::MemoryFormat::ChannelsLast);
+}
+
+// ---- the Learner's one-line conversions
+
+void Learner::to_fp16(GradScalerOptions scaler) {
+  to_fp32();
+  add_cb(std::make_shared<MixedPrecision>(MixedPrecisionOptions{torch::kHalf, scaler}));
+}
+
+void Learner::to_bf16() {
+  to_fp32();
+  add_cb(std::make_shared<MixedPrecision>(MixedPrecisionOptions{torch::kBFloat16}));
+}
+
+void Learner::to_fp32() {
+  while (auto cb = get_cb<MixedPrecision>()) remove_cb(cb);
+  scaler.reset();
+}
+
+void Learner::to_channels_last() {
+  if (!get_cb<ChannelsLast>()) add_cb(std::make_shared<ChannelsLast>());
+}
+
+}  // namespace fastcpp
