@@ -31,6 +31,23 @@ torch::Tensor Normalize::normalize_bytes(const torch::Tensor& x) const {
   return out;
 }
 
+Normalize Normalize::from_data(const Dataset& dataset, size_t max_items) {
+  const size_t n = std::min(dataset.size(), max_items);
+  if (n == 0) throw Error("Normalize::from_data: the dataset is empty");
+  std::vector<int64_t> indices(n);
+  for (size_t i = 0; i < n; ++i) indices[i] = static_cast<int64_t>(i);
+  auto x = IntToFloat()(dataset.get_batch(indices).x).to(torch::kDouble);
+  if (x.dim() < 2) throw Error("Normalize::from_data: items need a channel dimension, got " + c10::str(x.sizes()));
+  auto per_channel = x.transpose(0, 1).reshape({x.size(1), -1});
+  auto mean = per_channel.mean(1), std = per_channel.std(1);
+  Normalize result;
+  for (int64_t c = 0; c < x.size(1); ++c) {
+    result.mean.push_back(mean[c].item<double>());
+    result.std.push_back(std[c].item<double>());
+  }
+  return result;
+}
+
 torch::Tensor Normalize::operator()(const torch::Tensor& x) const {
   if (mean.empty() || mean.size() != std.size())
     throw Error("Normalize: need as many means as stds, got " + std::to_string(mean.size()) + " and " +

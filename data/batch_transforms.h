@@ -8,6 +8,8 @@
 #include <functional>
 #include <vector>
 
+#include "data/dataset.h"
+
 namespace fastcpp {
 
 using BatchTransform = std::function<torch::Tensor(const torch::Tensor&)>;
@@ -25,6 +27,8 @@ struct Normalize {
   torch::Tensor operator()(const torch::Tensor& x) const;
   torch::Tensor normalize_bytes(const torch::Tensor& x) const;
   static Normalize imagenet() { return {{0.485, 0.456, 0.406}, {0.229, 0.224, 0.225}}; }
+  // Per-channel statistics of the first max_items items (uint8 read as x/255).
+  static Normalize from_data(const Dataset& dataset, size_t max_items = 2048);
 };
 
 }  // namespace fastcpp

@@ -39,7 +39,7 @@ Batch DataLoader::make_batch(const std::vector<int64_t>& order, int64_t epoch, s
     throw Error(std::string(e.what()) + " (batch " + std::to_string(b) + " of epoch " + std::to_string(epoch) + ")");
   }
   if (device_.is_cpu()) return apply_batch_tfms(std::move(batch));  // on the worker: the consumer stays free
-  if (device_.is_cuda()) {
+  if (device_.is_cuda() && options_.pin_memory) {
     batch.x = batch.x.pin_memory();
     batch.y = batch.y.pin_memory();
   }

@@ -32,6 +32,7 @@ struct DataLoaderOptions {
   bool drop_last = false;
   int workers = 0;       // threads building batches; 0: on the consumer's thread
   int prefetch = 2;      // batches in flight per worker
+  bool pin_memory = true;  // pin host batches when the device is CUDA (overlapped copies)
   uint64_t seed = 0;
   SamplerPtr sampler;    // overrides shuffle
   std::vector<BatchTransform> batch_tfms;

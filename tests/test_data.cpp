@@ -88,6 +88,18 @@ TEST_SUITE("data") {
           "Normalize: 3 channel statistics for a batch of shape [1, 2, 2, 1]");
   }
 
+  TEST_CASE("Normalize::from_data computes per-channel statistics") {
+    auto x = torch::zeros({4, 2, 1, 1}, torch::kUInt8);
+    x.select(1, 0).fill_(51);                                              // channel 0: all 0.2
+    x.select(1, 1).copy_(torch::tensor({0, 255, 0, 255}, torch::kUInt8).view({4, 1, 1}));  // channel 1: 0 or 1
+    TensorDataset ds(x, torch::zeros({4}, torch::kLong));
+    auto stats = Normalize::from_data(ds);
+    CHECK(stats.mean[0] == doctest::Approx(0.2));
+    CHECK(stats.std[0] == doctest::Approx(0.0));
+    CHECK(stats.mean[1] == doctest::Approx(0.5));
+    CHECK(stats.std[1] == doctest::Approx(std::sqrt(1.0 / 3)));  // unbiased, as torch.std
+  }
+
   TEST_CASE("read_idx reads raw and gzipped idx files, and names the file when corrupt") {
     const auto dir = temp_dir("idx");
     const auto images = idx_bytes({3, 2, 2}, 10), labels = idx_bytes({3}, 1);
