@@ -13,6 +13,8 @@
 #include "data/batch_transforms.h"
 #include "data/dataloader.h"
 #include "data/dataset.h"
+#include "distributed/distributed_trainer.h"
+#include "distributed/env.h"
 #include "learner/callback.h"
 #include "learner/checkpoint.h"
 #include "learner/error.h"

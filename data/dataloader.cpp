@@ -11,13 +11,15 @@ DataLoader::DataLoader(DatasetPtr dataset, DataLoaderOptions options)
   if (!dataset_) throw Error("DataLoader: no dataset");
   if (options_.bs <= 0) throw Error("DataLoader: batch size must be positive, got " + std::to_string(options_.bs));
   if (options_.workers < 0) throw Error("DataLoader: workers must be >= 0, got " + std::to_string(options_.workers));
-  set_sampler(options_.sampler ? options_.sampler
-              : options_.shuffle ? SamplerPtr(std::make_shared<RandomSampler>(dataset_->size(), options_.seed))
-                                 : SamplerPtr(std::make_shared<SequentialSampler>(dataset_->size())));
+  set_sampler(options_.sampler);
 }
 
 void DataLoader::set_sampler(SamplerPtr sampler) {
-  if (!sampler) throw Error("DataLoader: null sampler");
+  if (!sampler) {
+    sampler = options_.sampler ? options_.sampler
+              : options_.shuffle ? SamplerPtr(std::make_shared<RandomSampler>(dataset_->size(), options_.seed))
+                                 : SamplerPtr(std::make_shared<SequentialSampler>(dataset_->size()));
+  }
   sampler_ = std::move(sampler);
 }
 

@@ -51,6 +51,7 @@ class DataLoader {
   const DatasetPtr& dataset_ptr() const { return dataset_; }
   const DataLoaderOptions& options() const { return options_; }
   const Sampler& sampler() const { return *sampler_; }
+  // Replaces the sampler; nullptr restores the one the options give.
   void set_sampler(SamplerPtr sampler);
 
   void set_epoch(int64_t epoch) { epoch_ = epoch; }

@@ -297,7 +297,8 @@ torch::Tensor Learner::predict(const torch::Tensor& item) {
 // ---------------------------------------------------------------- state
 
 void Learner::save(const std::string& path, bool with_opt) const {
-  checkpoint::write_atomically(path, checkpoint::encode(*this, with_opt));
+  if (rank == 0) checkpoint::write_atomically(path, checkpoint::encode(*this, with_opt));
+  if (barrier) barrier();  // nobody loads before rank 0 has written
 }
 
 void Learner::load(const std::string& path, bool with_opt) {

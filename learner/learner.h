@@ -30,6 +30,9 @@
 namespace fastcpp {
 
 class Recorder;
+namespace distributed {
+struct DistributedOptions;
+}
 
 // Splits a model's parameters into groups (for discriminative lrs and freezing).
 using Splitter = std::function<std::vector<std::vector<torch::Tensor>>(torch::nn::Module&)>;
@@ -140,6 +143,10 @@ class Learner {
   void to_bf16();                               // CUDA or CPU
   void to_fp32();
   void to_channels_last();
+  // One process per device, launched by fastcpp-launch, torchrun, Slurm or mpirun
+  // (distributed/distributed_trainer.h); a single process trains as usual.
+  void to_distributed();
+  void to_distributed(const distributed::DistributedOptions& options);
 
   // ---- callbacks
   void add_cb(CallbackPtr cb);
@@ -187,6 +194,10 @@ class Learner {
   double pct_train = 0;
   bool training = false;
   bool logging = true;  // epoch rows and progress output
+  // Set while training distributed: this process's rank (only rank 0 writes
+  // checkpoints) and a barrier across the processes (after each save).
+  int rank = 0;
+  std::function<void()> barrier;
   // Where messages go (epoch table, callbacks' notices); default: stdout.
   std::function<void(const std::string&)> logger;
 

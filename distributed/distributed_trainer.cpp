@@ -1,0 +1,96 @@
+#include "distributed/distributed_trainer.h"
+
+#include <torch/torch.h>
+
+#include "learner/error.h"
+#include "learner/learner.h"
+
+namespace fastcpp::distributed {
+
+DistributedTrainer::DistributedTrainer(DistributedOptions options) : options_(std::move(options)) { order = 11; }
+
+void DistributedTrainer::before_fit() {
+  auto& l = learn();
+  env_ = read_env();
+  if (!env_.is_distributed()) {
+    if (!single_process_noted_) l.logger("to_distributed: no launcher variables (RANK, WORLD_SIZE): one process, training as usual");
+    single_process_noted_ = true;
+    return;
+  }
+  if (!comm_) comm_ = std::make_shared<Communicator>(env_, l.device, options_.process_group);
+  std::vector<torch::Tensor> trainable;
+  for (const auto& param : l.model.module().parameters())
+    if (param.requires_grad()) trainable.push_back(param);
+  reducer_ = std::make_unique<Reducer>(trainable, comm_, options_.reducer);
+  for (auto& buffer : l.model.module().buffers()) {  // running statistics too start as rank 0's
+    auto data = buffer.detach();
+    comm_->broadcast(data, 0);
+  }
+
+  const uint64_t seed = l.dls.train.options().seed;
+  l.dls.train.set_sampler(std::make_shared<DistributedSampler>(l.dls.train.dataset().size(), env_.rank,
+                                                               env_.world_size, l.dls.train.options().shuffle, seed));
+  l.dls.valid.set_sampler(
+      std::make_shared<DistributedSampler>(l.dls.valid.dataset().size(), env_.rank, env_.world_size, false, 0));
+  l.rank = env_.rank;
+  l.barrier = [comm = comm_] { comm->barrier(); };
+  was_logging_ = l.logging;
+  if (env_.rank != 0) l.logging = false;
+}
+
+void DistributedTrainer::after_loss() {
+  if (!reducer_) return;
+  auto& l = learn();
+  if (!l.training) return gather_validation_batch();
+  auto loss = l.loss.detach().to(torch::kFloat).reshape({1}).clone();
+  comm_->all_reduce_sum(loss);
+  l.loss = (loss / env_.world_size).reshape({});
+}
+
+void DistributedTrainer::gather_validation_batch() {
+  auto& l = learn();
+  const auto& sampler = l.dls.valid.sampler();
+  const int64_t per_rank = static_cast<int64_t>(sampler.size());
+  const int64_t n = static_cast<int64_t>(l.dls.valid.dataset().size());
+  const int64_t first = static_cast<int64_t>(l.iter) * l.dls.valid.bs();
+  std::vector<torch::Tensor> preds = comm_->all_gather(l.pred.detach().contiguous());
+  std::vector<torch::Tensor> targets = comm_->all_gather(l.yb.contiguous());
+  std::vector<torch::Tensor> kept_preds, kept_targets;
+  for (int r = 0; r < env_.world_size; ++r) {
+    // Rank r's batch holds padded positions r*per_rank + first + j; positions >= n are padding.
+    const int64_t start = r * per_rank + first;
+    const int64_t keep = std::clamp<int64_t>(n - start, 0, preds[static_cast<size_t>(r)].size(0));
+    kept_preds.push_back(preds[static_cast<size_t>(r)].narrow(0, 0, keep));
+    kept_targets.push_back(targets[static_cast<size_t>(r)].narrow(0, 0, keep));
+  }
+  l.pred = torch::cat(kept_preds);
+  l.yb = torch::cat(kept_targets);
+  l.loss = l.loss_func(l.pred, l.yb).detach();
+}
+
+void DistributedTrainer::after_backward() {
+  if (reducer_ && learn().training) reducer_->finalize();
+}
+
+void DistributedTrainer::after_fit() {
+  if (!reducer_) return;
+  auto& l = learn();
+  reducer_.reset();
+  l.dls.train.set_sampler(nullptr);  // back to the loaders' own samplers
+  l.dls.valid.set_sampler(nullptr);
+  l.rank = 0;
+  l.barrier = nullptr;
+  l.logging = was_logging_;
+}
+
+}  // namespace fastcpp::distributed
+
+namespace fastcpp {
+
+void Learner::to_distributed() { to_distributed(distributed::DistributedOptions{}); }
+
+void Learner::to_distributed(const distributed::DistributedOptions& options) {
+  if (!get_cb<distributed::DistributedTrainer>()) add_cb(std::make_shared<distributed::DistributedTrainer>(options));
+}
+
+}  // namespace fastcpp

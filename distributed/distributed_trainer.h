@@ -1,0 +1,52 @@
+#pragma once
+// DistributedTrainer (order 11): fastai's to_distributed for one process per device.
+//   before_fit   the process group from the environment (torchrun, fastcpp-launch,
+//                Slurm, Open MPI); a Reducer on the trainable parameters (rank 0's
+//                weights broadcast); both loaders sharded with a DistributedSampler
+//                (rank 0's permutation, padded to equal length, contiguous blocks);
+//                logging and progress on rank 0 only; saves on rank 0 with a barrier
+//   after_loss   training: the logged loss averaged over ranks, so every rank's
+//                smoothed loss (lr_find, TerminateOnNaN) takes the same decisions;
+//                validation: predictions and targets gathered from all ranks and the
+//                padding trimmed, so every rank computes the exact full-set metrics
+//                (and EarlyStopping stops every rank together)
+//   after_backward  the Reducer's all-reduce of the gradients
+//   after_fit    the loaders, logging and hooks as they were
+// In a single process (no launcher variables) it says so once and changes nothing.
+#include <memory>
+#include <vector>
+
+#include "data/sampler.h"
+#include "distributed/env.h"
+#include "distributed/process_group.h"
+#include "distributed/reducer.h"
+#include "learner/callback.h"
+
+namespace fastcpp::distributed {
+
+struct DistributedOptions {
+  ProcessGroupOptions process_group;
+  ReducerOptions reducer;
+};
+
+class DistributedTrainer : public Callback {
+ public:
+  explicit DistributedTrainer(DistributedOptions options = {});
+  void before_fit() override;
+  void after_loss() override;
+  void after_backward() override;
+  void after_fit() override;
+
+  const std::shared_ptr<Communicator>& communicator() const { return comm_; }
+
+ private:
+  void gather_validation_batch();
+  DistributedOptions options_;
+  DistEnv env_;
+  std::shared_ptr<Communicator> comm_;
+  std::unique_ptr<Reducer> reducer_;
+  bool was_logging_ = true;
+  bool single_process_noted_ = false;
+};
+
+}  // namespace fastcpp::distributed

@@ -1,0 +1,88 @@
+#include "distributed/process_group.h"
+
+#include <torch/csrc/distributed/c10d/ProcessGroupGloo.hpp>
+#include <torch/csrc/distributed/c10d/TCPStore.hpp>
+#include <torch/torch.h>
+
+#include "learner/error.h"
+
+namespace fastcpp::distributed {
+
+struct Communicator::Impl {
+  c10::intrusive_ptr<c10d::Store> store;
+  c10::intrusive_ptr<c10d::ProcessGroup> group;
+};
+
+Communicator::Communicator(const DistEnv& env, torch::Device device, ProcessGroupOptions options)
+    : impl_(std::make_unique<Impl>()), rank_(env.rank), world_size_(env.world_size), backend_(options.backend) {
+  if (backend_ == "auto") backend_ = "gloo";  // NCCL needs a CUDA build of Torch (see the note in DESIGN.md)
+  if (backend_ != "gloo")
+    throw Error("process group backend '" + options.backend + "' is not available in this build; use gloo");
+  const std::string where = env.master_addr + ":" + std::to_string(env.master_port);
+  try {
+    c10d::TCPStoreOptions store_options;
+    store_options.port = static_cast<std::uint16_t>(env.master_port);
+    store_options.isServer = env.rank == 0;
+    store_options.numWorkers = static_cast<size_t>(env.world_size);
+    store_options.waitWorkers = true;
+    store_options.timeout = options.timeout;
+    impl_->store = c10::make_intrusive<c10d::TCPStore>(env.master_addr, store_options);
+  } catch (const std::exception& e) {
+    throw Error("rank " + std::to_string(env.rank) + " of " + std::to_string(env.world_size) +
+                ": cannot rendezvous at the master " + where + " within " +
+                std::to_string(options.timeout.count() / 1000) + " s (" +
+                std::string(e.what()).substr(0, std::string(e.what()).find('\n')) +
+                "); check MASTER_ADDR/MASTER_PORT, that rank 0 runs, and WORLD_SIZE on every rank");
+  }
+  auto gloo_options = c10d::ProcessGroupGloo::Options::create();
+  gloo_options->timeout = options.timeout;
+  gloo_options->devices.push_back(c10d::ProcessGroupGloo::createDeviceForHostname(env.master_addr));
+  try {
+    impl_->group = c10::make_intrusive<c10d::ProcessGroupGloo>(impl_->store, env.rank, env.world_size, gloo_options);
+  } catch (const std::exception& e) {
+    throw Error("rank " + std::to_string(env.rank) + ": the Gloo process group at " + where +
+                " did not form: " + std::string(e.what()).substr(0, 300));
+  }
+  (void)device;
+}
+
+Communicator::~Communicator() = default;
+
+c10d::ProcessGroup& Communicator::group() { return *impl_->group; }
+
+namespace {
+
+void wait(const c10::intrusive_ptr<c10d::Work>& work, const char* what, int rank) {
+  try {
+    work->wait();
+  } catch (const std::exception& e) {
+    throw Error(std::string(what) + " failed on rank " + std::to_string(rank) + " (a peer died or timed out?): " +
+                std::string(e.what()).substr(0, 300));
+  }
+}
+
+}  // namespace
+
+void Communicator::all_reduce_sum(torch::Tensor& tensor) {
+  std::vector<torch::Tensor> tensors{tensor};
+  wait(impl_->group->allreduce(tensors), "all_reduce", rank_);
+}
+
+void Communicator::broadcast(torch::Tensor& tensor, int root) {
+  std::vector<torch::Tensor> tensors{tensor};
+  c10d::BroadcastOptions options;
+  options.rootRank = root;
+  wait(impl_->group->broadcast(tensors, options), "broadcast", rank_);
+}
+
+std::vector<torch::Tensor> Communicator::all_gather(const torch::Tensor& tensor) {
+  std::vector<std::vector<torch::Tensor>> outputs(1);
+  for (int r = 0; r < world_size_; ++r) outputs[0].push_back(torch::empty_like(tensor));
+  std::vector<torch::Tensor> inputs{tensor.contiguous()};
+  wait(impl_->group->allgather(outputs, inputs), "all_gather", rank_);
+  return outputs[0];
+}
+
+void Communicator::barrier() { wait(impl_->group->barrier(), "barrier", rank_); }
+
+}  // namespace fastcpp::distributed

@@ -1,0 +1,51 @@
+#pragma once
+// The process group of a run: a TCPStore rendezvous at MASTER_ADDR:MASTER_PORT (rank 0
+// serves it) and a c10d backend: Gloo (CPU tensors, or CUDA tensors through host
+// copies) or NCCL (CUDA). "auto" picks NCCL for a CUDA device when Torch has it,
+// Gloo otherwise. Every collective fails within `timeout` instead of hanging.
+#include <torch/types.h>
+
+#include <chrono>
+#include <memory>
+#include <string>
+
+#include "distributed/env.h"
+
+namespace c10d {
+class ProcessGroup;
+}
+
+namespace fastcpp::distributed {
+
+struct ProcessGroupOptions {
+  std::string backend = "auto";  // auto, gloo, nccl
+  std::chrono::milliseconds timeout{std::chrono::seconds(60)};
+};
+
+// A process group and the collectives the framework needs, synchronous unless noted.
+class Communicator {
+ public:
+  Communicator(const DistEnv& env, torch::Device device, ProcessGroupOptions options = {});
+  ~Communicator();
+
+  int rank() const { return rank_; }
+  int world_size() const { return world_size_; }
+  const std::string& backend() const { return backend_; }
+
+  void all_reduce_sum(torch::Tensor& tensor);
+  void broadcast(torch::Tensor& tensor, int root = 0);
+  // Each rank's tensor (same shape everywhere), in rank order.
+  std::vector<torch::Tensor> all_gather(const torch::Tensor& tensor);
+  void barrier();
+
+  // The underlying c10d group, for asynchronous use (the DDP reducer).
+  c10d::ProcessGroup& group();
+
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+  int rank_, world_size_;
+  std::string backend_;
+};
+
+}  // namespace fastcpp::distributed

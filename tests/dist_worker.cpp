@@ -1,0 +1,87 @@
+// A training run for the multi-process tests: the same data and model trained in one
+// process with batch 8, or in two processes (to_distributed) with batch 4 each.
+//
+//   dist_worker single|ddp|unused OUT
+//
+// Writes OUT: the final parameters, then [valid_loss, accuracy], pickled.
+#include <fastcpp.h>
+
+#include <fstream>
+#include <iostream>
+
+using namespace fastcpp;
+
+namespace {
+
+constexpr int64_t kTrain = 40, kValid = 13, kLocalBs = 4;
+
+std::shared_ptr<TensorDataset> data(int64_t n, uint64_t seed) {
+  auto gen = at::make_generator<at::CPUGeneratorImpl>(seed);
+  return std::make_shared<TensorDataset>(torch::randn({n, 3, 8, 8}, gen), torch::randint(3, {n}, gen, torch::kLong));
+}
+
+// The single-process order that matches two ranks: each batch of 8 is rank 0's
+// batch of 4 followed by rank 1's.
+class TwoRankOrder : public Sampler {
+ public:
+  std::vector<int64_t> indices(int64_t epoch) const override {
+    const auto r0 = DistributedSampler(kTrain, 0, 2, true, 3).indices(epoch);
+    const auto r1 = DistributedSampler(kTrain, 1, 2, true, 3).indices(epoch);
+    std::vector<int64_t> order;
+    for (size_t b = 0; b * kLocalBs < r0.size(); ++b)
+      for (const auto* rank : {&r0, &r1})
+        for (size_t j = b * kLocalBs; j < std::min(rank->size(), (b + 1) * kLocalBs); ++j) order.push_back((*rank)[j]);
+    return order;
+  }
+  size_t size() const override { return kTrain; }
+};
+
+struct WithUnusedImpl : torch::nn::Module {
+  WithUnusedImpl() {
+    body = register_module("body", torch::nn::Sequential(torch::nn::Flatten(), torch::nn::Linear(192, 3)));
+    unused = register_module("unused", torch::nn::Linear(3, 3));
+  }
+  torch::Tensor forward(const torch::Tensor& x) { return body->forward(x); }
+  torch::nn::Sequential body;
+  torch::nn::Linear unused{nullptr};
+};
+TORCH_MODULE(WithUnused);
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  if (argc < 3) return 2;
+  const std::string mode = argv[1], out = argv[2];
+  torch::set_num_threads(1);
+  torch::manual_seed(0);
+  try {
+    const bool single = mode == "single";
+    DataLoaders dls{DataLoader(data(kTrain, 1), {.bs = single ? 2 * kLocalBs : kLocalBs, .shuffle = true, .seed = 3,
+                                                 .sampler = single ? std::make_shared<TwoRankOrder>() : nullptr}),
+                    DataLoader(data(kValid, 2), {.bs = 4})};
+    auto conv = [](int64_t in, int64_t out, int64_t stride) {
+      return torch::nn::Conv2d(torch::nn::Conv2dOptions(in, out, 3).stride(stride).padding(1));
+    };
+    Model model = mode == "unused" ? Model(WithUnused())
+                                   : Model(torch::nn::Sequential(conv(3, 8, 1), torch::nn::ReLU(), conv(8, 8, 2),
+                                                                 torch::nn::ReLU(), torch::nn::AdaptiveAvgPool2d(1),
+                                                                 torch::nn::Flatten(), torch::nn::Linear(8, 3)));
+    Learner learn(dls, model, CrossEntropyLoss(), {metrics::accuracy()},
+                  {.opt_func = sgd({.mom = 0.9}), .device = torch::kCPU, .progress = false});
+    learn.logger = [](const std::string&) {};
+    if (!single) learn.to_distributed();
+    learn.fit(2, 0.05);
+    const auto valid = learn.validate();
+
+    c10::List<torch::Tensor> params;
+    for (const auto& p : learn.model.module().parameters()) params.push_back(p.detach().clone());
+    c10::impl::GenericList result(c10::AnyType::get());
+    result.push_back(params);
+    result.push_back(c10::List<double>(valid));
+    const auto bytes = torch::pickle_save(result);
+    std::ofstream(out, std::ios::binary).write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
+  } catch (const std::exception& e) {
+    std::cerr << "dist_worker " << mode << ": " << e.what() << "\n";
+    return 1;
+  }
+}

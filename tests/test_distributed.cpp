@@ -1,0 +1,143 @@
+// Distributed training on the CPU with Gloo: two processes against one, and the
+// errors a user meets when the processes cannot meet.
+#include <signal.h>
+#include <spawn.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <filesystem>
+#include <fstream>
+#include <thread>
+
+#include "helpers.h"
+
+extern char** environ;
+
+using namespace fastcpp;
+using namespace fastcpp::testing;
+
+namespace {
+
+int free_port() { return 20000 + static_cast<int>(::getpid() % 20000); }
+
+// Starts dist_worker with extra environment variables; returns its pid.
+pid_t spawn_worker(const std::string& mode, const std::string& out, const std::vector<std::string>& extra_env) {
+  std::vector<std::string> env_strings(extra_env);
+  for (char** e = environ; *e; ++e) env_strings.emplace_back(*e);
+  std::vector<char*> envp;
+  for (auto& s : env_strings) envp.push_back(s.data());
+  envp.push_back(nullptr);
+  std::string path = FASTCPP_DIST_WORKER;
+  std::vector<std::string> args{path, mode, out};
+  std::vector<char*> argv;
+  for (auto& a : args) argv.push_back(a.data());
+  argv.push_back(nullptr);
+  pid_t pid = 0;
+  REQUIRE(posix_spawn(&pid, path.c_str(), nullptr, nullptr, argv.data(), envp.data()) == 0);
+  return pid;
+}
+
+// Waits up to `seconds`; kills and fails on a hang. Returns the exit status.
+int wait_for(pid_t pid, int seconds) {
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(seconds);
+  int status = 0;
+  while (waitpid(pid, &status, WNOHANG) == 0) {
+    if (std::chrono::steady_clock::now() > deadline) {
+      kill(pid, SIGKILL);
+      waitpid(pid, &status, 0);
+      FAIL("worker " << pid << " hung");
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+}
+
+c10::impl::GenericList read_result(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  std::vector<char> bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  REQUIRE(!bytes.empty());
+  return torch::pickle_load(bytes).toList();
+}
+
+std::vector<std::string> rank_env(int rank, int world, int port) {
+  return {"RANK=" + std::to_string(rank), "WORLD_SIZE=" + std::to_string(world), "LOCAL_RANK=" + std::to_string(rank),
+          "LOCAL_WORLD_SIZE=" + std::to_string(world), "MASTER_ADDR=127.0.0.1", "MASTER_PORT=" + std::to_string(port)};
+}
+
+// Runs `mode` on two ranks; returns both ranks' result files.
+std::vector<std::string> run_two_ranks(const std::string& mode, const std::string& tag) {
+  const auto dir = std::filesystem::temp_directory_path();
+  std::vector<std::string> outs;
+  std::vector<pid_t> pids;
+  for (int rank = 0; rank < 2; ++rank) {
+    outs.push_back((dir / ("fastcpp_" + tag + std::to_string(rank) + "_" + std::to_string(::getpid()))).string());
+    pids.push_back(spawn_worker(mode, outs.back(), rank_env(rank, 2, free_port() + (mode == "unused" ? 1 : 0))));
+  }
+  for (auto pid : pids) CHECK(wait_for(pid, 120) == 0);
+  return outs;
+}
+
+}  // namespace
+
+TEST_SUITE("distributed") {
+  TEST_CASE("2 ranks x batch 4 end with the weights and validation metrics of 1 process x batch 8") {
+    const auto single_out = (std::filesystem::temp_directory_path() / ("fastcpp_single_" + std::to_string(::getpid()))).string();
+    REQUIRE(wait_for(spawn_worker("single", single_out, {}), 120) == 0);
+    const auto outs = run_two_ranks("ddp", "ddp");
+    const auto single = read_result(single_out);
+    const auto single_params = single.get(0).toTensorList();
+    for (const auto& out : outs) {
+      const auto ddp = read_result(out);
+      const auto params = ddp.get(0).toTensorList();
+      REQUIRE(params.size() == single_params.size());
+      for (size_t i = 0; i < params.size(); ++i)
+        CHECK(torch::allclose(params.get(i), single_params.get(i), /*rtol=*/1e-5, /*atol=*/1e-6));
+      // valid set of 13 on 2 ranks: padded to 14, gathered and trimmed back to 13
+      const auto valid = ddp.get(1).toDoubleList(), expected = single.get(1).toDoubleList();
+      CHECK(valid.get(0) == doctest::Approx(expected.get(0)).epsilon(1e-5));
+      CHECK(valid.get(1) == doctest::Approx(expected.get(1)).epsilon(1e-9));
+      std::filesystem::remove(out);
+    }
+    std::filesystem::remove(single_out);
+  }
+
+  TEST_CASE("a model with a parameter that gets no gradient finishes") {
+    for (const auto& out : run_two_ranks("unused", "unused")) {
+      CHECK(std::filesystem::exists(out));
+      std::filesystem::remove(out);
+    }
+  }
+
+  TEST_CASE("an unreachable master is an error naming the address within the timeout") {
+    distributed::DistEnv env;
+    env.rank = 1;
+    env.world_size = 2;
+    env.master_port = free_port() + 2;
+    const auto start = std::chrono::steady_clock::now();
+    const auto message = error_of([&] {
+      distributed::Communicator comm(env, torch::kCPU, {.timeout = std::chrono::seconds(2)});
+    });
+    CHECK(message.rfind("rank 1 of 2: cannot rendezvous at the master 127.0.0.1:" + std::to_string(env.master_port) +
+                            " within 2 s",
+                        0) == 0);
+    CHECK(std::chrono::steady_clock::now() - start < std::chrono::seconds(15));
+  }
+
+  TEST_CASE("launcher variables are read and checked") {
+    setenv("RANK", "3", 1);
+    setenv("WORLD_SIZE", "2", 1);
+    CHECK(error_of([] { distributed::read_env(); }) == "RANK 3 is outside the world of 2 processes (torchrun variables)");
+    setenv("RANK", "1", 1);
+    setenv("LOCAL_RANK", "1", 1);
+    setenv("MASTER_PORT", "12345", 1);
+    const auto env = distributed::read_env();
+    CHECK(env.rank == 1);
+    CHECK(env.world_size == 2);
+    CHECK(env.master_port == 12345);
+    setenv("WORLD_SIZE", "two", 1);
+    CHECK(error_of([] { distributed::read_env(); }) == "environment variable WORLD_SIZE='two' is not an integer");
+    for (const char* name : {"RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_PORT"}) unsetenv(name);
+    CHECK(!distributed::read_env().is_distributed());
+  }
+}
