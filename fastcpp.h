@@ -7,6 +7,7 @@
 #include "callbacks/memory.h"
 #include "callbacks/lr_finder.h"
 #include "callbacks/progress.h"
+#include "callbacks/resume.h"
 #include "callbacks/schedule.h"
 #include "callbacks/tracker.h"
 #include "callbacks/training.h"

@@ -1,11 +1,15 @@
 // A training run for the multi-process tests: the same data and model trained in one
 // process with batch 8, or in two processes (to_distributed) with batch 4 each.
 //
-//   dist_worker single|ddp|unused OUT
+//   dist_worker single|ddp|unused|resume OUT
 //
-// Writes OUT: the final parameters, then [valid_loss, accuracy], pickled.
+// Writes OUT (OUT.<rank> when distributed): the final parameters, then
+// [valid_loss, accuracy], then the epoch the run resumed from, pickled. `resume` is ddp with a ResumeFromCheckpoint at
+// OUT.ckpt, and rank 1 of the first attempt kills itself after epoch 0.
 #include <fastcpp.h>
 
+#include <csignal>
+#include <cstdlib>
 #include <fstream>
 #include <iostream>
 
@@ -47,11 +51,22 @@ struct WithUnusedImpl : torch::nn::Module {
 };
 TORCH_MODULE(WithUnused);
 
+// Kills this process after epoch 0 (rank 1, first attempt): a worker dying mid-run.
+struct CrashOnce : Callback {
+  CrashOnce() { order = 100; }
+  void after_epoch() override {
+    const char* restart = std::getenv("TORCHELASTIC_RESTART_COUNT");
+    if (learn().epoch == 0 && learn().rank == 1 && restart && std::string(restart) == "0") std::raise(SIGKILL);
+  }
+};
+
 }  // namespace
 
 int main(int argc, char** argv) {
   if (argc < 3) return 2;
-  const std::string mode = argv[1], out = argv[2];
+  const std::string mode = argv[1];
+  const char* rank = std::getenv("RANK");
+  const std::string out = std::string(argv[2]) + (rank ? std::string(".") + rank : "");
   torch::set_num_threads(1);
   torch::manual_seed(0);
   try {
@@ -70,7 +85,12 @@ int main(int argc, char** argv) {
                   {.opt_func = sgd({.mom = 0.9}), .device = torch::kCPU, .progress = false});
     learn.logger = [](const std::string&) {};
     if (!single) learn.to_distributed();
-    learn.fit(2, 0.05);
+    std::shared_ptr<ResumeFromCheckpoint> resume;
+    if (mode == "resume") {
+      resume = learn.add_cb(ResumeFromCheckpoint(std::string(argv[2]) + ".ckpt"));
+      learn.add_cb(CrashOnce());
+    }
+    learn.fit(3, 0.05);
     const auto valid = learn.validate();
 
     c10::List<torch::Tensor> params;
@@ -78,6 +98,7 @@ int main(int argc, char** argv) {
     c10::impl::GenericList result(c10::AnyType::get());
     result.push_back(params);
     result.push_back(c10::List<double>(valid));
+    result.push_back(static_cast<int64_t>(resume ? resume->resumed_from() : 0));
     const auto bytes = torch::pickle_save(result);
     std::ofstream(out, std::ios::binary).write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
   } catch (const std::exception& e) {

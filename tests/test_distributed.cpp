@@ -65,26 +65,38 @@ std::vector<std::string> rank_env(int rank, int world, int port) {
           "LOCAL_WORLD_SIZE=" + std::to_string(world), "MASTER_ADDR=127.0.0.1", "MASTER_PORT=" + std::to_string(port)};
 }
 
+std::string temp_base(const std::string& tag) {
+  return (std::filesystem::temp_directory_path() / ("fastcpp_" + tag + "_" + std::to_string(::getpid()))).string();
+}
+
 // Runs `mode` on two ranks; returns both ranks' result files.
-std::vector<std::string> run_two_ranks(const std::string& mode, const std::string& tag) {
-  const auto dir = std::filesystem::temp_directory_path();
-  std::vector<std::string> outs;
+std::vector<std::string> run_two_ranks(const std::string& mode, int port_offset) {
+  const auto base = temp_base(mode);
   std::vector<pid_t> pids;
-  for (int rank = 0; rank < 2; ++rank) {
-    outs.push_back((dir / ("fastcpp_" + tag + std::to_string(rank) + "_" + std::to_string(::getpid()))).string());
-    pids.push_back(spawn_worker(mode, outs.back(), rank_env(rank, 2, free_port() + (mode == "unused" ? 1 : 0))));
-  }
+  for (int rank = 0; rank < 2; ++rank) pids.push_back(spawn_worker(mode, base, rank_env(rank, 2, free_port() + port_offset)));
   for (auto pid : pids) CHECK(wait_for(pid, 120) == 0);
-  return outs;
+  return {base + ".0", base + ".1"};
+}
+
+// Runs a command line with sh; returns its exit status.
+int run_command(const std::string& command) {
+  const int status = std::system(command.c_str());
+  return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+}
+
+void check_same_params(const std::string& a, const std::string& b) {
+  const auto x = read_result(a).get(0).toTensorList(), y = read_result(b).get(0).toTensorList();
+  REQUIRE(x.size() == y.size());
+  for (size_t i = 0; i < x.size(); ++i) CHECK(torch::allclose(x.get(i), y.get(i), 1e-5, 1e-6));
 }
 
 }  // namespace
 
 TEST_SUITE("distributed") {
   TEST_CASE("2 ranks x batch 4 end with the weights and validation metrics of 1 process x batch 8") {
-    const auto single_out = (std::filesystem::temp_directory_path() / ("fastcpp_single_" + std::to_string(::getpid()))).string();
+    const auto single_out = temp_base("single");
     REQUIRE(wait_for(spawn_worker("single", single_out, {}), 120) == 0);
-    const auto outs = run_two_ranks("ddp", "ddp");
+    const auto outs = run_two_ranks("ddp", 0);
     const auto single = read_result(single_out);
     const auto single_params = single.get(0).toTensorList();
     for (const auto& out : outs) {
@@ -97,13 +109,42 @@ TEST_SUITE("distributed") {
       const auto valid = ddp.get(1).toDoubleList(), expected = single.get(1).toDoubleList();
       CHECK(valid.get(0) == doctest::Approx(expected.get(0)).epsilon(1e-5));
       CHECK(valid.get(1) == doctest::Approx(expected.get(1)).epsilon(1e-9));
-      std::filesystem::remove(out);
     }
+    check_same_params(outs[0], outs[1]);
+    for (const auto& out : outs) std::filesystem::remove(out);
     std::filesystem::remove(single_out);
   }
 
+  TEST_CASE("fastcpp-launch: a worker killed mid-run restarts the group, which resumes and ends as an uninterrupted run") {
+    const auto reference = run_two_ranks("ddp", 3);
+    const auto base = temp_base("resume");
+    const auto command = std::string(FASTCPP_LAUNCH) + " --nproc-per-node 2 --max-restarts 1 --master-port " +
+                         std::to_string(free_port() + 4) + " " + FASTCPP_DIST_WORKER + " resume " + base + " 2> " +
+                         base + ".log";
+    CHECK(run_command(command) == 0);
+    std::ifstream log(base + ".log");
+    const std::string text((std::istreambuf_iterator<char>(log)), std::istreambuf_iterator<char>());
+    CHECK(text.find("fastcpp-launch: worker 1 failed with exit code 137; restarting the group (1 of 1)") != std::string::npos);
+    check_same_params(base + ".0", reference[0]);
+    check_same_params(base + ".1", reference[0]);
+    CHECK(read_result(base + ".0").get(2).toInt() == 1);  // the restarted group skipped epoch 0
+    CHECK(!std::filesystem::exists(base + ".ckpt"));  // removed once the fit completed
+    for (const auto& f : {base + ".0", base + ".1", base + ".log", reference[0], reference[1]}) std::filesystem::remove(f);
+  }
+
+  TEST_CASE("fastcpp-launch without restarts reports the failed worker") {
+    const auto base = temp_base("norestart");
+    const auto command = std::string(FASTCPP_LAUNCH) + " --nproc-per-node 2 --master-port " + std::to_string(free_port() + 5) +
+                         " " + FASTCPP_DIST_WORKER + " resume " + base + " 2> " + base + ".log";
+    CHECK(run_command(command) == 137);
+    std::ifstream log(base + ".log");
+    const std::string text((std::istreambuf_iterator<char>(log)), std::istreambuf_iterator<char>());
+    CHECK(text.find("fastcpp-launch: worker 1 failed with exit code 137; no restarts left") != std::string::npos);
+    for (const auto& f : {base + ".log", base + ".ckpt"}) std::filesystem::remove(f);
+  }
+
   TEST_CASE("a model with a parameter that gets no gradient finishes") {
-    for (const auto& out : run_two_ranks("unused", "unused")) {
+    for (const auto& out : run_two_ranks("unused", 1)) {
       CHECK(std::filesystem::exists(out));
       std::filesystem::remove(out);
     }
