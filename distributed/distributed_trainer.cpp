@@ -2,6 +2,7 @@
 
 #include <torch/torch.h>
 
+#include "distributed/sync_batchnorm.h"
 #include "learner/error.h"
 #include "learner/learner.h"
 
@@ -18,6 +19,7 @@ void DistributedTrainer::before_fit() {
     return;
   }
   if (!comm_) comm_ = std::make_shared<Communicator>(env_, l.device, options_.process_group);
+  if (options_.sync_bn) synchronize_batchnorm();
   std::vector<torch::Tensor> trainable;
   for (const auto& param : l.model.module().parameters())
     if (param.requires_grad()) trainable.push_back(param);
@@ -36,6 +38,25 @@ void DistributedTrainer::before_fit() {
   l.barrier = [comm = comm_] { comm->barrier(); };
   was_logging_ = l.logging;
   if (env_.rank != 0) l.logging = false;
+}
+
+void DistributedTrainer::synchronize_batchnorm() {
+  auto& l = learn();
+  const auto unreachable = unconvertible_batchnorms(l.model.module());
+  if (!unreachable.empty()) {
+    std::string names;
+    for (const auto& name : unreachable) names += (names.empty() ? "" : ", ") + name;
+    throw Error("to_distributed(sync_bn): cannot make these BatchNorm layers synchronized, they are members of "
+                "modules C++ cannot rebuild: " + names +
+                ". Build them as distributed::SyncBatchNorm, or pass sync_bn = false to keep per-rank statistics");
+  }
+  auto root = std::dynamic_pointer_cast<torch::nn::SequentialImpl>(l.model.ptr());
+  if (root) {
+    l.model = Model(convert_sync_batchnorm(torch::nn::Sequential(root), comm_));
+    return;
+  }
+  for (const auto& module : l.model.module().modules())
+    if (auto sync = std::dynamic_pointer_cast<SyncBatchNormImpl>(module)) sync->set_communicator(comm_);
 }
 
 void DistributedTrainer::after_loss() {

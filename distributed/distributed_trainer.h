@@ -1,7 +1,8 @@
 #pragma once
 // DistributedTrainer (order 11): fastai's to_distributed for one process per device.
 //   before_fit   the process group from the environment (torchrun, fastcpp-launch,
-//                Slurm, Open MPI); a Reducer on the trainable parameters (rank 0's
+//                Slurm, Open MPI); BatchNorm converted to SyncBatchNorm (sync_bn; a
+//                BatchNorm that cannot be reached is an error naming it); a Reducer on the trainable parameters (rank 0's
 //                weights broadcast); both loaders sharded with a DistributedSampler
 //                (rank 0's permutation, padded to equal length, contiguous blocks);
 //                logging and progress on rank 0 only; saves on rank 0 with a barrier
@@ -25,6 +26,7 @@
 namespace fastcpp::distributed {
 
 struct DistributedOptions {
+  bool sync_bn = true;  // BatchNorm -> SyncBatchNorm (see sync_batchnorm.h)
   ProcessGroupOptions process_group;
   ReducerOptions reducer;
 };
@@ -41,6 +43,7 @@ class DistributedTrainer : public Callback {
 
  private:
   void gather_validation_batch();
+  void synchronize_batchnorm();
   DistributedOptions options_;
   DistEnv env_;
   std::shared_ptr<Communicator> comm_;

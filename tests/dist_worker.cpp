@@ -1,7 +1,8 @@
-// A training run for the multi-process tests: the same data and model trained in one
-// process with batch 8, or in two processes (to_distributed) with batch 4 each.
+// A training run for the multi-process tests: the same data and model (with a
+// BatchNorm) trained in one process with batch 8, or in two processes
+// (to_distributed, BatchNorm made SyncBatchNorm) with batch 4 each.
 //
-//   dist_worker single|ddp|unused|resume OUT
+//   dist_worker single|ddp|unused|resume|syncbn_single|syncbn OUT
 //
 // Writes OUT (OUT.<rank> when distributed): the final parameters, then
 // [valid_loss, accuracy], then the epoch the run resumed from, pickled. `resume` is ddp with a ResumeFromCheckpoint at
@@ -62,6 +63,46 @@ struct CrashOnce : Callback {
 
 }  // namespace
 
+// SyncBatchNorm on shards of 3 and 5 samples against BatchNorm on all 8: writes
+// [y, x.grad, weight.grad (summed over ranks), bias.grad (summed), running_mean, running_var].
+int batchnorm_run(bool distributed, const std::string& out) {
+  auto gen = at::make_generator<at::CPUGeneratorImpl>(5);
+  auto x_all = torch::randn({8, 4, 3, 3}, gen) * 2 + 1;
+  auto w_out = torch::randn({8, 4, 3, 3}, gen);
+  int64_t first = 0, count = 8;
+  std::shared_ptr<distributed::Communicator> comm;
+  torch::Tensor y, weight, bias, running_mean, running_var;
+  if (distributed) {
+    const auto env = distributed::read_env();
+    comm = std::make_shared<distributed::Communicator>(env, torch::kCPU);
+    first = env.rank == 0 ? 0 : 3;
+    count = env.rank == 0 ? 3 : 5;
+  }
+  auto x = x_all.narrow(0, first, count).clone().requires_grad_(true);
+  if (distributed) {
+    distributed::SyncBatchNorm bn(4);
+    bn->set_communicator(comm);
+    bn->weight.data().copy_(torch::linspace(0.5, 2, 4));
+    y = bn(x);
+    (y * w_out.narrow(0, first, count)).sum().backward();
+    weight = bn->weight.grad().clone(), bias = bn->bias.grad().clone();
+    comm->all_reduce_sum(weight);
+    comm->all_reduce_sum(bias);
+    running_mean = bn->running_mean, running_var = bn->running_var;
+  } else {
+    torch::nn::BatchNorm2d bn(4);
+    bn->weight.data().copy_(torch::linspace(0.5, 2, 4));
+    y = bn(x);
+    (y * w_out).sum().backward();
+    weight = bn->weight.grad(), bias = bn->bias.grad();
+    running_mean = bn->running_mean, running_var = bn->running_var;
+  }
+  c10::List<torch::Tensor> result({y.detach(), x.grad(), weight, bias, running_mean, running_var});
+  const auto bytes = torch::pickle_save(result);
+  std::ofstream(out, std::ios::binary).write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
+  return 0;
+}
+
 int main(int argc, char** argv) {
   if (argc < 3) return 2;
   const std::string mode = argv[1];
@@ -70,6 +111,7 @@ int main(int argc, char** argv) {
   torch::set_num_threads(1);
   torch::manual_seed(0);
   try {
+    if (mode == "syncbn" || mode == "syncbn_single") return batchnorm_run(mode == "syncbn", out);
     const bool single = mode == "single";
     DataLoaders dls{DataLoader(data(kTrain, 1), {.bs = single ? 2 * kLocalBs : kLocalBs, .shuffle = true, .seed = 3,
                                                  .sampler = single ? std::make_shared<TwoRankOrder>() : nullptr}),
@@ -78,7 +120,8 @@ int main(int argc, char** argv) {
       return torch::nn::Conv2d(torch::nn::Conv2dOptions(in, out, 3).stride(stride).padding(1));
     };
     Model model = mode == "unused" ? Model(WithUnused())
-                                   : Model(torch::nn::Sequential(conv(3, 8, 1), torch::nn::ReLU(), conv(8, 8, 2),
+                                   : Model(torch::nn::Sequential(conv(3, 8, 1), torch::nn::BatchNorm2d(8),
+                                                                 torch::nn::ReLU(), conv(8, 8, 2),
                                                                  torch::nn::ReLU(), torch::nn::AdaptiveAvgPool2d(1),
                                                                  torch::nn::Flatten(), torch::nn::Linear(8, 3)));
     Learner learn(dls, model, CrossEntropyLoss(), {metrics::accuracy()},

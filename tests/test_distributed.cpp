@@ -143,6 +143,41 @@ TEST_SUITE("distributed") {
     for (const auto& f : {base + ".log", base + ".ckpt"}) std::filesystem::remove(f);
   }
 
+  TEST_CASE("SyncBatchNorm on shards of 3 and 5 equals BatchNorm on the 8: output, gradients, running stats") {
+    const auto single_out = temp_base("bn_single");
+    REQUIRE(wait_for(spawn_worker("syncbn_single", single_out, {}), 60) == 0);
+    const auto outs = run_two_ranks("syncbn", 6);
+    const auto single = torch::pickle_load([&] {
+                          std::ifstream in(single_out, std::ios::binary);
+                          return std::vector<char>((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+                        }()).toTensorList();
+    for (int rank = 0; rank < 2; ++rank) {
+      std::ifstream in(outs[static_cast<size_t>(rank)], std::ios::binary);
+      const auto got = torch::pickle_load(std::vector<char>((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>())).toTensorList();
+      const int64_t first = rank == 0 ? 0 : 3, count = rank == 0 ? 3 : 5;
+      INFO("rank " << rank);
+      CHECK(torch::allclose(got.get(0), single.get(0).narrow(0, first, count), 1e-5, 1e-5));  // y
+      CHECK(torch::allclose(got.get(1), single.get(1).narrow(0, first, count), 1e-5, 1e-5));  // dL/dx
+      for (size_t i = 2; i < 6; ++i) CHECK(torch::allclose(got.get(i), single.get(i), 1e-5, 1e-5));
+      std::filesystem::remove(outs[static_cast<size_t>(rank)]);
+    }
+    std::filesystem::remove(single_out);
+  }
+
+  TEST_CASE("BatchNorm layers that cannot be swapped are named") {
+    struct BlockImpl : torch::nn::Module {
+      BlockImpl() { bn = register_module("bn", torch::nn::BatchNorm2d(4)); }
+      torch::Tensor forward(const torch::Tensor& x) { return bn(x); }
+      torch::nn::BatchNorm2d bn{nullptr};
+    };
+    TORCH_MODULE(Block);
+    torch::nn::Sequential model(torch::nn::BatchNorm2d(4), Block(), torch::nn::ReLU());
+    CHECK(distributed::unconvertible_batchnorms(*model) == std::vector<std::string>{"1.bn"});
+    auto converted = distributed::convert_sync_batchnorm(model, nullptr);
+    CHECK(std::dynamic_pointer_cast<distributed::SyncBatchNormImpl>(converted->ptr(0)) != nullptr);
+    CHECK(converted->ptr(0)->parameters()[0].is_same(model->ptr(0)->parameters()[0]));  // shared, not copied
+  }
+
   TEST_CASE("a model with a parameter that gets no gradient finishes") {
     for (const auto& out : run_two_ranks("unused", 1)) {
       CHECK(std::filesystem::exists(out));
