@@ -51,6 +51,7 @@ DistEnv read_env() {
   if (const char* addr = get("MASTER_ADDR")) env.master_addr = addr;
   env.master_port = integer("MASTER_PORT", env.master_port);
   env.restart_count = integer("TORCHELASTIC_RESTART_COUNT", 0);
+  if (const char* agent = get("TORCHELASTIC_USE_AGENT_STORE")) env.agent_store = std::string(agent) == "True";
   if (env.world_size < 1) throw Error("WORLD_SIZE must be >= 1, got " + std::to_string(env.world_size));
   if (env.rank < 0 || env.rank >= env.world_size)
     throw Error("RANK " + std::to_string(env.rank) + " is outside the world of " + std::to_string(env.world_size) +

@@ -17,6 +17,7 @@ struct DistEnv {
   std::string master_addr = "127.0.0.1";
   int master_port = 29500;
   int restart_count = 0;
+  bool agent_store = false;     // torchrun's agent already serves the store (TORCHELASTIC_USE_AGENT_STORE)
   std::string source = "none";  // which launcher's variables were read
 
   bool is_distributed() const { return world_size > 1; }

@@ -1,5 +1,6 @@
 #include "distributed/process_group.h"
 
+#include <torch/csrc/distributed/c10d/PrefixStore.hpp>
 #include <torch/csrc/distributed/c10d/ProcessGroupGloo.hpp>
 #include <torch/csrc/distributed/c10d/TCPStore.hpp>
 #include <torch/torch.h>
@@ -22,11 +23,15 @@ Communicator::Communicator(const DistEnv& env, torch::Device device, ProcessGrou
   try {
     c10d::TCPStoreOptions store_options;
     store_options.port = static_cast<std::uint16_t>(env.master_port);
-    store_options.isServer = env.rank == 0;
+    store_options.isServer = env.rank == 0 && !env.agent_store;
     store_options.numWorkers = static_cast<size_t>(env.world_size);
     store_options.waitWorkers = true;
     store_options.timeout = options.timeout;
-    impl_->store = c10::make_intrusive<c10d::TCPStore>(env.master_addr, store_options);
+    c10::intrusive_ptr<c10d::Store> store = c10::make_intrusive<c10d::TCPStore>(env.master_addr, store_options);
+    // Under torchrun the store outlives restarts: each attempt keeps to its own keys, as torch does.
+    if (env.agent_store)
+      store = c10::make_intrusive<c10d::PrefixStore>("/worker/attempt_" + std::to_string(env.restart_count), store);
+    impl_->store = store;
   } catch (const std::exception& e) {
     throw Error("rank " + std::to_string(env.rank) + " of " + std::to_string(env.world_size) +
                 ": cannot rendezvous at the master " + where + " within " +

@@ -132,6 +132,21 @@ TEST_SUITE("distributed") {
     for (const auto& f : {base + ".0", base + ".1", base + ".log", reference[0], reference[1]}) std::filesystem::remove(f);
   }
 
+  TEST_CASE("under torchrun (--no_python, --max_restarts 1) the same kill-restart-resume ends as an uninterrupted run") {
+    const auto reference = run_two_ranks("ddp", 7);
+    const auto base = temp_base("torchrun");
+    // --redirects/--tee 1: torch 1.13's defaults ("0") fail to parse under Python 3.11.
+    const auto command = std::string("/usr/bin/python3 -m torch.distributed.run --no_python --redirects 1 --tee 1 "
+                                     "--log_dir ") + base + "_logs --nproc_per_node 2 --max_restarts 1 --master_port " +
+                         std::to_string(free_port() + 8) + " " + FASTCPP_DIST_WORKER + " resume " + base + " > " + base +
+                         ".log 2>&1";
+    CHECK(run_command(command) == 0);
+    check_same_params(base + ".0", reference[0]);
+    CHECK(read_result(base + ".1").get(2).toInt() == 1);
+    for (const auto& f : {base + ".0", base + ".1", base + ".log", reference[0], reference[1]}) std::filesystem::remove(f);
+    std::filesystem::remove_all(base + "_logs");
+  }
+
   TEST_CASE("fastcpp-launch without restarts reports the failed worker") {
     const auto base = temp_base("norestart");
     const auto command = std::string(FASTCPP_LAUNCH) + " --nproc-per-node 2 --master-port " + std::to_string(free_port() + 5) +

@@ -1,0 +1,42 @@
+#pragma once
+// The small residual network of the Fashion-MNIST examples (and of the Python peer in
+// bench/fashion_mnist_peer.py): a conv stem, four residual blocks halving the
+// resolution and doubling the width, global pooling and a linear classifier.
+#include <torch/torch.h>
+
+inline torch::nn::Conv2d conv3x3(int64_t in, int64_t out, int64_t stride) {
+  return torch::nn::Conv2d(torch::nn::Conv2dOptions(in, out, 3).stride(stride).padding(1).bias(false));
+}
+
+// A residual block: two 3x3 convs with BatchNorm, plus a shortcut pooled and widened to match.
+struct ResBlockImpl : torch::nn::Module {
+  ResBlockImpl(int64_t in, int64_t out, int64_t stride)
+      : conv1(register_module("conv1", conv3x3(in, out, stride))),
+        bn1(register_module("bn1", torch::nn::BatchNorm2d(out))),
+        conv2(register_module("conv2", conv3x3(out, out, 1))),
+        bn2(register_module("bn2", torch::nn::BatchNorm2d(out))) {
+    if (stride != 1) pool = register_module("pool", torch::nn::AvgPool2d(torch::nn::AvgPool2dOptions(2).ceil_mode(true)));
+    if (in != out) idconv = register_module("idconv", torch::nn::Conv2d(torch::nn::Conv2dOptions(in, out, 1).bias(false)));
+  }
+  torch::Tensor forward(const torch::Tensor& x) {
+    auto residual = bn2(conv2(torch::relu(bn1(conv1(x)))));
+    auto shortcut = pool ? pool(x) : x;
+    return torch::relu(residual + (idconv ? idconv(shortcut) : shortcut));
+  }
+  torch::nn::Conv2d conv1;
+  torch::nn::BatchNorm2d bn1;
+  torch::nn::Conv2d conv2;
+  torch::nn::BatchNorm2d bn2;
+  torch::nn::AvgPool2d pool{nullptr};
+  torch::nn::Conv2d idconv{nullptr};
+};
+TORCH_MODULE(ResBlock);
+
+inline torch::nn::Sequential make_model() {
+  return torch::nn::Sequential(conv3x3(1, 16, 1), torch::nn::BatchNorm2d(16), torch::nn::ReLU(),  // 28x28
+                               ResBlock(16, 32, 2),                                                 // 14x14
+                               ResBlock(32, 64, 2),                                                 // 7x7
+                               ResBlock(64, 128, 2),                                                // 4x4
+                               ResBlock(128, 256, 2),                                               // 2x2
+                               torch::nn::AdaptiveAvgPool2d(1), torch::nn::Flatten(), torch::nn::Linear(256, 10));
+}
