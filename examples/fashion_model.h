@@ -2,7 +2,9 @@
 // The small residual network of the Fashion-MNIST examples (and of the Python peer in
 // bench/fashion_mnist_peer.py): a conv stem, four residual blocks halving the
 // resolution and doubling the width, global pooling and a linear classifier.
-#include <torch/torch.h>
+// The blocks hold SyncBatchNorm: plain BatchNorm in one process, synchronized under
+// to_distributed (a torch::nn::BatchNorm2d member could not be swapped for it).
+#include <fastcpp.h>
 
 inline torch::nn::Conv2d conv3x3(int64_t in, int64_t out, int64_t stride) {
   return torch::nn::Conv2d(torch::nn::Conv2dOptions(in, out, 3).stride(stride).padding(1).bias(false));
@@ -12,9 +14,9 @@ inline torch::nn::Conv2d conv3x3(int64_t in, int64_t out, int64_t stride) {
 struct ResBlockImpl : torch::nn::Module {
   ResBlockImpl(int64_t in, int64_t out, int64_t stride)
       : conv1(register_module("conv1", conv3x3(in, out, stride))),
-        bn1(register_module("bn1", torch::nn::BatchNorm2d(out))),
+        bn1(register_module("bn1", fastcpp::distributed::SyncBatchNorm(out))),
         conv2(register_module("conv2", conv3x3(out, out, 1))),
-        bn2(register_module("bn2", torch::nn::BatchNorm2d(out))) {
+        bn2(register_module("bn2", fastcpp::distributed::SyncBatchNorm(out))) {
     if (stride != 1) pool = register_module("pool", torch::nn::AvgPool2d(torch::nn::AvgPool2dOptions(2).ceil_mode(true)));
     if (in != out) idconv = register_module("idconv", torch::nn::Conv2d(torch::nn::Conv2dOptions(in, out, 1).bias(false)));
   }
@@ -24,9 +26,9 @@ struct ResBlockImpl : torch::nn::Module {
     return torch::relu(residual + (idconv ? idconv(shortcut) : shortcut));
   }
   torch::nn::Conv2d conv1;
-  torch::nn::BatchNorm2d bn1;
+  fastcpp::distributed::SyncBatchNorm bn1;
   torch::nn::Conv2d conv2;
-  torch::nn::BatchNorm2d bn2;
+  fastcpp::distributed::SyncBatchNorm bn2;
   torch::nn::AvgPool2d pool{nullptr};
   torch::nn::Conv2d idconv{nullptr};
 };
