@@ -4,6 +4,9 @@
 
 #include <fastcpp.h>
 
+#include <fstream>
+#include <map>
+#include <sstream>
 #include <string>
 #include <vector>
 
@@ -94,6 +97,20 @@ inline bool all_equal(const std::vector<torch::Tensor>& a, const std::vector<tor
   for (size_t i = 0; i < a.size(); ++i)
     if (!torch::equal(a[i], b[i])) return false;
   return true;
+}
+
+// A fixture of tests/fixtures (written by make_fixtures.py): lines "key: v1 v2 ...".
+inline std::map<std::string, std::vector<double>> read_fixture(const std::string& name) {
+  std::ifstream in(std::string(FASTCPP_FIXTURES) + "/" + name);
+  REQUIRE_MESSAGE(in.good(), "missing fixture " << name << ": run tests/fixtures/make_fixtures.py");
+  std::map<std::string, std::vector<double>> values;
+  for (std::string line; std::getline(in, line);) {
+    const auto colon = line.find(':');
+    std::istringstream numbers(line.substr(colon + 1));
+    auto& row = values[line.substr(0, colon)];
+    for (std::string token; numbers >> token;) row.push_back(std::stod(token));  // stod reads inf and nan
+  }
+  return values;
 }
 
 inline std::string error_of(const std::function<void()>& f) {

@@ -12,26 +12,12 @@ using namespace fastcpp::testing;
 
 namespace {
 
-std::map<std::string, std::vector<double>> read_fixtures(const std::string& name) {
-  std::ifstream in(std::string(FASTCPP_FIXTURES) + "/" + name);
-  REQUIRE_MESSAGE(in.good(), "missing fixture " << name << ": run tests/fixtures/make_fixtures.py");
-  std::map<std::string, std::vector<double>> values;
-  std::string line;
-  while (std::getline(in, line)) {
-    const auto colon = line.find(':');
-    std::istringstream numbers(line.substr(colon + 1));
-    auto& row = values[line.substr(0, colon)];
-    for (double v; numbers >> v;) row.push_back(v);
-  }
-  return values;
-}
-
 torch::Tensor tensor_of(const std::vector<double>& values) { return torch::tensor(values, torch::kDouble); }
 
 // Runs `opt_func` on the fixture's gradient sequence and compares with `expected_key`.<step>.
 void check_trajectory(const OptFunc& opt_func, const std::string& expected_key, bool schedule_mom, double lr,
                       double wd) {
-  auto fx = read_fixtures("optimizers.txt");
+  auto fx = read_fixture("optimizers.txt");
   auto param = tensor_of(fx["init"]).requires_grad_(true);
   auto opt = opt_func({ParamGroup{{param}, {}, {}}});
   opt->set_hyper("lr", lr);

@@ -13,20 +13,6 @@ using namespace fastcpp::testing;
 
 namespace {
 
-std::map<std::string, std::vector<double>> read_fixture(const std::string& name) {
-  std::ifstream in(std::string(FASTCPP_FIXTURES) + "/" + name);
-  REQUIRE_MESSAGE(in.good(), "missing fixture " << name << ": run tests/fixtures/make_fixtures.py");
-  std::map<std::string, std::vector<double>> values;
-  for (std::string line; std::getline(in, line);) {
-    const auto colon = line.find(':');
-    std::istringstream numbers(line.substr(colon + 1));
-    std::string token;
-    auto& row = values[line.substr(0, colon)];
-    while (numbers >> token) row.push_back(std::stod(token));  // stod reads inf and nan
-  }
-  return values;
-}
-
 // Scaled (order 9) and unscaled (order 12) gradient norms seen at before_step.
 class GradProbe : public Callback {
  public:
