@@ -17,6 +17,9 @@ class GradientAccumulation : public Callback {
  public:
   explicit GradientAccumulation(int64_t n_acc = 32);
   void before_fit() override { count_ = 0; }
+  // Whether a batch of batch_size samples, now, ends with an optimizer step
+  // (DistributedTrainer all-reduces only then: DDP's no_sync).
+  bool will_step(int64_t batch_size) const { return count_ + batch_size >= n_acc_; }
   void after_loss() override;
   void before_step() override;
 

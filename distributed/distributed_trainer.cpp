@@ -2,6 +2,7 @@
 
 #include <torch/torch.h>
 
+#include "callbacks/training.h"
 #include "distributed/sync_batchnorm.h"
 #include "learner/error.h"
 #include "learner/learner.h"
@@ -89,8 +90,16 @@ void DistributedTrainer::gather_validation_batch() {
   l.loss = l.loss_func(l.pred, l.yb).detach();
 }
 
+void DistributedTrainer::before_backward() {
+  if (!reducer_ || !learn().training) return;
+  const auto accumulation = learn().get_cb<GradientAccumulation>();
+  reducer_->set_sync(!accumulation || accumulation->will_step(learn().yb.size(0)));
+}
+
 void DistributedTrainer::after_backward() {
-  if (reducer_ && learn().training) reducer_->finalize();
+  if (!reducer_ || !learn().training || !reducer_->sync()) return;
+  reducer_->finalize();
+  reductions_ = reducer_->reductions();
 }
 
 void DistributedTrainer::after_fit() {

@@ -11,6 +11,8 @@
 //                validation: predictions and targets gathered from all ranks and the
 //                padding trimmed, so every rank computes the exact full-set metrics
 //                (and EarlyStopping stops every rank together)
+//   before_backward  with GradientAccumulation, hooks only on the micro-batch that
+//                steps (no_sync for the others: gradients add up locally)
 //   after_backward  the Reducer's all-reduce of the gradients
 //   after_fit    the loaders, logging and hooks as they were
 // In a single process (no launcher variables) it says so once and changes nothing.
@@ -36,10 +38,13 @@ class DistributedTrainer : public Callback {
   explicit DistributedTrainer(DistributedOptions options = {});
   void before_fit() override;
   void after_loss() override;
+  void before_backward() override;
   void after_backward() override;
   void after_fit() override;
 
   const std::shared_ptr<Communicator>& communicator() const { return comm_; }
+  // Gradient all-reduces of the last (or current) fit.
+  size_t reductions() const { return reductions_; }
 
  private:
   void gather_validation_batch();
@@ -49,6 +54,7 @@ class DistributedTrainer : public Callback {
   std::shared_ptr<Communicator> comm_;
   std::unique_ptr<Reducer> reducer_;
   bool was_logging_ = true;
+  size_t reductions_ = 0;
   bool single_process_noted_ = false;
 };
 

@@ -123,6 +123,7 @@ void Reducer::finalize() {
   }
   ready_.assign(params_.size(), false);
   next_to_launch_ = 0;
+  ++reductions_;
 }
 
 }  // namespace fastcpp::distributed

@@ -44,6 +44,7 @@ class Reducer {
   void set_sync(bool sync) { sync_ = sync; }
   bool sync() const { return sync_; }
   size_t n_buckets() const { return buckets_.size(); }
+  size_t reductions() const { return reductions_; }  // synchronized backward passes so far
 
  private:
   struct Bucket;
@@ -59,6 +60,7 @@ class Reducer {
   std::vector<std::shared_ptr<torch::autograd::Node>> accumulators_;  // keeps the hooks' nodes alive
   std::shared_ptr<bool> alive_;
   size_t next_to_launch_ = 0;
+  size_t reductions_ = 0;
   bool sync_ = true;
   std::mutex mutex_;
 };

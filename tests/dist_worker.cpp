@@ -2,10 +2,11 @@
 // BatchNorm) trained in one process with batch 8, or in two processes
 // (to_distributed, BatchNorm made SyncBatchNorm) with batch 4 each.
 //
-//   dist_worker single|ddp|unused|resume|syncbn_single|syncbn OUT
+//   dist_worker single|ddp|unused|resume|single_acc|ddp_acc|syncbn_single|syncbn OUT
 //
 // Writes OUT (OUT.<rank> when distributed): the final parameters, then
-// [valid_loss, accuracy], then the epoch the run resumed from, pickled. `resume` is ddp with a ResumeFromCheckpoint at
+// [valid_loss, accuracy], the epoch the run resumed from, and the number of
+// gradient all-reduces, pickled. *_acc accumulate gradients over 2 batches. `resume` is ddp with a ResumeFromCheckpoint at
 // OUT.ckpt, and rank 1 of the first attempt kills itself after epoch 0.
 #include <fastcpp.h>
 
@@ -112,7 +113,8 @@ int main(int argc, char** argv) {
   torch::manual_seed(0);
   try {
     if (mode == "syncbn" || mode == "syncbn_single") return batchnorm_run(mode == "syncbn", out);
-    const bool single = mode == "single";
+    const bool single = mode == "single" || mode == "single_acc";
+    const bool accumulate = mode == "single_acc" || mode == "ddp_acc";
     DataLoaders dls{DataLoader(data(kTrain, 1), {.bs = single ? 2 * kLocalBs : kLocalBs, .shuffle = true, .seed = 3,
                                                  .sampler = single ? std::make_shared<TwoRankOrder>() : nullptr}),
                     DataLoader(data(kValid, 2), {.bs = 4})};
@@ -128,6 +130,7 @@ int main(int argc, char** argv) {
                   {.opt_func = sgd({.mom = 0.9}), .device = torch::kCPU, .progress = false});
     learn.logger = [](const std::string&) {};
     if (!single) learn.to_distributed();
+    if (accumulate) learn.add_cb(GradientAccumulation(2 * (single ? 2 : 1) * kLocalBs));
     std::shared_ptr<ResumeFromCheckpoint> resume;
     if (mode == "resume") {
       resume = learn.add_cb(ResumeFromCheckpoint(std::string(argv[2]) + ".ckpt"));
@@ -142,6 +145,8 @@ int main(int argc, char** argv) {
     result.push_back(params);
     result.push_back(c10::List<double>(valid));
     result.push_back(static_cast<int64_t>(resume ? resume->resumed_from() : 0));
+    const auto trainer = learn.get_cb<distributed::DistributedTrainer>();
+    result.push_back(static_cast<int64_t>(trainer ? trainer->reductions() : 0));
     const auto bytes = torch::pickle_save(result);
     std::ofstream(out, std::ios::binary).write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
   } catch (const std::exception& e) {

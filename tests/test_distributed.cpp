@@ -158,6 +158,18 @@ TEST_SUITE("distributed") {
     for (const auto& f : {base + ".log", base + ".ckpt"}) std::filesystem::remove(f);
   }
 
+  TEST_CASE("with gradient accumulation (no_sync between steps) 2 ranks still equal 1 process") {
+    const auto single_out = temp_base("acc_single");
+    REQUIRE(wait_for(spawn_worker("single_acc", single_out, {}), 120) == 0);
+    const auto outs = run_two_ranks("ddp_acc", 9);
+    check_same_params(outs[0], single_out);
+    check_same_params(outs[1], single_out);
+    // 5 batches per epoch, a step every 2 (and at no epoch end): all-reduces only on stepping batches
+    const auto reductions = read_result(outs[0]).get(3).toInt();
+    CHECK(reductions == 7);  // 15 batches in 3 epochs, accumulating over 2: steps at batches 2,4,...,14
+    for (const auto& f : {outs[0], outs[1], single_out}) std::filesystem::remove(f);
+  }
+
   TEST_CASE("SyncBatchNorm on shards of 3 and 5 equals BatchNorm on the 8: output, gradients, running stats") {
     const auto single_out = temp_base("bn_single");
     REQUIRE(wait_for(spawn_worker("syncbn_single", single_out, {}), 60) == 0);
