@@ -3,6 +3,7 @@
 #include <torch/torch.h>
 
 #include "callbacks/training.h"
+#include "data/sampler.h"
 #include "distributed/sync_batchnorm.h"
 #include "learner/error.h"
 #include "learner/learner.h"
@@ -19,7 +20,7 @@ void DistributedTrainer::before_fit() {
     single_process_noted_ = true;
     return;
   }
-  if (!comm_) comm_ = std::make_shared<Communicator>(env_, l.device, options_.process_group);
+  if (!comm_) comm_ = std::make_shared<Communicator>(env_, options_.process_group);
   if (options_.sync_bn) synchronize_batchnorm();
   std::vector<torch::Tensor> trainable;
   for (const auto& param : l.model.module().parameters())

@@ -19,7 +19,6 @@
 #include <memory>
 #include <vector>
 
-#include "data/sampler.h"
 #include "distributed/env.h"
 #include "distributed/process_group.h"
 #include "distributed/reducer.h"

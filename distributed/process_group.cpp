@@ -14,9 +14,9 @@ struct Communicator::Impl {
   c10::intrusive_ptr<c10d::ProcessGroup> group;
 };
 
-Communicator::Communicator(const DistEnv& env, torch::Device device, ProcessGroupOptions options)
+Communicator::Communicator(const DistEnv& env, ProcessGroupOptions options)
     : impl_(std::make_unique<Impl>()), rank_(env.rank), world_size_(env.world_size), backend_(options.backend) {
-  if (backend_ == "auto") backend_ = "gloo";  // NCCL needs a CUDA build of Torch (see the note in DESIGN.md)
+  if (backend_ == "auto") backend_ = "gloo";
   if (backend_ != "gloo")
     throw Error("process group backend '" + options.backend + "' is not available in this build; use gloo");
   const std::string where = env.master_addr + ":" + std::to_string(env.master_port);
@@ -48,7 +48,6 @@ Communicator::Communicator(const DistEnv& env, torch::Device device, ProcessGrou
     throw Error("rank " + std::to_string(env.rank) + ": the Gloo process group at " + where +
                 " did not form: " + std::string(e.what()).substr(0, 300));
   }
-  (void)device;
 }
 
 Communicator::~Communicator() = default;

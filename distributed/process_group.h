@@ -1,8 +1,8 @@
 #pragma once
 // The process group of a run: a TCPStore rendezvous at MASTER_ADDR:MASTER_PORT (rank 0
-// serves it) and a c10d backend: Gloo (CPU tensors, or CUDA tensors through host
-// copies) or NCCL (CUDA). "auto" picks NCCL for a CUDA device when Torch has it,
-// Gloo otherwise. Every collective fails within `timeout` instead of hanging.
+// serves it, or torchrun's agent) and a c10d backend. Only Gloo is built so far ("auto"
+// means Gloo; NCCL for CUDA is still to come). Every collective fails within `timeout`
+// instead of hanging.
 #include <torch/types.h>
 
 #include <chrono>
@@ -25,7 +25,7 @@ struct ProcessGroupOptions {
 // A process group and the collectives the framework needs, synchronous unless noted.
 class Communicator {
  public:
-  Communicator(const DistEnv& env, torch::Device device, ProcessGroupOptions options = {});
+  Communicator(const DistEnv& env, ProcessGroupOptions options = {});
   ~Communicator();
 
   int rank() const { return rank_; }

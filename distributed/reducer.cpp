@@ -14,7 +14,6 @@ struct Reducer::Bucket {
   std::vector<size_t> params;
   torch::Tensor flat;
   size_t pending = 0;
-  bool launched = false;
   c10::intrusive_ptr<c10d::Work> work;
 };
 
@@ -80,7 +79,6 @@ void Reducer::on_grad_ready(size_t k) {
 void Reducer::launch(Bucket& bucket) {
   std::vector<torch::Tensor> tensors{bucket.flat};
   bucket.work = comm_->group().allreduce(tensors);
-  bucket.launched = true;
 }
 
 void Reducer::launch_ready() {
@@ -118,7 +116,6 @@ void Reducer::finalize() {
       else grad = average.clone();
     }
     bucket->pending = bucket->params.size();
-    bucket->launched = false;
     bucket->work.reset();
   }
   ready_.assign(params_.size(), false);

@@ -225,25 +225,27 @@ void Learner::do_grad_opt() {
 
 // ---------------------------------------------------------------- schedules
 
-void Learner::fit_one_cycle(int n_epoch_, Lrs lr_max, OneCycleOptions o) {
+std::vector<double> Learner::group_lrs(const Lrs& lr) {
   if (!opt) create_opt();
-  const auto lrs = (lr_max.given() ? lr_max : options_.lr).for_groups(opt->n_groups());
+  return (lr.given() ? lr : options_.lr).for_groups(opt->n_groups());
+}
+
+void Learner::fit_scheduled(int n_epoch_, ParamScheduler::Scheds scheds, FitOptions options) {
+  options.cbs.push_back(std::make_shared<ParamScheduler>(std::move(scheds)));
+  fit(n_epoch_, {}, std::move(options));
+}
+
+void Learner::fit_one_cycle(int n_epoch_, Lrs lr_max, OneCycleOptions o) {
   ParamScheduler::Scheds scheds;
-  for (double lr : lrs) scheds["lr"].push_back(combined_cos(o.pct_start, lr / o.div, lr, lr / o.div_final));
+  for (double lr : group_lrs(lr_max)) scheds["lr"].push_back(combined_cos(o.pct_start, lr / o.div, lr, lr / o.div_final));
   scheds["mom"] = {combined_cos(o.pct_start, o.moms[0], o.moms[1], o.moms[2])};
-  auto cbs = o.cbs;
-  cbs.push_back(std::make_shared<ParamScheduler>(std::move(scheds)));
-  fit(n_epoch_, {}, {.wd = o.wd, .cbs = std::move(cbs), .reset_opt = o.reset_opt, .start_epoch = o.start_epoch});
+  fit_scheduled(n_epoch_, std::move(scheds), {.wd = o.wd, .cbs = o.cbs, .reset_opt = o.reset_opt, .start_epoch = o.start_epoch});
 }
 
 void Learner::fit_flat_cos(int n_epoch_, Lrs lr, FlatCosOptions o) {
-  if (!opt) create_opt();
-  const auto lrs = (lr.given() ? lr : options_.lr).for_groups(opt->n_groups());
   ParamScheduler::Scheds scheds;
-  for (double value : lrs) scheds["lr"].push_back(combined_cos(o.pct_start, value, value, value / o.div_final));
-  auto cbs = o.cbs;
-  cbs.push_back(std::make_shared<ParamScheduler>(std::move(scheds)));
-  fit(n_epoch_, {}, {.wd = o.wd, .cbs = std::move(cbs), .reset_opt = o.reset_opt, .start_epoch = o.start_epoch});
+  for (double value : group_lrs(lr)) scheds["lr"].push_back(combined_cos(o.pct_start, value, value, value / o.div_final));
+  fit_scheduled(n_epoch_, std::move(scheds), {.wd = o.wd, .cbs = o.cbs, .reset_opt = o.reset_opt, .start_epoch = o.start_epoch});
 }
 
 void Learner::fine_tune(int epochs, FineTuneOptions o) {

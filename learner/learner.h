@@ -18,6 +18,7 @@
 #include <vector>
 
 #include "data/dataloader.h"
+#include "callbacks/schedule.h"
 #include "learner/callback.h"
 #include "learner/grad_scaler.h"
 #include "learner/loss.h"
@@ -212,6 +213,10 @@ class Learner {
   void do_one_batch();
   void do_grad_opt();
   void apply_freeze();
+  // The lr of each parameter group for `lr` (the default when not given).
+  std::vector<double> group_lrs(const Lrs& lr);
+  // fit with a ParamScheduler of `scheds` added.
+  void fit_scheduled(int n_epoch, ParamScheduler::Scheds scheds, FitOptions options);
   // Adds callbacks for one fit (or get_preds) and removes them after, even on error.
   class AddedCallbacks;
 

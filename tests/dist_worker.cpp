@@ -75,7 +75,7 @@ int batchnorm_run(bool distributed, const std::string& out) {
   torch::Tensor y, weight, bias, running_mean, running_var;
   if (distributed) {
     const auto env = distributed::read_env();
-    comm = std::make_shared<distributed::Communicator>(env, torch::kCPU);
+    comm = std::make_shared<distributed::Communicator>(env);
     first = env.rank == 0 ? 0 : 3;
     count = env.rank == 0 ? 3 : 5;
   }

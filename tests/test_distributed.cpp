@@ -219,7 +219,7 @@ TEST_SUITE("distributed") {
     env.master_port = free_port() + 2;
     const auto start = std::chrono::steady_clock::now();
     const auto message = error_of([&] {
-      distributed::Communicator comm(env, torch::kCPU, {.timeout = std::chrono::seconds(2)});
+      distributed::Communicator comm(env, {.timeout = std::chrono::seconds(2)});
     });
     CHECK(message.rfind("rank 1 of 2: cannot rendezvous at the master 127.0.0.1:" + std::to_string(env.master_port) +
                             " within 2 s",
