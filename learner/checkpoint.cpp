@@ -12,27 +12,15 @@
 
 #include "learner/error.h"
 #include "learner/learner.h"
+#include "learner/state_dict.h"
 
 namespace fastcpp::checkpoint {
-namespace {
 
 constexpr const char* kFormat = "fastcpp.checkpoint.v1";
 
-// Parameters then buffers, by their dotted names.
-std::vector<std::pair<std::string, torch::Tensor>> model_entries(const torch::nn::Module& module) {
-  std::vector<std::pair<std::string, torch::Tensor>> entries;
-  for (const auto& item : module.named_parameters()) entries.emplace_back(item.key(), item.value());
-  for (const auto& item : module.named_buffers()) entries.emplace_back(item.key(), item.value());
-  return entries;
-}
-
-std::string shape(const torch::Tensor& t) { return c10::str(t.sizes()); }
-
-}  // namespace
-
 std::vector<char> encode(const Learner& learn, bool with_opt) {
   c10::Dict<std::string, torch::Tensor> model;
-  for (const auto& [name, tensor] : model_entries(learn.model.module()))
+  for (const auto& [name, tensor] : named_state(learn.model.module()))
     model.insert(name, tensor.detach().to(torch::kCPU));
   auto root = string_dict();
   root.insert("format", std::string(kFormat));
@@ -56,26 +44,10 @@ void decode_into(Learner& learn, const std::vector<char>& bytes, bool with_opt, 
   auto format = root.find(c10::IValue(std::string("format")));
   if (format == root.end() || !format->value().isString() || format->value().toStringRef() != kFormat)
     throw Error("cannot read " + source + ": not a fastcpp checkpoint (no '" + kFormat + "' marker)");
-  auto saved = root.at(c10::IValue(std::string("model"))).toGenericDict();
 
   // Check every entry first, so that a mismatch changes nothing.
-  auto entries = model_entries(learn.model.module());
-  std::vector<torch::Tensor> loaded;
-  for (const auto& [name, tensor] : entries) {
-    auto it = saved.find(c10::IValue(name));
-    if (it == saved.end()) throw Error(source + " does not fit the model: '" + name + "' is missing from the file");
-    auto stored = it->value().toTensor();
-    if (stored.sizes() != tensor.sizes())
-      throw Error(source + " does not fit the model: '" + name + "' has shape " + shape(stored) +
-                  " in the file but " + shape(tensor) + " in the model");
-    loaded.push_back(stored);
-  }
-  if (saved.size() != entries.size())
-    for (const auto& entry : saved) {
-      const auto& key = entry.key().toStringRef();
-      if (std::none_of(entries.begin(), entries.end(), [&](const auto& e) { return e.first == key; }))
-        throw Error(source + " does not fit the model: the file has '" + key + "', which the model lacks");
-    }
+  const auto entries = named_state(learn.model.module());
+  const auto loaded = match_state(entries, root.at(c10::IValue(std::string("model"))).toGenericDict(), source);
   auto opt = root.find(c10::IValue(std::string("opt")));
   const bool load_opt = with_opt && opt != root.end();
   if (load_opt && !learn.opt) learn.create_opt();
@@ -117,9 +89,9 @@ void write_atomically(const std::string& path, const std::vector<char>& bytes) {
   }
 }
 
-std::vector<char> read_file(const std::string& path) {
+std::vector<char> read_file(const std::string& path, const std::string& what) {
   std::ifstream in(path, std::ios::binary);
-  if (!in) throw Error("checkpoint '" + path + "' not found or unreadable");
+  if (!in) throw Error(what + " '" + path + "' not found or unreadable");
   return {std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>()};
 }
 

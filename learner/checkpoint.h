@@ -18,7 +18,8 @@ std::vector<char> encode(const Learner& learn, bool with_opt);
 void decode_into(Learner& learn, const std::vector<char>& bytes, bool with_opt, const std::string& source);
 
 void write_atomically(const std::string& path, const std::vector<char>& bytes);
-std::vector<char> read_file(const std::string& path);
+// "<what> 'path' not found or unreadable" when it cannot be read.
+std::vector<char> read_file(const std::string& path, const std::string& what = "checkpoint");
 
 }  // namespace checkpoint
 }  // namespace fastcpp

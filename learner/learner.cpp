@@ -31,15 +31,24 @@ class SkipToEpoch : public Callback {
 // Collects activated predictions and targets while validating (get_preds).
 class GatherPreds : public Callback {
  public:
-  GatherPreds() {
+  explicit GatherPreds(bool with_loss) : with_loss(with_loss) {
     order = 100;
     run_train = false;
   }
   void after_batch() override {
-    preds.push_back(learn().loss_func.activation(learn().pred).detach());
+    const auto pred = learn().pred.detach();
+    preds.push_back(learn().loss_func.activation(pred));
     targets.push_back(learn().yb);
+    if (!with_loss) return;
+    // The loss functions reduce to a mean, so an item's loss is the loss of a batch of one.
+    torch::NoGradGuard no_grad;
+    auto batch_losses = torch::empty({pred.size(0)}, pred.options().dtype(torch::kFloat));
+    for (int64_t i = 0; i < pred.size(0); ++i)
+      batch_losses[i] = learn().loss_func(pred.narrow(0, i, 1), learn().yb.narrow(0, i, 1));
+    losses.push_back(batch_losses);
   }
-  std::vector<torch::Tensor> preds, targets;
+  bool with_loss;
+  std::vector<torch::Tensor> preds, targets, losses;
 };
 
 std::string first_line(const std::string& text) { return text.substr(0, text.find('\n')); }
@@ -83,6 +92,7 @@ Learner::Learner(DataLoaders dls_, Model model_, Loss loss_func_, std::vector<Me
   add_cb(recorder);
   if (options_.progress) add_cb(std::make_shared<ProgressCallback>());
   for (auto& cb : options_.cbs) add_cb(cb);
+  if (options_.frozen) freeze();
   event(Event::after_create);
 }
 
@@ -280,12 +290,12 @@ std::vector<double> Learner::validate(DataLoader* loader) {
   return recorder->valid_values();
 }
 
-Preds Learner::get_preds(DataLoader* loader) {
-  auto gather = std::make_shared<GatherPreds>();
+Preds Learner::get_preds(DataLoader* loader, bool with_loss) {
+  auto gather = std::make_shared<GatherPreds>(with_loss);
   AddedCallbacks added(*this, {gather});
   validate(loader);
   if (gather->preds.empty()) return {};
-  return {torch::cat(gather->preds), torch::cat(gather->targets)};
+  return {torch::cat(gather->preds), torch::cat(gather->targets), with_loss ? torch::cat(gather->losses) : torch::Tensor()};
 }
 
 torch::Tensor Learner::predict(const torch::Tensor& item) {

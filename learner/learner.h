@@ -47,6 +47,7 @@ struct LearnerOptions {
   std::vector<CallbackPtr> cbs;    // added to the defaults
   std::optional<torch::Device> device;  // default: CUDA when available, else CPU
   Splitter splitter;               // default: one group with every parameter
+  bool frozen = false;             // start with every group but the last frozen (as after freeze())
   bool progress = true;            // add a ProgressCallback
 };
 
@@ -105,6 +106,7 @@ struct LrFindResult {
 struct Preds {
   torch::Tensor preds;    // activated (e.g. softmax) outputs
   torch::Tensor targets;
+  torch::Tensor losses;   // each item's loss, with get_preds(dl, /*with_loss=*/true)
 };
 
 class Learner {
@@ -124,9 +126,13 @@ class Learner {
   // ---- inference
   // [valid_loss, metrics...] over a loader (default: the valid one).
   std::vector<double> validate(DataLoader* dl = nullptr);
-  Preds get_preds(DataLoader* dl = nullptr);
+  Preds get_preds(DataLoader* dl = nullptr, bool with_loss = false);
   // Activated output for one item as the dataset gives it (batch transforms applied).
   torch::Tensor predict(const torch::Tensor& item);
+
+  // Layers (a row per child of a Sequential, else one for the model), output shapes for
+  // one validation batch, parameter counts, what is trainable (learner/summary.cpp).
+  std::string summary();
 
   // ---- state
   // Model, optimizer state and epoch, written atomically (temporary file + rename).

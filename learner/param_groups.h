@@ -1,6 +1,6 @@
 #pragma once
 // Which parameters are special to the optimizer: those of normalization layers
-// (BatchNorm, InstanceNorm, LayerNorm, GroupNorm: trainable while frozen, no weight
+// (BatchNorm, SyncBatchNorm, InstanceNorm, LayerNorm, GroupNorm: trainable while frozen, no weight
 // decay) and biases (no weight decay), as fastai's norm_bias_params.
 #include <torch/nn/module.h>
 

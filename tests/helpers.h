@@ -4,6 +4,9 @@
 
 #include <fastcpp.h>
 
+#include <unistd.h>
+
+#include <filesystem>
 #include <fstream>
 #include <map>
 #include <sstream>
@@ -111,6 +114,11 @@ inline std::map<std::string, std::vector<double>> read_fixture(const std::string
     for (std::string token; numbers >> token;) row.push_back(std::stod(token));  // stod reads inf and nan
   }
   return values;
+}
+
+// A path in the temporary directory, unique to this process.
+inline std::string temp_path(const std::string& name) {
+  return (std::filesystem::temp_directory_path() / ("fastcpp_" + std::to_string(::getpid()) + "_" + name)).string();
 }
 
 inline std::string error_of(const std::function<void()>& f) {

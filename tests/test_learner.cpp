@@ -12,10 +12,6 @@ namespace {
 
 const std::string kFashionMnist = "/usr/share/datasets/fashion-mnist";
 
-std::string temp_path(const std::string& name) {
-  return (std::filesystem::temp_directory_path() / ("fastcpp_" + std::to_string(::getpid()) + "_" + name)).string();
-}
-
 bool dicts_equal(const c10::impl::GenericDict& a, const c10::impl::GenericDict& b) {
   if (a.size() != b.size()) return false;
   for (const auto& entry : a) {
@@ -101,14 +97,15 @@ TEST_SUITE("learner") {
                   CrossEntropyLoss(), {}, quiet());
     const auto weights = snapshot(wider.model.module());
     CHECK(error_of([&] { wider.load(path); }) == "checkpoint '" + path +
-                                                     "' does not fit the model: '0.weight' has shape [8, 4] in the "
-                                                     "file but [16, 4] in the model");
+                                                     "' does not fit the model: shape differs: '0.weight' is [8, 4] in the file but "
+                                                     "[16, 4] in the model, '0.bias' is [8] in the file but [16] in the model, "
+                                                     "'2.weight' is [3, 8] in the file but [3, 16] in the model");
     CHECK(all_equal(weights, snapshot(wider.model.module())));
 
     Learner deeper(synthetic_dls(), torch::nn::Sequential(torch::nn::Linear(4, 8), torch::nn::ReLU(), torch::nn::Linear(8, 3), torch::nn::Linear(3, 3)),
                    CrossEntropyLoss(), {}, quiet());
     CHECK(error_of([&] { deeper.load(path); }) ==
-          "checkpoint '" + path + "' does not fit the model: '3.weight' is missing from the file");
+          "checkpoint '" + path + "' does not fit the model: missing from the file: '3.weight', '3.bias'");
 
     std::filesystem::resize_file(path, std::filesystem::file_size(path) / 2);
     const auto message = error_of([&] { a.load(path); });

@@ -1,0 +1,112 @@
+#include "learner/state_dict.h"
+
+
+#include <algorithm>
+#include <set>
+
+#include "learner/checkpoint.h"
+#include "learner/error.h"
+#include "learner/torch_file.h"
+
+namespace fastcpp {
+namespace {
+
+std::string shape(const torch::Tensor& t) { return c10::str(t.sizes()); }
+
+// "a, b, c and 4 more": long lists are cut so the message stays readable.
+std::string joined(const std::vector<std::string>& items, size_t shown = 8) {
+  std::string out;
+  for (size_t i = 0; i < std::min(items.size(), shown); ++i) out += (i ? ", " : "") + items[i];
+  if (items.size() > shown) out += " and " + std::to_string(items.size() - shown) + " more";
+  return out;
+}
+
+std::string quoted(const std::string& key) { return "'" + key + "'"; }
+
+bool skipped(const std::string& key, const std::vector<std::string>& prefixes) {
+  return std::any_of(prefixes.begin(), prefixes.end(), [&](const auto& p) { return key.rfind(p, 0) == 0; });
+}
+
+}  // namespace
+
+NamedTensors named_state(const torch::nn::Module& module) {
+  NamedTensors entries;
+  for (const auto& item : module.named_parameters()) entries.emplace_back(item.key(), item.value());
+  for (const auto& item : module.named_buffers()) entries.emplace_back(item.key(), item.value());
+  return entries;
+}
+
+std::vector<torch::Tensor> match_state(const NamedTensors& entries, const c10::impl::GenericDict& saved,
+                                       const std::string& source, const LoadStateOptions& options) {
+  std::vector<std::string> missing, unexpected, misshaped;
+  std::vector<torch::Tensor> matched;
+  std::set<std::string> names;
+  for (const auto& [name, tensor] : entries) {
+    names.insert(name);
+    auto it = saved.find(c10::IValue(name));
+    if (it == saved.end() || skipped(name, options.skip)) {
+      missing.push_back(quoted(name));
+      matched.emplace_back();
+      continue;
+    }
+    if (!it->value().isTensor()) {
+      misshaped.push_back("'" + name + "' is not a tensor in the file");
+      matched.emplace_back();
+      continue;
+    }
+    auto stored = it->value().toTensor();
+    if (stored.sizes() != tensor.sizes())
+      misshaped.push_back("'" + name + "' is " + shape(stored) + " in the file but " + shape(tensor) + " in the model");
+    matched.push_back(stored);
+  }
+  for (const auto& entry : saved) {
+    if (!entry.key().isString()) continue;
+    const auto& key = entry.key().toStringRef();
+    if (!names.count(key) && !skipped(key, options.skip) && key != "_metadata") unexpected.push_back(quoted(key));
+  }
+
+  std::vector<std::string> problems;
+  if (options.strict && !missing.empty()) problems.push_back("missing from the file: " + joined(missing));
+  if (options.strict && !unexpected.empty()) problems.push_back("not in the model: " + joined(unexpected));
+  if (!misshaped.empty()) problems.push_back("shape differs: " + joined(misshaped));
+  if (!problems.empty()) {
+    std::string message = source + " does not fit the model: ";
+    for (size_t i = 0; i < problems.size(); ++i) message += (i ? "; " : "") + problems[i];
+    throw Error(message);
+  }
+  return matched;
+}
+
+c10::impl::GenericDict read_state_dict(const std::string& path) {
+  const auto source = "weights '" + path + "'";
+  const auto bytes = checkpoint::read_file(path, "weights");
+  c10::IValue value;
+  try {
+    value = read_torch_file(bytes);
+  } catch (const Error& e) {
+    throw Error("cannot read " + source + ": the file is truncated or not written by torch.save (" + e.what() + ")");
+  }
+  if (!value.isGenericDict()) throw Error("cannot read " + source + ": it holds a " + value.tagKind() + ", not a state dict");
+  auto dict = value.toGenericDict();
+  for (const char* key : {"model", "state_dict"}) {
+    auto inner = dict.find(c10::IValue(std::string(key)));
+    if (inner != dict.end() && inner->value().isGenericDict()) return inner->value().toGenericDict();
+  }
+  return dict;
+}
+
+void load_state_dict(torch::nn::Module& module, const std::string& path, const LoadStateOptions& options) {
+  const auto entries = named_state(module);
+  const auto tensors = match_state(entries, read_state_dict(path), "weights '" + path + "'", options);
+  torch::NoGradGuard no_grad;
+  for (size_t i = 0; i < entries.size(); ++i)
+    if (tensors[i].defined()) entries[i].second.copy_(tensors[i]);
+}
+
+void save_state_dict(const torch::nn::Module& module, const std::string& path) {
+  c10::Dict<std::string, torch::Tensor> dict;
+  for (const auto& [name, tensor] : named_state(module)) dict.insert(name, tensor.detach().to(torch::kCPU));
+  checkpoint::write_atomically(path, torch::pickle_save(dict));
+}
+
+}  // namespace fastcpp

@@ -1,0 +1,43 @@
+#pragma once
+// State dicts: a module's parameters and buffers by dotted name, read from and
+// written to the files PyTorch's torch.save / torch.load use (a pickled dict in a
+// zip archive), so weights move between Python and C++ in both directions.
+//
+//   save_state_dict(*model, "resnet18.pth");        // Python: model.load_state_dict(torch.load(...))
+//   load_state_dict(*model, "from_python.pth");     // Python: torch.save(model.state_dict(), ...)
+//
+// Loading checks the whole file against the module before copying anything: a
+// mismatch changes nothing and lists every missing, unexpected and mis-shaped key.
+#include <torch/nn/module.h>
+#include <torch/types.h>
+
+#include <string>
+#include <utility>
+#include <vector>
+
+namespace fastcpp {
+
+using NamedTensors = std::vector<std::pair<std::string, torch::Tensor>>;
+
+// Parameters then buffers, by their dotted names (torch's state_dict keys).
+NamedTensors named_state(const torch::nn::Module& module);
+
+struct LoadStateOptions {
+  bool strict = true;               // false: missing and unexpected keys are allowed (shapes still must match)
+  std::vector<std::string> skip;    // keys of the file starting with one of these are ignored (e.g. "fc.")
+};
+
+// The tensors of `saved` for each entry of `entries`, in order (undefined where
+// missing and not strict). Throws fastcpp::Error naming `source` and every problem.
+std::vector<torch::Tensor> match_state(const NamedTensors& entries, const c10::impl::GenericDict& saved,
+                                       const std::string& source, const LoadStateOptions& options = {});
+
+// A state dict from `path`: a plain torch.save(model.state_dict()) file, or a dict
+// holding one under "model" or "state_dict" (a fastcpp checkpoint, fastai's save).
+c10::impl::GenericDict read_state_dict(const std::string& path);
+
+void load_state_dict(torch::nn::Module& module, const std::string& path, const LoadStateOptions& options = {});
+// Written atomically, tensors on the CPU.
+void save_state_dict(const torch::nn::Module& module, const std::string& path);
+
+}  // namespace fastcpp

@@ -1,0 +1,91 @@
+// Learner::summary: one batch through the model in eval mode, a row per layer.
+#include <torch/torch.h>
+
+#include <cstdio>
+#include <sstream>
+
+#include "learner/error.h"
+#include "learner/learner.h"
+
+namespace fastcpp {
+namespace {
+
+// "torch::nn::Conv2dImpl" -> "Conv2d"
+std::string type_name(const torch::nn::Module& module) {
+  std::string name = module.name();
+  if (const auto colon = name.rfind("::"); colon != std::string::npos) name = name.substr(colon + 2);
+  if (name.size() > 4 && name.compare(name.size() - 4, 4, "Impl") == 0) name.resize(name.size() - 4);
+  return name;
+}
+
+struct Row {
+  std::string layer, shape;
+  int64_t params = 0, trainable = 0;
+};
+
+Row row_for(const std::string& name, const torch::nn::Module& module, const torch::Tensor& out) {
+  Row row{name + " (" + type_name(module) + ")", c10::str(out.sizes())};
+  for (const auto& p : module.parameters()) {
+    row.params += p.numel();
+    if (p.requires_grad()) row.trainable += p.numel();
+  }
+  return row;
+}
+
+}  // namespace
+
+std::string Learner::summary() {
+  torch::Tensor x;
+  for (const auto& batch : dls.valid) {
+    x = batch.x;
+    break;
+  }
+  if (!x.defined()) throw Error("summary: the validation set is empty; a batch is needed to trace the shapes");
+
+  auto& module = model.module();
+  const bool was_training = module.is_training();
+  module.eval();
+  std::vector<Row> rows;
+  {
+    torch::NoGradGuard no_grad;
+    const auto input = x;
+    if (auto* seq = dynamic_cast<torch::nn::SequentialImpl*>(&module)) {
+      auto any = seq->begin();  // in the order of named_children
+      for (const auto& child : seq->named_children()) {
+        x = (any++)->forward(x);
+        rows.push_back(row_for(child.key(), *child.value(), x));
+      }
+    } else {
+      rows.push_back(row_for("model", module, model(x)));
+    }
+    x = input;
+  }
+  module.train(was_training);
+
+  std::ostringstream out;
+  char line[256];
+  out << type_name(module) << " (input " << x.sizes() << ")\n";
+  std::snprintf(line, sizeof line, "%-36s %-22s %12s  %s\n", "Layer (type)", "Output Shape", "Param #", "Trainable");
+  out << line << std::string(84, '=') << "\n";
+  int64_t total = 0, trainable = 0;
+  for (const auto& row : rows) {
+    const char* flag = row.params == 0 ? "" : row.trainable == row.params ? "True" : row.trainable == 0 ? "False" : "Partly";
+    std::snprintf(line, sizeof line, "%-36s %-22s %12lld  %s\n", row.layer.c_str(), row.shape.c_str(),
+                  static_cast<long long>(row.params), flag);
+    out << line;
+    total += row.params;
+    trainable += row.trainable;
+  }
+  out << std::string(84, '=') << "\n"
+      << "Total params: " << total << "\nTotal trainable params: " << trainable
+      << "\nTotal non-trainable params: " << total - trainable << "\n";
+  if (frozen_groups_ > 0)
+    out << "Frozen: the first " << frozen_groups_ << " of " << n_param_groups() << " parameter groups (norm layers "
+        << (options_.train_bn ? "trainable" : "frozen") << ")\n";
+  out << "Callbacks:";
+  for (const auto& cb : cbs_) out << " " << cb->name();
+  out << "\n";
+  return out.str();
+}
+
+}  // namespace fastcpp

@@ -1,0 +1,246 @@
+#include "learner/torch_file.h"
+
+#include <caffe2/serialize/in_memory_adapter.h>
+#include <caffe2/serialize/inline_container.h>
+#include <torch/torch.h>
+
+#include <cstring>
+#include <functional>
+#include <map>
+#include <unordered_map>
+
+#include "learner/error.h"
+
+namespace fastcpp {
+namespace {
+
+// A pickle stack entry: a value, a class or function named by GLOBAL, or a MARK.
+struct Item {
+  enum Kind { value, global, mark } kind = value;
+  c10::IValue data;
+  std::string name;  // "module.name" of a global
+};
+
+const std::map<std::string, torch::Dtype>& storage_dtypes() {
+  static const std::map<std::string, torch::Dtype> dtypes{
+      {"torch.FloatStorage", torch::kFloat},   {"torch.DoubleStorage", torch::kDouble}, {"torch.HalfStorage", torch::kHalf},
+      {"torch.BFloat16Storage", torch::kBFloat16}, {"torch.LongStorage", torch::kLong}, {"torch.IntStorage", torch::kInt},
+      {"torch.ShortStorage", torch::kShort},   {"torch.CharStorage", torch::kChar},     {"torch.ByteStorage", torch::kByte},
+      {"torch.BoolStorage", torch::kBool}};
+  return dtypes;
+}
+
+std::vector<int64_t> int_list(const c10::IValue& tuple) {
+  std::vector<int64_t> values;
+  for (const auto& v : tuple.toTupleRef().elements()) values.push_back(v.toInt());
+  return values;
+}
+
+class Unpickler {
+ public:
+  Unpickler(const char* data, size_t size, caffe2::serialize::PyTorchStreamReader& archive)
+      : p_(data), end_(data + size), archive_(archive) {}
+
+  c10::IValue run() {
+    while (true) {
+      const auto op = static_cast<uint8_t>(byte());
+      switch (op) {
+        case 0x80: byte(); break;                                  // PROTO
+        case 0x95: take(8); break;                                 // FRAME
+        case '.': return pop().data;                               // STOP
+        case '(': stack_.push_back({Item::mark}); break;           // MARK
+        case 'N': push(c10::IValue()); break;
+        case 0x88: push(true); break;
+        case 0x89: push(false); break;
+        case 'K': push(static_cast<int64_t>(static_cast<uint8_t>(byte()))); break;
+        case 'M': push(static_cast<int64_t>(little<uint16_t>())); break;
+        case 'J': push(static_cast<int64_t>(little<int32_t>())); break;
+        case 0x8a: push(long1()); break;
+        case 'G': push(binfloat()); break;
+        case 'X': push(text(little<uint32_t>())); break;
+        case 0x8c: push(text(static_cast<uint8_t>(byte()))); break;
+        case 'c': global(); break;
+        case 'q': memo_[static_cast<uint8_t>(byte())] = stack_.back(); break;
+        case 'r': memo_[little<uint32_t>()] = stack_.back(); break;
+        case 0x94: {  // MEMOIZE
+          const auto index = static_cast<uint32_t>(memo_.size());
+          memo_[index] = stack_.back();
+          break;
+        }
+        case 'h': stack_.push_back(memo_.at(static_cast<uint8_t>(byte()))); break;
+        case 'j': stack_.push_back(memo_.at(little<uint32_t>())); break;
+        case ')': push(c10::ivalue::Tuple::create({})); break;
+        case 0x85: tuple(1); break;
+        case 0x86: tuple(2); break;
+        case 0x87: tuple(3); break;
+        case 't': push(c10::ivalue::Tuple::create(values_since_mark())); break;
+        case '}': push(c10::impl::GenericDict(c10::AnyType::get(), c10::AnyType::get())); break;
+        case ']': push(c10::impl::GenericList(c10::AnyType::get())); break;
+        case 'a': {
+          auto v = pop().data;
+          append(stack_.back().data, {v});
+          break;
+        }
+        case 'e': {
+          auto vs = values_since_mark();
+          append(stack_.back().data, vs);
+          break;
+        }
+        case 's': {
+          auto v = pop().data, k = pop().data;
+          set_items(stack_.back().data, {k, v});
+          break;
+        }
+        case 'u': {
+          auto kvs = values_since_mark();
+          set_items(stack_.back().data, kvs);
+          break;
+        }
+        case 'Q': push(persistent_load(pop().data)); break;         // BINPERSID
+        case 'R':                                                 // REDUCE
+        case 0x81: {                                              // NEWOBJ
+          auto args = pop().data;
+          auto callable = pop();
+          push(call(callable, args));
+          break;
+        }
+        case 'b': pop(); break;  // BUILD: the state of an object (an OrderedDict's _metadata): not needed
+        default:
+          throw Error("unsupported pickle opcode " + std::to_string(op));
+      }
+    }
+  }
+
+ private:
+  char byte() {
+    if (p_ >= end_) throw Error("the pickle ends early");
+    return *p_++;
+  }
+  const char* take(size_t n) {
+    if (static_cast<size_t>(end_ - p_) < n) throw Error("the pickle ends early");
+    const char* at = p_;
+    p_ += n;
+    return at;
+  }
+  template <class T>
+  T little() {
+    T v;
+    std::memcpy(&v, take(sizeof(T)), sizeof(T));  // pickles are little-endian, as are our machines
+    return v;
+  }
+  int64_t long1() {
+    const auto n = static_cast<uint8_t>(byte());
+    if (n > 8) throw Error("an integer of " + std::to_string(n) + " bytes does not fit 64 bits");
+    const char* bytes = take(n);
+    uint64_t v = 0;
+    for (int i = n - 1; i >= 0; --i) v = (v << 8) | static_cast<uint8_t>(bytes[i]);
+    if (n > 0 && n < 8 && (bytes[n - 1] & 0x80)) v |= ~uint64_t{0} << (8 * n);  // sign-extend
+    return static_cast<int64_t>(v);
+  }
+  double binfloat() {
+    const char* bytes = take(8);
+    uint64_t bits = 0;
+    for (int i = 0; i < 8; ++i) bits = (bits << 8) | static_cast<uint8_t>(bytes[i]);  // big-endian
+    double v;
+    std::memcpy(&v, &bits, 8);
+    return v;
+  }
+  std::string text(size_t n) { return std::string(take(n), n); }
+  std::string line() {
+    std::string s;
+    for (char c = byte(); c != '\n'; c = byte()) s += c;
+    return s;
+  }
+  void global() {
+    auto module = line();
+    auto name = line();
+    const auto full = module + "." + name;
+    stack_.push_back({Item::global, c10::IValue(full), full});  // as a value (a storage class in a tuple): its name
+  }
+
+  void push(c10::IValue v) { stack_.push_back({Item::value, std::move(v)}); }
+  Item pop() {
+    if (stack_.empty()) throw Error("malformed pickle (stack underflow)");
+    auto item = std::move(stack_.back());
+    stack_.pop_back();
+    return item;
+  }
+  std::vector<c10::IValue> values_since_mark() {
+    std::vector<c10::IValue> values;
+    while (true) {
+      auto item = pop();
+      if (item.kind == Item::mark) break;
+      values.push_back(std::move(item.data));
+    }
+    std::reverse(values.begin(), values.end());
+    return values;
+  }
+  void tuple(size_t n) {
+    std::vector<c10::IValue> values(n);
+    for (size_t i = n; i-- > 0;) values[i] = pop().data;
+    push(c10::ivalue::Tuple::create(std::move(values)));
+  }
+  static void append(c10::IValue& list, const std::vector<c10::IValue>& values) {
+    if (!list.isList()) return;  // items of an object we do not model
+    auto l = list.toList();
+    for (const auto& v : values) l.push_back(v);
+  }
+  static void set_items(c10::IValue& dict, const std::vector<c10::IValue>& kvs) {
+    if (!dict.isGenericDict()) return;
+    auto d = dict.toGenericDict();
+    for (size_t i = 0; i + 1 < kvs.size(); i += 2) d.insert_or_assign(kvs[i], kvs[i + 1]);
+  }
+
+  c10::IValue call(const Item& callable, const c10::IValue& args) {
+    const auto& name = callable.name;
+    if (name == "collections.OrderedDict") return c10::impl::GenericDict(c10::AnyType::get(), c10::AnyType::get());
+    if (name == "torch._utils._rebuild_tensor_v2" || name == "torch._utils._rebuild_tensor") {
+      const auto& a = args.toTupleRef().elements();
+      return a.at(0).toTensor().as_strided(int_list(a.at(2)), int_list(a.at(3)), a.at(1).toInt());
+    }
+    if (name == "torch._utils._rebuild_parameter") return args.toTupleRef().elements().at(0);
+    // libtorch's own pickler wraps typed containers in these; their first argument is the value.
+    if (name.rfind("torch.jit._pickle.", 0) == 0) return args.toTupleRef().elements().at(0);
+    return c10::IValue();  // an object of a class we do not model
+  }
+
+  // ('storage', <dtype's storage class>, key, location, numel): the record data/<key>.
+  c10::IValue persistent_load(const c10::IValue& pid) {
+    const auto id = pid.toTupleRef().elements().vec();
+    if (id.size() < 5 || !id[0].isString() || id[0].toStringRef() != "storage") throw Error("unsupported persistent id");
+    const auto key = id[2].toStringRef();
+    if (auto cached = storages_.find(key); cached != storages_.end()) return cached->second;
+    const auto& type = id[1].toStringRef();  // the storage class, a GLOBAL kept as its name
+    const auto dtype = storage_dtypes().find(type);
+    if (dtype == storage_dtypes().end()) throw Error("unsupported storage type " + type);
+    const int64_t numel = id[4].toInt();
+    auto storage = torch::empty({numel}, dtype->second);
+    const auto [data, size] = archive_.getRecord("data/" + key);
+    if (size < static_cast<size_t>(storage.nbytes())) throw Error("the record data/" + key + " is cut short");
+    std::memcpy(storage.data_ptr(), data.get(), storage.nbytes());
+    storages_[key] = storage;
+    return storage;
+  }
+
+  const char* p_;
+  const char* end_;
+  caffe2::serialize::PyTorchStreamReader& archive_;
+  std::vector<Item> stack_;
+  std::unordered_map<uint32_t, Item> memo_;
+  std::unordered_map<std::string, torch::Tensor> storages_;
+};
+
+}  // namespace
+
+c10::IValue read_torch_file(const std::vector<char>& bytes) {
+  try {
+    caffe2::serialize::PyTorchStreamReader archive(
+        std::make_shared<caffe2::serialize::MemoryReadAdapter>(bytes.data(), static_cast<off_t>(bytes.size())));
+    const auto [pickle, size] = archive.getRecord("data.pkl");
+    return Unpickler(static_cast<const char*>(pickle.get()), size, archive).run();
+  } catch (const c10::Error& e) {
+    throw Error(std::string(e.what_without_backtrace()).substr(0, 200));
+  }
+}
+
+}  // namespace fastcpp

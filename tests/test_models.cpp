@@ -1,0 +1,267 @@
+// Vision models: torchvision interop (fixtures from tests/fixtures/torchvision_models.py,
+// made by the models_fixtures ctest entry), vision_learner, summary, interpretation.
+#include <cstdlib>
+#include <filesystem>
+
+#include "helpers.h"
+
+using namespace fastcpp;
+using namespace fastcpp::testing;
+
+namespace {
+
+std::string model_fixture(const std::string& name) {
+  const auto path = std::string(FASTCPP_MODEL_FIXTURES) + "/" + name;
+  REQUIRE_MESSAGE(std::filesystem::exists(path), "missing " << path << ": run tests/fixtures/torchvision_models.py make "
+                                                              << FASTCPP_MODEL_FIXTURES);
+  return path;
+}
+
+c10::impl::GenericDict read_dict(const std::string& path) {
+  return read_torch_file(checkpoint::read_file(path)).toGenericDict();
+}
+
+torch::Tensor entry(const c10::impl::GenericDict& dict, const std::string& key) {
+  return dict.at(c10::IValue(key)).toTensor();
+}
+
+// |a - b| <= 1e-5 * (1 + |b|), element-wise.
+bool close(const torch::Tensor& a, const torch::Tensor& b) {
+  return a.sizes() == b.sizes() && ((a - b).abs() <= 1e-5 * (1 + b.abs())).all().item<bool>();
+}
+
+// Calibrates the norm layers on random images (so eval outputs stay O(1)), then eval mode.
+void calibrate(torch::nn::Module& model) {
+  torch::NoGradGuard no_grad;
+  model.train();
+  auto gen = at::make_generator<at::CPUGeneratorImpl>(7);
+  for (int i = 0; i < 3; ++i) {
+    if (auto* net = dynamic_cast<vision::ResNetImpl*>(&model)) net->forward(torch::randn({8, 3, 64, 64}, gen));
+  }
+  model.eval();
+}
+
+// Images [n, 3, size, size] with labels in [0, 3) and a vocab.
+DataLoaders image_dls(int64_t n = 16, int64_t size = 32) {
+  auto gen = at::make_generator<at::CPUGeneratorImpl>(3);
+  auto make = [&](int64_t count) {
+    return std::make_shared<TensorDataset>(torch::randn({count, 3, size, size}, gen), torch::randint(3, {count}, gen, torch::kLong));
+  };
+  return {DataLoader(make(n), {.bs = 8}), DataLoader(make(n / 2), {.bs = 8}), {"cat", "dog", "fox"}};
+}
+
+}  // namespace
+
+TEST_SUITE("models") {
+  TEST_CASE("ResNet-18 and ResNet-50 load torchvision's state dicts by name and compute the same outputs") {
+    torch::set_num_threads(2);
+    for (const std::string arch : {"resnet18", "resnet50"}) {
+      CAPTURE(arch);
+      auto model = arch == "resnet18" ? vision::resnet18() : vision::resnet50();
+      load_state_dict(*model, model_fixture(arch + ".pth"));  // strict: every key, no extras, same shapes
+      model->eval();
+      const auto io = read_dict(model_fixture(arch + "_io.pt"));
+      torch::NoGradGuard no_grad;
+      const auto output = model->forward(entry(io, "input"));
+      CHECK(close(output, entry(io, "output")));
+      CHECK((output - entry(io, "output")).abs().max().item<double>() < 1e-5);
+    }
+  }
+
+  TEST_CASE("a state dict goes C++ -> Python -> C++: torchvision computes our outputs and its edits come back") {
+    torch::set_num_threads(2);
+    torch::manual_seed(5);
+    auto model = vision::resnet18();
+    calibrate(*model);
+    const auto ours = temp_path("ours.pth"), back = temp_path("back.pt");
+    save_state_dict(*model, ours);
+    const std::string command = std::string(FASTCPP_PYTHON) + " " + FASTCPP_TORCHVISION_SCRIPT + " roundtrip resnet18 " +
+                                ours + " " + back;
+    REQUIRE(std::system(command.c_str()) == 0);
+
+    const auto input = entry(read_dict(model_fixture("resnet18_io.pt")), "input");
+    torch::NoGradGuard no_grad;
+    CHECK(close(model->forward(input), entry(read_dict(back), "output")));
+
+    auto reloaded = vision::resnet18();
+    load_state_dict(*reloaded, back);  // the dict under "state_dict"
+    CHECK(torch::equal(reloaded->named_parameters()["conv1.weight"], -model->named_parameters()["conv1.weight"]));
+    CHECK(torch::equal(reloaded->named_buffers()["layer4.1.bn2.running_var"], model->named_buffers()["layer4.1.bn2.running_var"]));
+    CHECK(torch::equal(reloaded->fc->weight, model->fc->weight));
+    std::filesystem::remove(ours);
+    std::filesystem::remove(back);
+  }
+
+  TEST_CASE("bad weight files name the file and the keys, and change nothing") {
+    auto model = vision::resnet18({.num_classes = 10});
+    const auto before = snapshot(*model);
+    const auto r50 = model_fixture("resnet50.pth");
+    const auto message = error_of([&] { load_state_dict(*model, r50); });
+    CHECK(message.rfind("weights '" + r50 + "' does not fit the model: not in the model: 'layer1.0.conv3.weight', "
+                        "'layer1.0.bn3.weight', ", 0) == 0);
+    CHECK(message.find("'layer1.0.downsample.1.weight' and 190 more; shape differs: ") != std::string::npos);
+    CHECK(message.find("'layer3.0.conv1.weight' is [256, 512, 1, 1] in the file but [256, 128, 3, 3] in the model and 18 more") !=
+          std::string::npos);
+    CHECK(error_of([&] { load_state_dict(*vision::resnet50(), model_fixture("resnet18.pth")); })
+              .find("missing from the file: 'layer1.0.conv3.weight', ") != std::string::npos);
+    CHECK(message.find("shape differs: 'layer1.0.conv1.weight' is [64, 64, 1, 1] in the file but [64, 64, 3, 3] in the model") !=
+          std::string::npos);
+    CHECK(all_equal(before, snapshot(*model)));
+
+    // Non-strict still refuses shapes; skipping the classifier makes a fine-tuning start.
+    const auto r18 = model_fixture("resnet18.pth");
+    CHECK(error_of([&] { load_state_dict(*model, r18, {.strict = false}); }) ==
+          "weights '" + r18 + "' does not fit the model: shape differs: 'fc.weight' is [1000, 512] in the file but [10, 512] "
+          "in the model, 'fc.bias' is [1000] in the file but [10] in the model");
+    CHECK_NOTHROW(load_state_dict(*model, r18, {.strict = false, .skip = {"fc."}}));
+
+    const auto truncated = temp_path("truncated.pth");
+    std::filesystem::copy_file(r18, truncated, std::filesystem::copy_options::overwrite_existing);
+    std::filesystem::resize_file(truncated, std::filesystem::file_size(truncated) / 3);
+    CHECK(error_of([&] { load_state_dict(*model, truncated); })
+              .rfind("cannot read weights '" + truncated + "': the file is truncated or not written by torch.save", 0) == 0);
+    std::filesystem::remove(truncated);
+    CHECK(error_of([&] { load_state_dict(*model, "/nonexistent/r18.pth"); }) ==
+          "weights '/nonexistent/r18.pth' not found or unreadable");
+    const auto list = temp_path("list.pt");
+    checkpoint::write_atomically(list, torch::pickle_save(c10::List<int64_t>({1, 2})));
+    CHECK(error_of([&] { load_state_dict(*model, list); }) == "cannot read weights '" + list + "': it holds a GenericList, not a state dict");
+    std::filesystem::remove(list);
+  }
+
+  TEST_CASE("ResNet stems and widths") {
+    auto cifar = vision::resnet18({.num_classes = 10, .in_channels = 1, .stem = vision::Stem::cifar, .width = 16});
+    CHECK(cifar->named_parameters()["conv1.weight"].sizes() == torch::IntArrayRef{16, 1, 3, 3});
+    CHECK(cifar->named_parameters()["layer4.0.downsample.0.weight"].sizes() == torch::IntArrayRef{128, 64, 1, 1});
+    CHECK(cifar->num_features() == 128);
+    cifar->eval();
+    CHECK(cifar->body()->forward(torch::zeros({2, 1, 28, 28})).sizes() == torch::IntArrayRef{2, 128, 4, 4});
+    CHECK(cifar->forward(torch::zeros({2, 1, 28, 28})).sizes() == torch::IntArrayRef{2, 10});
+    CHECK(vision::resnet101()->parameters().size() == 314);
+    CHECK(vision::resnet34({.stem = vision::Stem::imagenet})->body()->forward(torch::zeros({1, 3, 64, 64})).sizes() ==
+          torch::IntArrayRef{1, 512, 2, 2});
+  }
+
+  TEST_CASE("create_head is fastai's: concat pool, BatchNorm, dropout, bias-free linears") {
+    auto head = vision::create_head(512, 10);
+    std::vector<std::string> names;
+    for (const auto& child : head->named_children()) names.push_back(child.key());
+    CHECK(names == std::vector<std::string>{"head_pool", "head_flatten", "head_bn1", "head_drop1", "head_linear1", "head_relu1",
+                                            "head_bn2", "head_drop2", "head_linear2"});
+    auto params = head->named_parameters();
+    CHECK(params["head_bn1.weight"].size(0) == 1024);
+    CHECK(params["head_linear1.weight"].sizes() == torch::IntArrayRef{512, 1024});
+    CHECK(params["head_linear2.weight"].sizes() == torch::IntArrayRef{10, 512});
+    CHECK(!params.contains("head_linear1.bias"));
+    CHECK(head->named_children()[3].value()->as<torch::nn::Dropout>()->options.p() == 0.25);
+    CHECK(head->named_children()[7].value()->as<torch::nn::Dropout>()->options.p() == 0.5);
+    // [max, avg]
+    auto x = torch::arange(8, torch::kFloat).view({1, 2, 2, 2});
+    CHECK(torch::equal(vision::AdaptiveConcatPool2d()->forward(x).flatten(), torch::tensor({3.f, 7.f, 1.5f, 5.5f})));
+  }
+
+  TEST_CASE("vision_learner: three parameter groups with the slice's lrs, frozen body with weights") {
+    torch::set_num_threads(2);
+    auto learn = vision::vision_learner(image_dls(), vision::resnet18, {metrics::accuracy()},
+                                        {.pretrained_weights = model_fixture("resnet18.pth")}, quiet());
+    silence(learn);
+    REQUIRE(learn.n_param_groups() == 3);
+    auto& model = learn.model.module();
+    // The body holds torchvision's weights.
+    const auto file = read_state_dict(model_fixture("resnet18.pth"));
+    CHECK(torch::equal(model.named_parameters()["layer3.1.conv2.weight"], entry(file, "layer3.1.conv2.weight")));
+
+    const auto conv_before = model.named_parameters()["layer2.0.conv1.weight"].clone();
+    const auto bn_before = model.named_parameters()["layer2.0.bn1.weight"].clone();
+    const auto head_before = model.named_parameters()["head_linear2.weight"].clone();
+    learn.fit(1, 1e-2);
+    CHECK(torch::equal(model.named_parameters()["layer2.0.conv1.weight"], conv_before));   // frozen
+    CHECK(!torch::equal(model.named_parameters()["layer2.0.bn1.weight"], bn_before));      // norm layers train
+    CHECK(!torch::equal(model.named_parameters()["head_linear2.weight"], head_before));
+
+    learn.unfreeze();
+    learn.fit(1, slice(1e-4, 1e-2));
+    const auto lrs = learn.opt->hyper("lr");
+    REQUIRE(lrs.size() == 3);
+    CHECK(lrs[0] == doctest::Approx(1e-4));
+    CHECK(lrs[1] == doctest::Approx(1e-3));
+    CHECK(lrs[2] == doctest::Approx(1e-2));
+    CHECK(!torch::equal(model.named_parameters()["layer2.0.conv1.weight"], conv_before));
+
+    // The groups: stem to layer2, layer3 and layer4, the head.
+    auto groups = vision::resnet_split(model);
+    auto children = model.named_children();
+    CHECK(groups[0].size() == 3 + children["layer1"]->parameters().size() + children["layer2"]->parameters().size());
+    CHECK(groups[1].size() == children["layer3"]->parameters().size() + children["layer4"]->parameters().size());
+    CHECK(groups[2].size() == 6);  // two BatchNorms (weight, bias) and two linears
+
+    auto random = vision::vision_learner(image_dls(), vision::resnet18, {}, {}, quiet());
+    CHECK(random.model.module().named_parameters()["layer1.0.conv1.weight"].requires_grad());
+  }
+
+  TEST_CASE("summary lists each layer with its output shape and parameter counts") {
+    auto learn = vision::vision_learner(image_dls(), vision::resnet18, {},
+                                        {.pretrained_weights = model_fixture("resnet18.pth")}, quiet());
+    const auto text = learn.summary();
+    CHECK(text.find("conv1 (Conv2d)                       [8, 64, 16, 16]                9408  False") != std::string::npos);
+    CHECK(text.find("bn1 (SyncBatchNorm)                  [8, 64, 16, 16]                 128  True") != std::string::npos);
+    CHECK(text.find("layer4 (Stage)                       [8, 512, 1, 1]              8393728  Partly") != std::string::npos);
+    CHECK(text.find("head_linear2 (Linear)                [8, 3]                         1536  True") != std::string::npos);
+    int64_t total = 0, trainable = 0;
+    for (const auto& p : learn.model.module().parameters()) {
+      total += p.numel();
+      if (p.requires_grad()) trainable += p.numel();
+    }
+    CHECK(text.find("Total params: " + std::to_string(total) + "\n") != std::string::npos);
+    CHECK(text.find("Total trainable params: " + std::to_string(trainable) + "\n") != std::string::npos);
+    CHECK(text.find("Frozen: the first 2 of 3 parameter groups") != std::string::npos);
+    CHECK(learn.model.module().is_training());  // summary leaves the mode as it was
+  }
+
+  TEST_CASE("get_preds with losses: each item's loss, averaging to the validation loss") {
+    Learner learn(synthetic_dls(8, 8, 4), tiny_model(), CrossEntropyLoss(), {}, quiet());
+    silence(learn);
+    const auto preds = learn.get_preds(nullptr, /*with_loss=*/true);
+    REQUIRE(preds.losses.sizes() == torch::IntArrayRef{8});
+    CHECK(preds.losses.mean().item<double>() == doctest::Approx(learn.validate()[0]).epsilon(1e-6));
+    CHECK(preds.losses[2].item<double>() ==
+          doctest::Approx(-std::log(preds.preds[2][preds.targets[2].item<int64_t>()].item<double>())).epsilon(1e-5));
+  }
+
+  TEST_CASE("interpretation: confusion matrix, most confused, top losses") {
+    // 5 items, 3 classes: predicted 0 0 2 1 2 for actual 0 1 2 1 1.
+    auto probs = torch::tensor({0.8f, 0.1f, 0.1f, 0.6f, 0.3f, 0.1f, 0.1f, 0.1f, 0.8f, 0.2f, 0.7f, 0.1f, 0.1f, 0.2f, 0.7f}).view({5, 3});
+    auto targets = torch::tensor({0, 1, 2, 1, 1}, torch::kLong);
+    auto losses = -probs.gather(1, targets.unsqueeze(1)).squeeze(1).log();
+    vision::ClassificationInterpretation interp(DataLoader(std::make_shared<TensorDataset>(torch::zeros({5, 1, 4, 4}), targets)),
+                                               {"cat", "dog", "fox"}, {probs, targets, losses});
+    CHECK(torch::equal(interp.confusion_matrix(), torch::tensor({1, 0, 0, 1, 1, 1, 0, 0, 1}, torch::kLong).view({3, 3})));
+    const auto confused = interp.most_confused();
+    REQUIRE(confused.size() == 2);
+    CHECK(confused[0].actual == "dog");
+    CHECK(confused[0].predicted == "cat");
+    CHECK(confused[1].predicted == "fox");
+    const auto top = interp.top_losses(2);
+    CHECK(top[0].index == 4);  // p(dog) = 0.2
+    CHECK(top[0].predicted == 2);
+    CHECK(top[0].probability == doctest::Approx(0.7));
+    CHECK(top[1].index == 1);  // p(dog) = 0.3
+    CHECK(interp.confusion_matrix_text() ==
+          "confusion matrix (rows: actual, columns: predicted)\n"
+          "           0     1     2\n"
+          "cat        1     0     0   (0)\n"
+          "dog        1     1     1   (1)\n"
+          "fox        0     0     1   (2)\n");
+    CHECK(interp.top_losses_text(1) == "item      loss  predicted / actual (probability)\n"
+                                       "4        1.609  fox / dog (0.70)\n");
+#if FASTCPP_HAS_OPENCV
+    const auto cm = temp_path("cm.png"), tl = temp_path("tl.png");
+    interp.plot_confusion_matrix(cm);
+    interp.plot_top_losses(4, tl);
+    CHECK(std::filesystem::file_size(cm) > 500);
+    CHECK(std::filesystem::file_size(tl) > 500);
+    std::filesystem::remove(cm);
+    std::filesystem::remove(tl);
+#endif
+  }
+}

@@ -1,0 +1,51 @@
+#include "vision/vision_learner.h"
+
+#include "learner/error.h"
+#include "learner/state_dict.h"
+
+namespace fastcpp::vision {
+namespace {
+
+void append(torch::nn::Sequential& to, const torch::nn::Sequential& from) {
+  auto any = from->begin();  // the type-erased children, in the order of their names
+  for (const auto& item : from->named_children()) to->push_back(item.key(), *any++);
+}
+
+}  // namespace
+
+torch::nn::Sequential create_vision_model(const Arch& arch, int64_t n_out, const VisionLearnerOptions& o) {
+  if (!arch) throw Error("vision_learner: no architecture given");
+  auto net = arch({.in_channels = o.in_channels, .stem = o.stem, .width = o.width});
+  auto body = net->body();
+  if (!o.pretrained_weights.empty()) load_state_dict(*body, o.pretrained_weights, {.skip = {"fc."}});
+  torch::nn::Sequential model;
+  append(model, body);
+  append(model, create_head(net->num_features(), n_out, o.head()));
+  return model;
+}
+
+std::vector<std::vector<torch::Tensor>> resnet_split(torch::nn::Module& model) {
+  std::vector<std::vector<torch::Tensor>> groups(3);
+  size_t group = 0;
+  for (const auto& child : model.named_children()) {
+    if (child.key() == "layer3") group = std::max<size_t>(group, 1);
+    if (child.key().rfind("head_", 0) == 0) group = 2;
+    for (const auto& p : child.value()->parameters()) groups[group].push_back(p);
+  }
+  if (groups[1].empty() || groups[2].empty())
+    throw Error("resnet_split: the model has no layer3 or no head_ layers; is it from create_vision_model?");
+  return groups;
+}
+
+Learner vision_learner(DataLoaders dls, const Arch& arch, std::vector<MetricPtr> metrics, VisionLearnerOptions o,
+                       LearnerOptions learner_options) {
+  const int64_t n_out = o.n_out > 0 ? o.n_out : static_cast<int64_t>(dls.num_classes());
+  if (n_out < 1) throw Error("vision_learner: the data have no vocab; give n_out");
+  auto model = create_vision_model(arch, n_out, o);
+  learner_options.splitter = resnet_split;
+  learner_options.frozen = !o.pretrained_weights.empty();
+  auto loss = o.loss_func ? o.loss_func : CrossEntropyLoss();
+  return Learner(std::move(dls), model, std::move(loss), std::move(metrics), std::move(learner_options));
+}
+
+}  // namespace fastcpp::vision
