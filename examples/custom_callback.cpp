@@ -1,0 +1,93 @@
+// Writing your own callbacks: two examples, trained on Fashion-MNIST.
+//
+//   custom_callback [--epochs 2] [--data DIR] [--threads N]
+//
+// A callback overrides the events it needs (fastai's names: before_fit, before_batch,
+// after_backward, after_step, before_validate, ...) and reads or changes the Learner
+// through learn(): the batch (xb, yb), the prediction and loss, the model, the
+// optimizer, the position in training (epoch, iter, pct_train), `training`.
+#include <fastcpp.h>
+
+#include "fashion_model.h"
+
+#include <iostream>
+#include <map>
+#include <thread>
+
+using namespace fastcpp;
+
+// Logs the global L2 norm of the gradients: read after backward (before the optimizer
+// step and any clipping), averaged over each epoch and added as a column of the table.
+class GradNormLogger : public Callback {
+ public:
+  // The recorder reads the column when it writes the epoch's row.
+  void after_create() override {
+    learn().recorder->add_column("grad norm", [this] { return count_ ? sum_ / count_ : std::nan(""); });
+  }
+  void before_epoch() override { sum_ = 0, count_ = 0; }
+  void after_backward() override {
+    if (!learn().training) return;
+    double squares = 0;
+    for (const auto& p : learn().model.module().parameters())
+      if (p.grad().defined()) squares += p.grad().pow(2).sum().item<double>();
+    sum_ += std::sqrt(squares);
+    ++count_;
+  }
+
+ private:
+  double sum_ = 0;
+  int count_ = 0;
+};
+
+// Keeps an exponential moving average of the weights (updated after every optimizer
+// step) and validates with it: the averaged weights are swapped in before validation
+// and the trained ones back after. It changes the model's state, so it runs late
+// (order 60) and restores the weights even if validation is cancelled.
+class WeightEMA : public Callback {
+ public:
+  explicit WeightEMA(double decay = 0.999) : decay_(decay) { order = 60; }
+  void before_fit() override {
+    ema_.clear();
+    for (const auto& p : learn().model.module().parameters()) ema_.push_back(p.detach().clone());
+  }
+  void after_step() override {
+    torch::NoGradGuard no_grad;
+    auto params = learn().model.module().parameters();
+    for (size_t i = 0; i < params.size(); ++i) ema_[i].lerp_(params[i], 1 - decay_);
+  }
+  void before_validate() override { swap(); }
+  void after_validate() override { swap(); }
+  void after_cancel_validate() override { swap(); }
+
+ private:
+  void swap() {
+    torch::NoGradGuard no_grad;
+    auto params = learn().model.module().parameters();
+    for (size_t i = 0; i < params.size(); ++i) {
+      auto trained = params[i].clone();
+      params[i].copy_(ema_[i]);
+      ema_[i].copy_(trained);
+    }
+  }
+  double decay_;
+  std::vector<torch::Tensor> ema_;
+};
+
+int main(int argc, char** argv) {
+  std::map<std::string, std::string> flags{{"--epochs", "2"}, {"--data", "/usr/share/datasets/fashion-mnist"},
+                                           {"--threads", std::to_string(std::thread::hardware_concurrency())}};
+  for (int i = 1; i + 1 < argc; i += 2) flags[argv[i]] = argv[i + 1];
+  torch::set_num_threads(std::stoi(flags["--threads"]));
+  torch::manual_seed(42);
+  try {
+    const std::vector<BatchTransform> tfms{Normalize{{0.2860}, {0.3530}}};
+    DataLoaders dls{DataLoader(vision::idx_image_dataset(flags["--data"], "train"), {.bs = 128, .shuffle = true, .batch_tfms = tfms}),
+                    DataLoader(vision::idx_image_dataset(flags["--data"], "t10k"), {.bs = 256, .batch_tfms = tfms})};
+    Learner learn(dls, make_model(), CrossEntropyLoss(), {metrics::accuracy()},
+                  {.cbs = {std::make_shared<GradNormLogger>(), std::make_shared<WeightEMA>()}});
+    learn.fit_one_cycle(std::stoi(flags["--epochs"]), 1e-2);
+  } catch (const Error& e) {
+    std::cerr << "error: " << e.what() << "\n";
+    return 1;
+  }
+}
