@@ -20,7 +20,7 @@ void DistributedTrainer::before_fit() {
     single_process_noted_ = true;
     return;
   }
-  if (!comm_) comm_ = std::make_shared<Communicator>(env_, options_.process_group);
+  if (!comm_) comm_ = process_communicator(env_, options_.process_group);
   if (options_.sync_bn) synchronize_batchnorm();
   std::vector<torch::Tensor> trainable;
   for (const auto& param : l.model.module().parameters())

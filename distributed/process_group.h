@@ -6,6 +6,7 @@
 #include <torch/types.h>
 
 #include <chrono>
+#include <functional>
 #include <memory>
 #include <string>
 
@@ -47,5 +48,14 @@ class Communicator {
   int rank_, world_size_;
   std::string backend_;
 };
+
+// The communicator of this process, made from `env` on first use and shared after
+// (to_distributed and rank0_first use it, so one process forms one group).
+std::shared_ptr<Communicator> process_communicator(const DistEnv& env, ProcessGroupOptions options = {});
+
+// Runs `fn` on rank 0 first and then, after a barrier, on the other ranks: for work
+// that one process should do before the others reuse it (preparing a dataset, writing
+// a cache). Without launcher variables it just runs `fn`.
+void rank0_first(const std::function<void()>& fn, ProcessGroupOptions options = {});
 
 }  // namespace fastcpp::distributed

@@ -2,7 +2,7 @@
 // BatchNorm) trained in one process with batch 8, or in two processes
 // (to_distributed, BatchNorm made SyncBatchNorm) with batch 4 each.
 //
-//   dist_worker single|ddp|unused|resume|single_acc|ddp_acc|syncbn_single|syncbn OUT
+//   dist_worker single|ddp|unused|resume|single_acc|ddp_acc|syncbn_single|syncbn|rank0_first OUT
 //
 // Writes OUT (OUT.<rank> when distributed): the final parameters, then
 // [valid_loss, accuracy], the epoch the run resumed from, and the number of
@@ -14,6 +14,7 @@
 #include <cstdlib>
 #include <fstream>
 #include <iostream>
+#include <thread>
 
 using namespace fastcpp;
 
@@ -113,6 +114,13 @@ int main(int argc, char** argv) {
   torch::manual_seed(0);
   try {
     if (mode == "syncbn" || mode == "syncbn_single") return batchnorm_run(mode == "syncbn", out);
+    if (mode == "rank0_first") {  // rank 0 (slow on purpose) appends its rank before the others do
+      distributed::rank0_first([&] {
+        if (std::string(rank) == "0") std::this_thread::sleep_for(std::chrono::milliseconds(500));
+        std::ofstream(argv[2], std::ios::app) << rank << "\n";
+      });
+      return 0;
+    }
     const bool single = mode == "single" || mode == "single_acc";
     const bool accumulate = mode == "single_acc" || mode == "ddp_acc";
     DataLoaders dls{DataLoader(data(kTrain, 1), {.bs = single ? 2 * kLocalBs : kLocalBs, .shuffle = true, .seed = 3,

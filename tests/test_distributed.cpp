@@ -1,6 +1,7 @@
 // Distributed training on the CPU with Gloo: two processes against one, and the
 // errors a user meets when the processes cannot meet.
 #include <signal.h>
+#include <fcntl.h>
 #include <spawn.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -21,8 +22,9 @@ namespace {
 
 int free_port() { return 20000 + static_cast<int>(::getpid() % 20000); }
 
-// Starts dist_worker with extra environment variables; returns its pid.
-pid_t spawn_worker(const std::string& mode, const std::string& out, const std::vector<std::string>& extra_env) {
+// Starts dist_worker with extra environment variables (its output to `log` if given); returns its pid.
+pid_t spawn_worker(const std::string& mode, const std::string& out, const std::vector<std::string>& extra_env,
+                   const std::string& log = "") {
   std::vector<std::string> env_strings(extra_env);
   for (char** e = environ; *e; ++e) env_strings.emplace_back(*e);
   std::vector<char*> envp;
@@ -33,8 +35,16 @@ pid_t spawn_worker(const std::string& mode, const std::string& out, const std::v
   std::vector<char*> argv;
   for (auto& a : args) argv.push_back(a.data());
   argv.push_back(nullptr);
+  posix_spawn_file_actions_t actions;
+  posix_spawn_file_actions_init(&actions);
+  if (!log.empty()) {
+    posix_spawn_file_actions_addopen(&actions, 1, log.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+    posix_spawn_file_actions_adddup2(&actions, 1, 2);
+  }
   pid_t pid = 0;
-  REQUIRE(posix_spawn(&pid, path.c_str(), nullptr, nullptr, argv.data(), envp.data()) == 0);
+  const int failed = posix_spawn(&pid, path.c_str(), &actions, nullptr, argv.data(), envp.data());
+  posix_spawn_file_actions_destroy(&actions);
+  REQUIRE(failed == 0);
   return pid;
 }
 
@@ -225,6 +235,49 @@ TEST_SUITE("distributed") {
                             " within 2 s",
                         0) == 0);
     CHECK(std::chrono::steady_clock::now() - start < std::chrono::seconds(15));
+  }
+
+  TEST_CASE("processes started with different WORLD_SIZE values both stop with the same explanation") {
+    auto env_of = [](int rank, int world) {
+      distributed::DistEnv env;
+      env.rank = rank, env.world_size = world, env.master_port = free_port() + 3;
+      return env;
+    };
+    std::string messages[2];
+    std::thread rank1([&] { messages[1] = error_of([&] { distributed::Communicator(env_of(1, 3), {.timeout = std::chrono::seconds(10)}); }); });
+    messages[0] = error_of([&] { distributed::Communicator(env_of(0, 2), {.timeout = std::chrono::seconds(10)}); });
+    rank1.join();
+    CHECK(messages[0] == "WORLD_SIZE differs between processes: rank 0 has 2, rank 1 has 3; start every process with the same WORLD_SIZE");
+    CHECK(messages[1] == "WORLD_SIZE differs between processes: rank 1 has 3, rank 0 has 2; start every process with the same WORLD_SIZE");
+  }
+
+  TEST_CASE("a rank that dies while the other waits in a collective: an error on the survivor, not a hang") {
+    const auto base = temp_base("dies"), log = base + ".log";
+    // `resume` mode's rank 1 kills itself after epoch 0 of a first attempt; no launcher restarts it.
+    auto env = [&](int rank) {
+      auto vars = rank_env(rank, 2, free_port() + 4);
+      vars.push_back("TORCHELASTIC_RESTART_COUNT=0");
+      return vars;
+    };
+    const auto start = std::chrono::steady_clock::now();
+    const pid_t rank0 = spawn_worker("resume", base, env(0), log), rank1 = spawn_worker("resume", base, env(1));
+    CHECK(wait_for(rank1, 120) == 128 + SIGKILL);
+    CHECK(wait_for(rank0, 120) == 1);
+    CHECK(std::chrono::steady_clock::now() - start < std::chrono::seconds(60));  // the group's timeout, at most
+    std::ifstream in(log);
+    const std::string output((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+    CHECK_MESSAGE(output.find("failed on rank 0 (a peer died or timed out?)") != std::string::npos, output);
+    for (const auto* suffix : {".log", ".ckpt", ".0", ".1"}) std::filesystem::remove(base + suffix);
+  }
+
+  TEST_CASE("rank0_first: rank 0 runs first, the others after it is done") {
+    const auto base = temp_base("rank0_first");
+    std::filesystem::remove(base);
+    run_two_ranks("rank0_first", 5);
+    std::ifstream in(base);
+    const std::string order((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+    CHECK(order == "0\n1\n");
+    std::filesystem::remove(base);
   }
 
   TEST_CASE("launcher variables are read and checked") {
