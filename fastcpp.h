@@ -16,6 +16,7 @@
 #include "data/dataset.h"
 #include "distributed/distributed_trainer.h"
 #include "distributed/env.h"
+#include "distributed/pipeline.h"
 #include "distributed/sync_batchnorm.h"
 #include "learner/callback.h"
 #include "learner/checkpoint.h"
