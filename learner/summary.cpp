@@ -35,12 +35,12 @@ Row row_for(const std::string& name, const torch::nn::Module& module, const torc
 }  // namespace
 
 std::string Learner::summary() {
-  torch::Tensor x;
+  torch::Tensor input;
   for (const auto& batch : dls.valid) {
-    x = batch.x;
+    input = batch.x;
     break;
   }
-  if (!x.defined()) throw Error("summary: the validation set is empty; a batch is needed to trace the shapes");
+  if (!input.defined()) throw Error("summary: the validation set is empty; a batch is needed to trace the shapes");
 
   auto& module = model.module();
   const bool was_training = module.is_training();
@@ -48,7 +48,7 @@ std::string Learner::summary() {
   std::vector<Row> rows;
   {
     torch::NoGradGuard no_grad;
-    const auto input = x;
+    auto x = input;
     if (auto* seq = dynamic_cast<torch::nn::SequentialImpl*>(&module)) {
       auto any = seq->begin();  // in the order of named_children
       for (const auto& child : seq->named_children()) {
@@ -58,13 +58,12 @@ std::string Learner::summary() {
     } else {
       rows.push_back(row_for("model", module, model(x)));
     }
-    x = input;
   }
   module.train(was_training);
 
   std::ostringstream out;
   char line[256];
-  out << type_name(module) << " (input " << x.sizes() << ")\n";
+  out << type_name(module) << " (input " << input.sizes() << ")\n";
   std::snprintf(line, sizeof line, "%-36s %-22s %12s  %s\n", "Layer (type)", "Output Shape", "Param #", "Trainable");
   out << line << std::string(84, '=') << "\n";
   int64_t total = 0, trainable = 0;
