@@ -53,7 +53,7 @@ int main(int argc, char** argv) {
 
     // Pad by 4, crop 32 at random, flip: the classic CIFAR augmentation.
     const std::vector<vision::ItemTransform> tfms{vision::Resize(32), vision::RandomCrop(32, 4), vision::FlipItem()};
-    const auto normalize = Normalize::from_data(vision::ImageFolder::scan(folder + "/train"));
+    const auto normalize = Normalize::from_data(vision::ImageFolder::scan(folder + "/train", {.item_tfms = {vision::Resize(32)}}));
     auto dls = vision::ImageDataLoaders::from_folder(folder, {.bs = std::stoll(flags["--bs"]), .item_tfms = tfms,
                                                               .batch_tfms = {normalize}});
 

@@ -1,5 +1,6 @@
 // Trains a ResNet classifier on any image folder tree:
 //   ROOT/train/<class>/*.png|jpg   and   ROOT/valid/<class>/*
+// or ROOT/<class>/* (then a random 20% is the validation set).
 //
 //   image_folder ROOT [--arch resnet18|resnet34|resnet50|resnet101] [--epochs 5] [--bs 64]
 //                [--lr 1e-3] [--size 224] [--aug rrc|pad-crop] [--channels 3]
@@ -17,6 +18,7 @@
 // --size 28 or 32 --aug pad-crop --stem cifar; add --channels 1 for grey images.
 #include <fastcpp.h>
 
+#include <filesystem>
 #include <iostream>
 #include <map>
 #include <thread>
@@ -58,10 +60,13 @@ int main(int argc, char** argv) {
     std::vector<vision::ItemTransform> tfms;
     if (flags["--aug"] == "pad-crop") tfms = {vision::RandomCrop(size, size / 8), vision::FlipItem()};
     else tfms = {vision::RandomResizedCrop(size), vision::FlipItem()};
-    // Per-channel mean and standard deviation from (up to 2048) training images.
-    const auto normalize = Normalize::from_data(vision::ImageFolder::scan(root + "/train", {.channels = channels}));
-    auto dls = vision::ImageDataLoaders::from_folder(
-        root, {.bs = std::stoll(flags["--bs"]), .channels = channels, .item_tfms = tfms, .batch_tfms = {normalize}});
+    const bool has_split = std::filesystem::exists(root + "/train");
+    // Per-channel mean and standard deviation from (up to 2048) training images, resized alike.
+    const auto normalize = Normalize::from_data(
+        vision::ImageFolder::scan(has_split ? root + "/train" : root, {.channels = channels, .item_tfms = {vision::Resize(size)}}));
+    auto dls = vision::ImageDataLoaders::from_folder(root, {.valid_pct = has_split ? 0.0 : 0.2,
+                                                            .bs = std::stoll(flags["--bs"]), .channels = channels,
+                                                            .item_tfms = tfms, .batch_tfms = {normalize}});
 
     const auto stem = flags["--stem"] == "cifar" ? vision::Stem::cifar : vision::Stem::imagenet;
     auto learn = vision::vision_learner(dls, archs.at(flags["--arch"]), {metrics::accuracy()},
