@@ -1,0 +1,32 @@
+#pragma once
+// fastai's create_head: the classifier put on a pretrained body.
+//   [max pool ++ avg pool] -> flatten -> (BatchNorm -> Dropout -> Linear -> ReLU) per
+//   hidden layer -> BatchNorm -> Dropout -> Linear
+// With the defaults (lin_ftrs {512}, ps 0.5): dropout 0.25 before the hidden layer and
+// 0.5 before the last, linears without bias (a BatchNorm precedes each), He-initialized.
+#include <torch/nn/modules/container/sequential.h>
+
+#include <vector>
+
+namespace fastcpp::vision {
+
+// Max and average pooling to `size` concatenated along the channels ([max, avg], as fastai).
+struct AdaptiveConcatPool2dImpl : torch::nn::Module {
+  explicit AdaptiveConcatPool2dImpl(int64_t size = 1) : size(size) {}
+  torch::Tensor forward(const torch::Tensor& x);
+  int64_t size;
+};
+TORCH_MODULE(AdaptiveConcatPool2d);
+
+struct HeadOptions {
+  std::vector<int64_t> lin_ftrs{512};  // hidden layer widths
+  double ps = 0.5;                     // dropout of the last layer; hidden layers get half
+  bool concat_pool = true;             // false: average pooling only
+  bool bn_final = false;               // a BatchNorm after the last linear
+};
+
+// A head for a body with `nf` output channels and `n_out` outputs. Its layers are
+// named head_pool, head_flatten, head_bn1, head_drop1, head_linear1, head_relu1, ...
+torch::nn::Sequential create_head(int64_t nf, int64_t n_out, const HeadOptions& options = {});
+
+}  // namespace fastcpp::vision
