@@ -96,8 +96,13 @@ c10::impl::GenericDict read_state_dict(const std::string& path) {
 }
 
 void load_state_dict(torch::nn::Module& module, const std::string& path, const LoadStateOptions& options) {
+  load_state_dict(module, read_state_dict(path), "weights '" + path + "'", options);
+}
+
+void load_state_dict(torch::nn::Module& module, const c10::impl::GenericDict& state, const std::string& source,
+                     const LoadStateOptions& options) {
   const auto entries = named_state(module);
-  const auto tensors = match_state(entries, read_state_dict(path), "weights '" + path + "'", options);
+  const auto tensors = match_state(entries, state, source, options);
   torch::NoGradGuard no_grad;
   for (size_t i = 0; i < entries.size(); ++i)
     if (tensors[i].defined()) entries[i].second.copy_(tensors[i]);

@@ -37,6 +37,9 @@ std::vector<torch::Tensor> match_state(const NamedTensors& entries, const c10::i
 c10::impl::GenericDict read_state_dict(const std::string& path);
 
 void load_state_dict(torch::nn::Module& module, const std::string& path, const LoadStateOptions& options = {});
+// The same from a dict already read; `source` names it in errors.
+void load_state_dict(torch::nn::Module& module, const c10::impl::GenericDict& state, const std::string& source,
+                     const LoadStateOptions& options = {});
 // Written atomically, tensors on the CPU.
 void save_state_dict(const torch::nn::Module& module, const std::string& path);
 

@@ -195,6 +195,11 @@ TEST_SUITE("models") {
     CHECK(groups[1].size() == children["layer3"]->parameters().size() + children["layer4"]->parameters().size());
     CHECK(groups[2].size() == 6);  // two BatchNorms (weight, bias) and two linears
 
+    // Grey images from RGB weights: the first conv holds the sum of the three channels.
+    auto grey = vision::vision_learner(image_dls(), vision::resnet18, {},
+                                       {.pretrained_weights = model_fixture("resnet18.pth"), .in_channels = 1}, quiet());
+    CHECK(torch::allclose(grey.model.module().named_parameters()["conv1.weight"], entry(file, "conv1.weight").sum(1, true)));
+
     auto random = vision::vision_learner(image_dls(), vision::resnet18, {}, {}, quiet());
     CHECK(random.model.module().named_parameters()["layer1.0.conv1.weight"].requires_grad());
   }

@@ -11,13 +11,31 @@ void append(torch::nn::Sequential& to, const torch::nn::Sequential& from) {
   for (const auto& item : from->named_children()) to->push_back(item.key(), *any++);
 }
 
+// fastai's way of starting a first conv with other than 3 input channels from RGB
+// weights: the sum of the three for 1 channel, the first two times 1.5 for 2, the
+// three and zeros for more.
+torch::Tensor adapt_input_channels(const torch::Tensor& rgb, int64_t n_in) {
+  if (rgb.dim() != 4 || rgb.size(1) != 3 || n_in == 3) return rgb;
+  if (n_in == 1) return rgb.sum(1, /*keepdim=*/true);
+  if (n_in == 2) return rgb.narrow(1, 0, 2) * 1.5;
+  auto weight = torch::zeros({rgb.size(0), n_in, rgb.size(2), rgb.size(3)}, rgb.options());
+  weight.narrow(1, 0, 3).copy_(rgb);
+  return weight;
+}
+
 }  // namespace
 
 torch::nn::Sequential create_vision_model(const Arch& arch, int64_t n_out, const VisionLearnerOptions& o) {
   if (!arch) throw Error("vision_learner: no architecture given");
   auto net = arch({.in_channels = o.in_channels, .stem = o.stem, .width = o.width});
   auto body = net->body();
-  if (!o.pretrained_weights.empty()) load_state_dict(*body, o.pretrained_weights, {.skip = {"fc."}});
+  if (!o.pretrained_weights.empty()) {
+    auto state = read_state_dict(o.pretrained_weights);
+    const c10::IValue first_conv(std::string("conv1.weight"));
+    if (auto it = state.find(first_conv); it != state.end() && it->value().isTensor())
+      state.insert_or_assign(first_conv, adapt_input_channels(it->value().toTensor(), o.in_channels));
+    load_state_dict(*body, state, "weights '" + o.pretrained_weights + "'", {.skip = {"fc."}});
+  }
   torch::nn::Sequential model;
   append(model, body);
   append(model, create_head(net->num_features(), n_out, o.head()));

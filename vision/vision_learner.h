@@ -25,7 +25,8 @@ using Arch = std::function<ResNet(ResNetOptions)>;
 
 struct VisionLearnerOptions {
   // A state dict of `arch` saved by torchvision (torch.save(model.state_dict(), path))
-  // or by save_state_dict; its classifier (fc.*) is left out. Empty: random weights.
+  // or by save_state_dict; its classifier (fc.*) is left out, and its first conv is
+  // adapted to in_channels as fastai does (summed for 1). Empty: random weights.
   std::string pretrained_weights;
   int64_t n_out = 0;  // outputs; default: the number of classes in dls.vocab
   int64_t in_channels = 3;
