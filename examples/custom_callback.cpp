@@ -39,37 +39,50 @@ class GradNormLogger : public Callback {
   int count_ = 0;
 };
 
-// Keeps an exponential moving average of the weights (updated after every optimizer
-// step) and validates with it: the averaged weights are swapped in before validation
-// and the trained ones back after. It changes the model's state, so it runs late
-// (order 60) and restores the weights even if validation is cancelled.
+// Keeps an exponential moving average of the weights (parameters and the norm layers'
+// running statistics, updated after every optimizer step) and validates with it: the
+// averaged weights are swapped in before validation and the trained ones back after.
+// The decay warms up as (1 + steps) / (10 + steps), so early averages do not lean on
+// the random initialization. It changes the model's state, so it runs late (order 60)
+// and restores the weights even if validation is cancelled.
 class WeightEMA : public Callback {
  public:
-  explicit WeightEMA(double decay = 0.999) : decay_(decay) { order = 60; }
+  explicit WeightEMA(double decay = 0.99) : decay_(decay) { order = 60; }
   void before_fit() override {
     ema_.clear();
-    for (const auto& p : learn().model.module().parameters()) ema_.push_back(p.detach().clone());
+    steps_ = 0;
+    for (const auto& t : averaged()) ema_.push_back(t.detach().clone());
   }
   void after_step() override {
     torch::NoGradGuard no_grad;
-    auto params = learn().model.module().parameters();
-    for (size_t i = 0; i < params.size(); ++i) ema_[i].lerp_(params[i], 1 - decay_);
+    const double decay = std::min(decay_, (1.0 + steps_) / (10.0 + steps_));
+    ++steps_;
+    const auto tensors = averaged();
+    for (size_t i = 0; i < tensors.size(); ++i) ema_[i].lerp_(tensors[i], 1 - decay);
   }
   void before_validate() override { swap(); }
   void after_validate() override { swap(); }
   void after_cancel_validate() override { swap(); }
 
  private:
+  // The floating-point state of the model (a step counter buffer is left as it is).
+  std::vector<torch::Tensor> averaged() const {
+    auto tensors = learn().model.module().parameters();
+    for (const auto& b : learn().model.module().buffers())
+      if (b.is_floating_point()) tensors.push_back(b);
+    return tensors;
+  }
   void swap() {
     torch::NoGradGuard no_grad;
-    auto params = learn().model.module().parameters();
-    for (size_t i = 0; i < params.size(); ++i) {
-      auto trained = params[i].clone();
-      params[i].copy_(ema_[i]);
+    const auto tensors = averaged();
+    for (size_t i = 0; i < tensors.size(); ++i) {
+      auto trained = tensors[i].clone();
+      tensors[i].copy_(ema_[i]);
       ema_[i].copy_(trained);
     }
   }
   double decay_;
+  int64_t steps_ = 0;
   std::vector<torch::Tensor> ema_;
 };
 
