@@ -5,6 +5,7 @@
 #include <numeric>
 
 #include "learner/error.h"
+#include "learner/sequential.h"
 
 namespace fastcpp::distributed {
 
@@ -43,20 +44,19 @@ PipelineImpl::PipelineImpl(const torch::nn::Sequential& model, PipelineOptions o
   if (balance_.size() != devices_.size())
     throw Error("Pipeline: " + std::to_string(balance_.size()) + " stages in balance but " +
                 std::to_string(devices_.size()) + " devices");
-  const size_t layers = std::accumulate(balance_.begin(), balance_.end(), size_t{0});
-  if (layers != model->size() || std::count(balance_.begin(), balance_.end(), size_t{0}) > 0)
-    throw Error("Pipeline: balance puts " + std::to_string(layers) + " layers in stages (each at least one), the model has " +
+  const size_t placed = std::accumulate(balance_.begin(), balance_.end(), size_t{0});
+  if (placed != model->size() || std::count(balance_.begin(), balance_.end(), size_t{0}) > 0)
+    throw Error("Pipeline: balance puts " + std::to_string(placed) + " layers in stages (each at least one), the model has " +
                 std::to_string(model->size()));
 
-  auto any = model->begin();  // the type-erased layers, in the order of their names
-  auto named = model->named_children();
+  const auto layers = named_layers(*model);
   size_t index = 0;
   for (size_t stage = 0; stage < balance_.size(); ++stage) {
     torch::nn::Sequential seq;
-    for (size_t i = 0; i < balance_[stage]; ++i, ++index, ++any) {
+    for (size_t i = 0; i < balance_[stage]; ++i, ++index) {
       // Registered here under the Sequential's own names: the state dict stays the model's.
-      register_module(named[index].key(), named[index].value());
-      seq->push_back(named[index].key(), *any);
+      register_module(layers[index].name, layers[index].module);
+      seq->push_back(layers[index].name, layers[index].any);
     }
     seq->to(devices_[stage]);
     stages_.push_back(seq);

@@ -4,6 +4,7 @@
 
 #include "distributed/process_group.h"
 #include "learner/error.h"
+#include "learner/sequential.h"
 
 namespace fastcpp::distributed {
 namespace {
@@ -124,18 +125,16 @@ torch::Tensor SyncBatchNormImpl::forward(const torch::Tensor& x) {
 
 torch::nn::Sequential convert_sync_batchnorm(const torch::nn::Sequential& model, const std::shared_ptr<Communicator>& comm) {
   torch::nn::Sequential converted;
-  auto any = model->begin();  // the type-erased children, in the same order as their names
-  for (const auto& item : model->named_children()) {
-    const auto& original = *any++;
-    const auto& child = item.value();
-    std::string name = item.key();
+  for (auto& layer : named_layers(*model)) {
+    const auto& child = layer.module;
+    std::string name = layer.name;
     if (auto bn1 = std::dynamic_pointer_cast<torch::nn::BatchNorm1dImpl>(child)) converted->push_back(std::move(name), SyncBatchNorm(sync_from(*bn1, comm)));
     else if (auto bn2 = std::dynamic_pointer_cast<torch::nn::BatchNorm2dImpl>(child)) converted->push_back(std::move(name), SyncBatchNorm(sync_from(*bn2, comm)));
     else if (auto bn3 = std::dynamic_pointer_cast<torch::nn::BatchNorm3dImpl>(child)) converted->push_back(std::move(name), SyncBatchNorm(sync_from(*bn3, comm)));
     else {
       for (const auto& module : child->modules())
         if (auto sync = std::dynamic_pointer_cast<SyncBatchNormImpl>(module)) sync->set_communicator(comm);
-      converted->push_back(std::move(name), original);
+      converted->push_back(std::move(name), layer.any);
     }
   }
   return converted;

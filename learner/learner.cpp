@@ -40,12 +40,8 @@ class GatherPreds : public Callback {
     preds.push_back(learn().loss_func.activation(pred));
     targets.push_back(learn().yb);
     if (!with_loss) return;
-    // The loss functions reduce to a mean, so an item's loss is the loss of a batch of one.
     torch::NoGradGuard no_grad;
-    auto batch_losses = torch::empty({pred.size(0)}, pred.options().dtype(torch::kFloat));
-    for (int64_t i = 0; i < pred.size(0); ++i)
-      batch_losses[i] = learn().loss_func(pred.narrow(0, i, 1), learn().yb.narrow(0, i, 1));
-    losses.push_back(batch_losses);
+    losses.push_back(learn().loss_func.per_item(pred, learn().yb).to(torch::kFloat));
   }
   bool with_loss;
   std::vector<torch::Tensor> preds, targets, losses;

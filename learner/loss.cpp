@@ -29,26 +29,45 @@ void check_class_targets(const torch::Tensor& pred, const torch::Tensor& target)
   throw Error(msg.str());
 }
 
+void check_same_shape(const torch::Tensor& pred, const torch::Tensor& target) {
+  if (pred.sizes() != target.sizes())
+    throw Error("MSELoss: prediction shape " + c10::str(pred.sizes()) + " differs from target shape " +
+                c10::str(target.sizes()));
+}
+
 }  // namespace
 
+torch::Tensor Loss::per_item(const torch::Tensor& pred, const torch::Tensor& target) const {
+  if (per_item_) return per_item_(pred, target);
+  std::vector<torch::Tensor> losses;
+  for (int64_t i = 0; i < pred.size(0); ++i) losses.push_back(fn_(pred.narrow(0, i, 1), target.narrow(0, i, 1)).reshape({}));
+  return torch::stack(losses);
+}
+
 Loss CrossEntropyLoss(CrossEntropyOptions options) {
-  return Loss(
-      [options](const torch::Tensor& pred, const torch::Tensor& target) {
-        check_class_targets(pred, target);
-        return torch::nn::functional::cross_entropy(
-            pred, target.to(torch::kLong),
-            torch::nn::functional::CrossEntropyFuncOptions().label_smoothing(options.label_smoothing));
-      },
-      [](const torch::Tensor& pred) { return torch::softmax(pred, -1); });
+  auto with_reduction = [options](torch::nn::functional::CrossEntropyFuncOptions::reduction_t reduction) {
+    return [options, reduction](const torch::Tensor& pred, const torch::Tensor& target) {
+      check_class_targets(pred, target);
+      return torch::nn::functional::cross_entropy(
+          pred, target.to(torch::kLong),
+          torch::nn::functional::CrossEntropyFuncOptions().label_smoothing(options.label_smoothing).reduction(reduction));
+    };
+  };
+  return Loss(with_reduction(torch::kMean), [](const torch::Tensor& pred) { return torch::softmax(pred, -1); },
+              with_reduction(torch::kNone));
 }
 
 Loss MSELoss() {
-  return Loss([](const torch::Tensor& pred, const torch::Tensor& target) {
-    if (pred.sizes() != target.sizes())
-      throw Error("MSELoss: prediction shape " + c10::str(pred.sizes()) + " differs from target shape " +
-                  c10::str(target.sizes()));
-    return torch::mse_loss(pred, target);
-  });
+  return Loss(
+      [](const torch::Tensor& pred, const torch::Tensor& target) {
+        check_same_shape(pred, target);
+        return torch::mse_loss(pred, target);
+      },
+      nullptr,
+      [](const torch::Tensor& pred, const torch::Tensor& target) {  // the mean over each item's elements
+        check_same_shape(pred, target);
+        return torch::mse_loss(pred, target, at::Reduction::None).reshape({pred.size(0), -1}).mean(1);
+      });
 }
 
 }  // namespace fastcpp

@@ -6,6 +6,7 @@
 
 #include "learner/error.h"
 #include "learner/learner.h"
+#include "learner/sequential.h"
 
 namespace fastcpp {
 namespace {
@@ -50,10 +51,9 @@ std::string Learner::summary() {
     torch::NoGradGuard no_grad;
     auto x = input;
     if (auto* seq = dynamic_cast<torch::nn::SequentialImpl*>(&module)) {
-      auto any = seq->begin();  // in the order of named_children
-      for (const auto& child : seq->named_children()) {
-        x = (any++)->forward(x);
-        rows.push_back(row_for(child.key(), *child.value(), x));
+      for (auto& layer : named_layers(*seq)) {
+        x = layer.any.forward(x);
+        rows.push_back(row_for(layer.name, *layer.module, x));
       }
     } else {
       rows.push_back(row_for("model", module, model(x)));

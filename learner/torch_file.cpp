@@ -14,11 +14,11 @@
 namespace fastcpp {
 namespace {
 
-// A pickle stack entry: a value, a class or function named by GLOBAL, or a MARK.
+// A pickle stack entry: a value or a MARK. A class or function named by GLOBAL is a
+// value holding its "module.name" (so that a storage class inside a tuple keeps it).
 struct Item {
-  enum Kind { value, global, mark } kind = value;
+  bool mark = false;
   c10::IValue data;
-  std::string name;  // "module.name" of a global
 };
 
 const std::map<std::string, torch::Dtype>& storage_dtypes() {
@@ -48,7 +48,7 @@ class Unpickler {
         case 0x80: byte(); break;                                  // PROTO
         case 0x95: take(8); break;                                 // FRAME
         case '.': return pop().data;                               // STOP
-        case '(': stack_.push_back({Item::mark}); break;           // MARK
+        case '(': stack_.push_back({true}); break;                 // MARK
         case 'N': push(c10::IValue()); break;
         case 0x88: push(true); break;
         case 0x89: push(false); break;
@@ -100,7 +100,7 @@ class Unpickler {
         case 'R':                                                 // REDUCE
         case 0x81: {                                              // NEWOBJ
           auto args = pop().data;
-          auto callable = pop();
+          auto callable = pop().data;
           push(call(callable, args));
           break;
         }
@@ -154,11 +154,10 @@ class Unpickler {
   void global() {
     auto module = line();
     auto name = line();
-    const auto full = module + "." + name;
-    stack_.push_back({Item::global, c10::IValue(full), full});  // as a value (a storage class in a tuple): its name
+    push(module + "." + name);
   }
 
-  void push(c10::IValue v) { stack_.push_back({Item::value, std::move(v)}); }
+  void push(c10::IValue v) { stack_.push_back({false, std::move(v)}); }
   Item pop() {
     if (stack_.empty()) throw Error("malformed pickle (stack underflow)");
     auto item = std::move(stack_.back());
@@ -169,7 +168,7 @@ class Unpickler {
     std::vector<c10::IValue> values;
     while (true) {
       auto item = pop();
-      if (item.kind == Item::mark) break;
+      if (item.mark) break;
       values.push_back(std::move(item.data));
     }
     std::reverse(values.begin(), values.end());
@@ -191,8 +190,9 @@ class Unpickler {
     for (size_t i = 0; i + 1 < kvs.size(); i += 2) d.insert_or_assign(kvs[i], kvs[i + 1]);
   }
 
-  c10::IValue call(const Item& callable, const c10::IValue& args) {
-    const auto& name = callable.name;
+  // What REDUCE makes of a GLOBAL called with `args`.
+  c10::IValue call(const c10::IValue& callable, const c10::IValue& args) {
+    const std::string name = callable.isString() ? callable.toStringRef() : "";
     if (name == "collections.OrderedDict") return c10::impl::GenericDict(c10::AnyType::get(), c10::AnyType::get());
     if (name == "torch._utils._rebuild_tensor_v2" || name == "torch._utils._rebuild_tensor") {
       const auto& a = args.toTupleRef().elements();

@@ -75,13 +75,9 @@ std::vector<std::string> rank_env(int rank, int world, int port) {
           "LOCAL_WORLD_SIZE=" + std::to_string(world), "MASTER_ADDR=127.0.0.1", "MASTER_PORT=" + std::to_string(port)};
 }
 
-std::string temp_base(const std::string& tag) {
-  return (std::filesystem::temp_directory_path() / ("fastcpp_" + tag + "_" + std::to_string(::getpid()))).string();
-}
-
 // Runs `mode` on two ranks; returns both ranks' result files.
 std::vector<std::string> run_two_ranks(const std::string& mode, int port_offset) {
-  const auto base = temp_base(mode);
+  const auto base = temp_path(mode);
   std::vector<pid_t> pids;
   for (int rank = 0; rank < 2; ++rank) pids.push_back(spawn_worker(mode, base, rank_env(rank, 2, free_port() + port_offset)));
   for (auto pid : pids) CHECK(wait_for(pid, 120) == 0);
@@ -104,7 +100,7 @@ void check_same_params(const std::string& a, const std::string& b) {
 
 TEST_SUITE("distributed") {
   TEST_CASE("2 ranks x batch 4 end with the weights and validation metrics of 1 process x batch 8") {
-    const auto single_out = temp_base("single");
+    const auto single_out = temp_path("single");
     REQUIRE(wait_for(spawn_worker("single", single_out, {}), 120) == 0);
     const auto outs = run_two_ranks("ddp", 0);
     const auto single = read_result(single_out);
@@ -127,7 +123,7 @@ TEST_SUITE("distributed") {
 
   TEST_CASE("fastcpp-launch: a worker killed mid-run restarts the group, which resumes and ends as an uninterrupted run") {
     const auto reference = run_two_ranks("ddp", 3);
-    const auto base = temp_base("resume");
+    const auto base = temp_path("resume");
     const auto command = std::string(FASTCPP_LAUNCH) + " --nproc-per-node 2 --max-restarts 1 --master-port " +
                          std::to_string(free_port() + 4) + " " + FASTCPP_DIST_WORKER + " resume " + base + " 2> " +
                          base + ".log";
@@ -144,7 +140,7 @@ TEST_SUITE("distributed") {
 
   TEST_CASE("under torchrun (--no_python, --max_restarts 1) the same kill-restart-resume ends as an uninterrupted run") {
     const auto reference = run_two_ranks("ddp", 7);
-    const auto base = temp_base("torchrun");
+    const auto base = temp_path("torchrun");
     // --redirects/--tee 1: torch 1.13's defaults ("0") fail to parse under Python 3.11.
     const auto command = std::string("/usr/bin/python3 -m torch.distributed.run --no_python --redirects 1 --tee 1 "
                                      "--log_dir ") + base + "_logs --nproc_per_node 2 --max_restarts 1 --master_port " +
@@ -158,7 +154,7 @@ TEST_SUITE("distributed") {
   }
 
   TEST_CASE("fastcpp-launch without restarts reports the failed worker") {
-    const auto base = temp_base("norestart");
+    const auto base = temp_path("norestart");
     const auto command = std::string(FASTCPP_LAUNCH) + " --nproc-per-node 2 --master-port " + std::to_string(free_port() + 5) +
                          " " + FASTCPP_DIST_WORKER + " resume " + base + " 2> " + base + ".log";
     CHECK(run_command(command) == 137);
@@ -169,7 +165,7 @@ TEST_SUITE("distributed") {
   }
 
   TEST_CASE("with gradient accumulation (no_sync between steps) 2 ranks still equal 1 process") {
-    const auto single_out = temp_base("acc_single");
+    const auto single_out = temp_path("acc_single");
     REQUIRE(wait_for(spawn_worker("single_acc", single_out, {}), 120) == 0);
     const auto outs = run_two_ranks("ddp_acc", 9);
     check_same_params(outs[0], single_out);
@@ -181,7 +177,7 @@ TEST_SUITE("distributed") {
   }
 
   TEST_CASE("SyncBatchNorm on shards of 3 and 5 equals BatchNorm on the 8: output, gradients, running stats") {
-    const auto single_out = temp_base("bn_single");
+    const auto single_out = temp_path("bn_single");
     REQUIRE(wait_for(spawn_worker("syncbn_single", single_out, {}), 60) == 0);
     const auto outs = run_two_ranks("syncbn", 6);
     const auto single = torch::pickle_load([&] {
@@ -252,7 +248,7 @@ TEST_SUITE("distributed") {
   }
 
   TEST_CASE("a rank that dies while the other waits in a collective: an error on the survivor, not a hang") {
-    const auto base = temp_base("dies"), log = base + ".log";
+    const auto base = temp_path("dies"), log = base + ".log";
     // `resume` mode's rank 1 kills itself after epoch 0 of a first attempt; no launcher restarts it.
     auto env = [&](int rank) {
       auto vars = rank_env(rank, 2, free_port() + 4);
@@ -271,7 +267,7 @@ TEST_SUITE("distributed") {
   }
 
   TEST_CASE("rank0_first: rank 0 runs first, the others after it is done") {
-    const auto base = temp_base("rank0_first");
+    const auto base = temp_path("rank0_first");
     std::filesystem::remove(base);
     run_two_ranks("rank0_first", 5);
     std::ifstream in(base);

@@ -31,14 +31,12 @@ bool close(const torch::Tensor& a, const torch::Tensor& b) {
 }
 
 // Calibrates the norm layers on random images (so eval outputs stay O(1)), then eval mode.
-void calibrate(torch::nn::Module& model) {
+void calibrate(vision::ResNet& model) {
   torch::NoGradGuard no_grad;
-  model.train();
+  model->train();
   auto gen = at::make_generator<at::CPUGeneratorImpl>(7);
-  for (int i = 0; i < 3; ++i) {
-    if (auto* net = dynamic_cast<vision::ResNetImpl*>(&model)) net->forward(torch::randn({8, 3, 64, 64}, gen));
-  }
-  model.eval();
+  for (int i = 0; i < 3; ++i) model->forward(torch::randn({8, 3, 64, 64}, gen));
+  model->eval();
 }
 
 // Images [n, 3, size, size] with labels in [0, 3) and a vocab.
@@ -72,7 +70,7 @@ TEST_SUITE("models") {
     torch::set_num_threads(2);
     torch::manual_seed(5);
     auto model = vision::resnet18();
-    calibrate(*model);
+    calibrate(model);
     const auto ours = temp_path("ours.pth"), back = temp_path("back.pt");
     save_state_dict(*model, ours);
     const std::string command = std::string(FASTCPP_PYTHON) + " " + FASTCPP_TORCHVISION_SCRIPT + " roundtrip resnet18 " +
@@ -231,6 +229,12 @@ TEST_SUITE("models") {
     CHECK(preds.losses.mean().item<double>() == doctest::Approx(learn.validate()[0]).epsilon(1e-6));
     CHECK(preds.losses[2].item<double>() ==
           doctest::Approx(-std::log(preds.preds[2][preds.targets[2].item<int64_t>()].item<double>())).epsilon(1e-5));
+
+    // A loss without an unreduced form gets each item's loss as a batch of one.
+    const Loss l1 = [](const torch::Tensor& p, const torch::Tensor& t) { return (p - t).abs().mean(); };
+    const auto p = torch::tensor({1.f, 2.f, 3.f, 5.f}).view({2, 2}), t = torch::zeros({2, 2});
+    CHECK(torch::allclose(l1.per_item(p, t), torch::tensor({1.5f, 4.f})));
+    CHECK(torch::allclose(MSELoss().per_item(p, t), torch::tensor({2.5f, 17.f})));
   }
 
   TEST_CASE("interpretation: confusion matrix, most confused, top losses") {

@@ -1,14 +1,14 @@
 #include "vision/vision_learner.h"
 
 #include "learner/error.h"
+#include "learner/sequential.h"
 #include "learner/state_dict.h"
 
 namespace fastcpp::vision {
 namespace {
 
 void append(torch::nn::Sequential& to, const torch::nn::Sequential& from) {
-  auto any = from->begin();  // the type-erased children, in the order of their names
-  for (const auto& item : from->named_children()) to->push_back(item.key(), *any++);
+  for (auto& layer : named_layers(*from)) to->push_back(layer.name, layer.any);
 }
 
 // fastai's way of starting a first conv with other than 3 input channels from RGB
