@@ -103,6 +103,13 @@ struct LrFindResult {
   std::vector<double> lrs, losses;
 };
 
+struct TtaOptions {
+  DataLoader* dl = nullptr;  // default: the valid loader
+  int n = 4;                 // augmented passes
+  double beta = 0.25;        // weight of the plain predictions: lerp(augmented mean, plain, beta)
+  bool use_max = false;      // instead: the elementwise max over the plain and every augmented pass
+};
+
 struct Preds {
   torch::Tensor preds;    // activated (e.g. softmax) outputs
   torch::Tensor targets;
@@ -127,6 +134,10 @@ class Learner {
   // [valid_loss, metrics...] over a loader (default: the valid one).
   std::vector<double> validate(DataLoader* dl = nullptr);
   Preds get_preds(DataLoader* dl = nullptr, bool with_loss = false);
+  // Test-time augmentation, as fastai's tta: the predictions of n passes over the
+  // loader's items with their training transforms (Dataset::augmented), averaged,
+  // blended with the plain predictions (learner/tta.cpp).
+  Preds tta(TtaOptions options = {});
   // Activated output for one item as the dataset gives it (batch transforms applied).
   torch::Tensor predict(const torch::Tensor& item);
 

@@ -180,3 +180,63 @@ TEST_SUITE("learner") {
     CHECK(torch::allclose(learn.predict(item), preds.preds[4], 1e-6, 1e-7));
   }
 }
+
+namespace {
+// A valid set whose augmented twin adds noise drawn from each item's stream.
+class NoisyTwin : public fastcpp::Dataset {
+ public:
+  explicit NoisyTwin(std::shared_ptr<fastcpp::TensorDataset> items, bool noisy = false)
+      : items_(std::move(items)), noisy_(noisy) {}
+  using Dataset::get;
+  size_t size() const override { return items_->size(); }
+  fastcpp::Example get(size_t index) const override { return items_->get(index); }
+  fastcpp::Example get(size_t index, fastcpp::Rng& rng) const override {
+    auto item = items_->get(index);
+    if (noisy_) item.x = item.x + rng.uniform(-1, 1);
+    return item;
+  }
+  fastcpp::DatasetPtr augmented() const override { return std::make_shared<NoisyTwin>(items_, true); }
+
+ private:
+  std::shared_ptr<fastcpp::TensorDataset> items_;
+  bool noisy_;
+};
+}  // namespace
+
+TEST_SUITE("learner") {
+  TEST_CASE("tta blends the mean of n augmented passes with the plain predictions (fastai's lerp)") {
+    auto dls = synthetic_dls(8, 6, 4);
+    auto valid_items = synthetic_dataset(6, 4, 3, 2);
+    dls.valid = DataLoader(std::make_shared<NoisyTwin>(valid_items), {.bs = 4});
+    Learner learn(dls, tiny_model(), CrossEntropyLoss(), {}, quiet());
+    silence(learn);
+
+    DataLoader augmented(learn.dls.valid.dataset().augmented(), {.bs = 4});
+    std::vector<torch::Tensor> passes;
+    for (learn.epoch = 0; learn.epoch < 3; ++learn.epoch) passes.push_back(learn.get_preds(&augmented).preds);
+    learn.epoch = 0;
+    const auto plain = learn.get_preds();
+    REQUIRE(!torch::allclose(passes[0], plain.preds));  // the passes do see other inputs
+    REQUIRE(!torch::allclose(passes[0], passes[1]));
+
+    const auto blended = learn.tta({.n = 3, .beta = 0.25});
+    const auto expected = 0.75 * (passes[0] + passes[1] + passes[2]) / 3 + 0.25 * plain.preds;
+    CHECK(torch::allclose(blended.preds, expected, 1e-6, 1e-7));
+    CHECK(torch::equal(blended.targets, plain.targets));
+    CHECK(torch::equal(learn.tta({.n = 3, .beta = 0.25}).preds, blended.preds));  // the same draws every call
+    CHECK(learn.epoch == 0);
+
+    const auto maxed = learn.tta({.n = 3, .use_max = true});
+    CHECK(torch::equal(maxed.preds, torch::max(torch::max(passes[0], passes[1]), torch::max(passes[2], plain.preds))));
+  }
+
+  TEST_CASE("tta refuses a dataset without random transforms and bad options") {
+    Learner learn(synthetic_dls(8, 6, 4), tiny_model(), CrossEntropyLoss(), {}, quiet());
+    silence(learn);
+    CHECK_THROWS_WITH_AS(learn.tta(),
+                         "tta: the loader's dataset has no random transforms to apply (its augmented() gives none); "
+                         "give its items training-time transforms, e.g. ImageFolder's item_tfms",
+                         Error);
+    CHECK_THROWS_WITH_AS(learn.tta({.n = 0}), "tta: n must be at least 1, got 0", Error);
+  }
+}

@@ -154,6 +154,20 @@ TEST_SUITE("vision") {
     fs::remove_all(root);
   }
 
+  TEST_CASE("ImageFolder::augmented: a validation set's twin with its random transforms acting") {
+    const auto root = make_folder("augmented", 4);
+    const auto valid = vision::ImageFolder::scan(root, {.item_tfms = {vision::FlipItem(1.0)}, .train = false});
+    const auto twin = valid.augmented();
+    REQUIRE(twin);
+    CHECK(twin->size() == valid.size());
+    Rng rng(0), twin_rng(0);
+    const auto plain = valid.get(1, rng).x, flipped = twin->get(1, twin_rng).x;
+    CHECK(torch::equal(flipped, plain.flip({2})));
+    CHECK(!torch::equal(flipped, plain));
+    CHECK(!vision::ImageFolder::scan(root).augmented());  // no item transforms: nothing to augment
+    fs::remove_all(root);
+  }
+
   TEST_CASE("from_folder: train/valid folders or a valid_pct split, float batches") {
     const auto root = temp_dir("from_folder");
     for (const char* split : {"train", "valid"})

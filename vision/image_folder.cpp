@@ -85,6 +85,13 @@ ImageFolder ImageFolder::with_options(ImageFolderOptions options) const {
   return ImageFolder(paths_, labels_, vocab_, std::move(options));
 }
 
+DatasetPtr ImageFolder::augmented() const {
+  if (options_.item_tfms.empty()) return nullptr;
+  auto options = options_;
+  options.train = true;
+  return std::make_shared<ImageFolder>(with_options(std::move(options)));
+}
+
 ImageFolder ImageFolder::subset(const std::vector<int64_t>& indices) const {
   std::vector<std::string> paths;
   std::vector<int64_t> labels;

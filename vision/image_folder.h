@@ -41,6 +41,8 @@ class ImageFolder : public Dataset {
   Example get(size_t index) const override;
   Example get(size_t index, Rng& rng) const override;
   Batch get_batch(const std::vector<int64_t>& indices, uint64_t seed = 0) const override;
+  // These files with train = true (nullptr without item transforms).
+  DatasetPtr augmented() const override;
 
   const std::vector<std::string>& vocab() const { return vocab_; }
   const std::vector<std::string>& paths() const { return paths_; }

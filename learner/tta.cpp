@@ -1,0 +1,39 @@
+// Learner::tta: predictions averaged over augmented copies of the items, blended with
+// the plain predictions (fastai's defaults: 4 passes, beta 0.25).
+#include "learner/error.h"
+#include "learner/learner.h"
+
+namespace fastcpp {
+
+Preds Learner::tta(TtaOptions options) {
+  DataLoader& plain = options.dl ? *options.dl : dls.valid;
+  if (options.n < 1) throw Error("tta: n must be at least 1, got " + std::to_string(options.n));
+  if (options.beta < 0 || options.beta > 1) throw Error("tta: beta must be in [0, 1], got " + std::to_string(options.beta));
+  auto augmented_items = plain.dataset().augmented();
+  if (!augmented_items)
+    throw Error("tta: the loader's dataset has no random transforms to apply (its augmented() gives none); "
+                "give its items training-time transforms, e.g. ImageFolder's item_tfms");
+  DataLoader augmented(augmented_items, plain.options());
+  augmented.to(plain.device());
+
+  // get_preds draws the transforms of the Learner's epoch: pass i is epoch i (as in
+  // fastai), so each pass sees other draws and every call the same ones.
+  struct RestoreEpoch {
+    Learner& learn;
+    int epoch;
+    ~RestoreEpoch() { learn.epoch = epoch; }
+  } restore{*this, epoch};
+  std::vector<torch::Tensor> passes;
+  for (epoch = 0; epoch < options.n; ++epoch) passes.push_back(get_preds(&augmented).preds);
+  epoch = restore.epoch;
+  Preds result = get_preds(&plain);
+  if (options.use_max) {
+    passes.push_back(result.preds);
+    result.preds = std::get<0>(torch::stack(passes).max(0));
+  } else {
+    result.preds = torch::lerp(torch::stack(passes).mean(0), result.preds, options.beta);
+  }
+  return result;
+}
+
+}  // namespace fastcpp
