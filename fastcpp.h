@@ -39,6 +39,7 @@
 #include "vision/interpret.h"
 #include "vision/models/head.h"
 #include "vision/models/resnet.h"
+#include "vision/models/xresnet.h"
 #include "vision/vision_learner.h"
 #if FASTCPP_HAS_OPENCV
 #include "vision/export.h"

@@ -66,6 +66,43 @@ TEST_SUITE("models") {
     }
   }
 
+  TEST_CASE("XResNet-18 and XResNet-50 load state dicts of fastai's layout and compute the same outputs") {
+    torch::set_num_threads(2);
+    for (const std::string arch : {"xresnet18", "xresnet50"}) {
+      CAPTURE(arch);
+      auto model = arch == "xresnet18" ? vision::xresnet18() : vision::xresnet50();
+      load_state_dict(*model, model_fixture(arch + ".pth"));  // strict
+      model->eval();
+      const auto io = read_dict(model_fixture(arch + "_io.pt"));
+      torch::NoGradGuard no_grad;
+      const auto output = model->forward(entry(io, "input"));
+      CHECK(close(output, entry(io, "output")));
+    }
+  }
+
+  TEST_CASE("XResNet: fastai's names and shapes, blocks starting as the identity, c_in, widen, bad options") {
+    auto model = vision::xresnet18({.n_out = 10, .c_in = 1});
+    std::map<std::string, torch::Tensor> params;
+    for (const auto& p : model->named_parameters()) params[p.key()] = p.value();
+    CHECK((params.at("0.0.weight").sizes() == torch::IntArrayRef{32, 1, 3, 3}));
+    CHECK((params.at("2.0.weight").sizes() == torch::IntArrayRef{64, 32, 3, 3}));
+    CHECK((params.at("4.0.convpath.0.0.weight").sizes() == torch::IntArrayRef{64, 64, 3, 3}));
+    CHECK((params.at("5.0.idpath.1.0.weight").sizes() == torch::IntArrayRef{128, 64, 1, 1}));  // after the pool
+    CHECK((params.at("11.weight").sizes() == torch::IntArrayRef{10, 512}));
+    CHECK(params.count("4.0.idpath.0.0.weight") == 0);  // same width, stride 1: the identity
+    CHECK(params.at("4.1.convpath.1.1.weight").abs().sum().item<double>() == 0);  // the block's last norm starts at 0
+    CHECK(params.at("4.1.convpath.0.1.weight").min().item<double>() == 1);
+    int64_t count = 0;
+    for (const auto& p : model->parameters()) count += p.numel();
+    CHECK(count == 11'200'298);  // as the Python model of the fixtures
+    CHECK((model->forward(torch::randn({2, 1, 28, 28})).sizes() == torch::IntArrayRef{2, 10}));
+
+    auto narrow = vision::xresnet50({.n_out = 3, .widen = 0.5});
+    CHECK((narrow->named_parameters()["11.weight"].sizes() == torch::IntArrayRef{3, 1024}));
+    CHECK_THROWS_WITH_AS(vision::xresnet(2, {2, 2, 2, 2}), "xresnet: expansion must be 1 or 4, got 2", Error);
+    CHECK_THROWS_WITH_AS(vision::xresnet(1, {2, 2}), "xresnet: expected at least 4 stages of blocks, got 2", Error);
+  }
+
   TEST_CASE("a state dict goes C++ -> Python -> C++: torchvision computes our outputs and its edits come back") {
     torch::set_num_threads(2);
     torch::manual_seed(5);
