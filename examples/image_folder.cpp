@@ -1,9 +1,9 @@
-// Trains a ResNet classifier on any image folder tree:
+// Trains a ResNet (or XResNet) classifier on any image folder tree:
 //   ROOT/train/<class>/*.png|jpg   and   ROOT/valid/<class>/*
 // or ROOT/<class>/* (then a random 20% is the validation set).
 //
-//   image_folder ROOT [--arch resnet18|resnet34|resnet50|resnet101] [--epochs 5] [--bs 64]
-//                [--lr 1e-3] [--size 224] [--aug rrc|pad-crop] [--channels 3]
+//   image_folder ROOT [--arch resnet18|resnet34|resnet50|resnet101|xresnet18|...|xresnet101]
+//                [--epochs 5] [--bs 64] [--lr 1e-3] [--size 224] [--aug rrc|pad-crop] [--channels 3]
 //                [--stem imagenet|cifar] [--width 64] [--weights FILE.pth]
 //                [--precision fp32|bf16|fp16] [--memory-format contiguous|channels-last]
 //                [--label-smoothing 0.1] [--tta 4] [--load MODEL.pt] [--threads N]
@@ -48,8 +48,10 @@ int main(int argc, char** argv) {
     }
     flags[argv[i]] = argv[i + 1];
   }
-  const std::map<std::string, vision::Arch> archs{{"resnet18", vision::resnet18}, {"resnet34", vision::resnet34},
-                                                  {"resnet50", vision::resnet50}, {"resnet101", vision::resnet101}};
+  const std::map<std::string, vision::Arch> archs{{"resnet18", vision::resnet18},   {"resnet34", vision::resnet34},
+                                                  {"resnet50", vision::resnet50},   {"resnet101", vision::resnet101},
+                                                  {"xresnet18", vision::xresnet18}, {"xresnet34", vision::xresnet34},
+                                                  {"xresnet50", vision::xresnet50}, {"xresnet101", vision::xresnet101}};
   if (!archs.count(flags["--arch"])) {
     std::cerr << "unknown --arch " << flags["--arch"] << "\n";
     return 2;

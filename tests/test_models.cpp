@@ -239,6 +239,46 @@ TEST_SUITE("models") {
     CHECK(random.model.module().named_parameters()["layer1.0.conv1.weight"].requires_grad());
   }
 
+  TEST_CASE("vision_learner with an xresnet: fastai's cut and split, its weights, grey input, widen") {
+    torch::set_num_threads(2);
+    const auto file = read_state_dict(model_fixture("xresnet18.pth"));
+    auto learn = vision::vision_learner(image_dls(), vision::xresnet18, {},
+                                        {.pretrained_weights = model_fixture("xresnet18.pth")}, quiet());
+    auto& model = learn.model.module();
+    std::vector<std::string> names;
+    for (const auto& child : model.named_children()) names.push_back(child.key());
+    CHECK(std::vector<std::string>(names.begin(), names.begin() + 9) ==
+          std::vector<std::string>{"0", "1", "2", "3", "4", "5", "6", "7", "head_pool"});
+    auto params = model.named_parameters();
+    CHECK(torch::equal(params["5.0.idpath.1.0.weight"], entry(file, "5.0.idpath.1.0.weight")));
+    CHECK(torch::equal(params["0.0.weight"], entry(file, "0.0.weight")));
+    CHECK(params["head_bn1.weight"].size(0) == 1024);  // 512 features, concat pooled
+
+    auto groups = vision::xresnet_split(model);
+    auto children = model.named_children();
+    size_t stem = 0, stages = 0;
+    for (const char* name : {"0", "1", "2"}) stem += children[name]->parameters().size();
+    for (const char* name : {"4", "5", "6", "7"}) stages += children[name]->parameters().size();
+    CHECK(groups[0].size() == stem);
+    CHECK(groups[1].size() == stages);
+    CHECK(groups[2].size() == 6);
+    CHECK(!params["4.0.convpath.0.0.weight"].requires_grad());  // frozen body: weights were given
+
+    learn.unfreeze();
+    learn.fit(1, slice(1e-4, 1e-2));
+    CHECK(learn.opt->hyper("lr").size() == 3);
+    CHECK(!torch::equal(params["4.0.convpath.0.0.weight"], entry(file, "4.0.convpath.0.0.weight")));
+
+    auto grey = vision::create_vision_model(vision::xresnet18, 3,
+                                            {.pretrained_weights = model_fixture("xresnet18.pth"), .in_channels = 1});
+    CHECK(torch::allclose(grey->named_parameters()["0.0.weight"], entry(file, "0.0.weight").sum(1, true)));
+    CHECK((vision::create_vision_model(vision::xresnet50, 3, {.width = 32})->named_parameters()["head_bn1.weight"].size(0) ==
+           2 * 256 * 4));
+    CHECK_THROWS_WITH_AS(vision::create_vision_model(vision::xresnet18, 3, {.stem = vision::Stem::cifar}),
+                         "vision_learner: an xresnet has fastai's stem of three convs; Stem::cifar is for the ResNets",
+                         Error);
+  }
+
   TEST_CASE("summary lists each layer with its output shape and parameter counts") {
     auto learn = vision::vision_learner(image_dls(), vision::resnet18, {},
                                         {.pretrained_weights = model_fixture("resnet18.pth")}, quiet());

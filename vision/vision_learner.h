@@ -1,27 +1,27 @@
 #pragma once
-// vision_learner: a Learner for image classification from a ResNet body (optionally
-// with pretrained weights) and a new head, as fastai's.
+// vision_learner: a Learner for image classification from the body of an architecture
+// (a ResNet or an XResNet, optionally with pretrained weights) and a new head, as fastai's.
 //
 //   auto learn = vision::vision_learner(dls, vision::resnet34, {metrics::accuracy()},
 //                                       {.pretrained_weights = "resnet34.pth"}, {.opt_func = adam()});
 //   learn.fine_tune(3);
 //
-// The model is one Sequential: the body's layers under torchvision's names (conv1,
-// bn1, relu, maxpool, layer1 ... layer4), then create_head's layers (head_*).
-// Parameter groups, as fastai's resnet split: the body up to layer2, layer3 and
-// layer4, the head; a slice of lrs spreads over them. With pretrained weights the
-// body starts frozen (its norm layers stay trainable), so a first fit trains the head.
+// The model is one Sequential: the body's layers under the architecture's names
+// (conv1, bn1, relu, maxpool, layer1 ... layer4 for a ResNet; 0 ... 7 for an XResNet),
+// then create_head's layers (head_*). Parameter groups, as fastai's splits: three,
+// for a ResNet the body up to layer2, layer3 and layer4, the head (for an XResNet the
+// stem, the stages, the head); a slice of lrs spreads over them. With pretrained
+// weights the body starts frozen (its norm layers stay trainable), so a first fit
+// trains the head.
 #include <functional>
 #include <string>
 #include <vector>
 
 #include "learner/learner.h"
+#include "vision/arch.h"
 #include "vision/models/head.h"
-#include "vision/models/resnet.h"
 
 namespace fastcpp::vision {
-
-using Arch = std::function<ResNet(ResNetOptions)>;
 
 struct VisionLearnerOptions {
   // A state dict of `arch` saved by torchvision (torch.save(model.state_dict(), path))
@@ -30,7 +30,7 @@ struct VisionLearnerOptions {
   std::string pretrained_weights;
   int64_t n_out = 0;  // outputs; default: the number of classes in dls.vocab
   int64_t in_channels = 3;
-  Stem stem = Stem::imagenet;
+  Stem stem = Stem::imagenet;  // ResNets only
   int64_t width = 64;
   // The head (create_head's options).
   std::vector<int64_t> lin_ftrs{512};
@@ -47,6 +47,8 @@ torch::nn::Sequential create_vision_model(const Arch& arch, int64_t n_out, const
 
 // fastai's resnet split of a create_vision_model model: [stem, layer1, layer2], [layer3, layer4], [head].
 std::vector<std::vector<torch::Tensor>> resnet_split(torch::nn::Module& model);
+// fastai's xresnet split: [the stem's three convs], [max pool, stages], [head].
+std::vector<std::vector<torch::Tensor>> xresnet_split(torch::nn::Module& model);
 
 // `learner_options`: optimizer, callbacks, device, ... (its splitter and frozen are set here).
 Learner vision_learner(DataLoaders dls, const Arch& arch, std::vector<MetricPtr> metrics = {},
