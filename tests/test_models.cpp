@@ -274,6 +274,10 @@ TEST_SUITE("models") {
     CHECK(torch::allclose(grey->named_parameters()["0.0.weight"], entry(file, "0.0.weight").sum(1, true)));
     CHECK((vision::create_vision_model(vision::xresnet50, 3, {.width = 32})->named_parameters()["head_bn1.weight"].size(0) ==
            2 * 256 * 4));
+    torch::nn::Sequential plain(torch::nn::Linear(2, 2));
+    CHECK_THROWS_WITH_AS(vision::xresnet_split(*plain),
+                         "xresnet_split: the model has no layer named '3' or no head_ layers; is it from create_vision_model?",
+                         Error);
     CHECK_THROWS_WITH_AS(vision::create_vision_model(vision::xresnet18, 3, {.stem = vision::Stem::cifar}),
                          "vision_learner: an xresnet has fastai's stem of three convs; Stem::cifar is for the ResNets",
                          Error);

@@ -57,7 +57,8 @@ std::vector<std::vector<torch::Tensor>> split_body_and_head(torch::nn::Module& m
   }
   for (const auto& g : groups)
     if (g.empty())
-      throw Error(split_name + ": the model has no " + starts.back() + " or no head_ layers; is it from create_vision_model?");
+      throw Error(split_name + ": the model has no layer named '" + starts.back() +
+                  "' or no head_ layers; is it from create_vision_model?");
   return groups;
 }
 
