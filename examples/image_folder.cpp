@@ -103,7 +103,7 @@ int main(int argc, char** argv) {
       // The valid items with the training transforms, `passes` times, blended with the plain pass.
       const auto tta = learn.tta({.n = passes});
       std::printf("valid accuracy with test-time augmentation (%d passes): %.4f\n", passes,
-                  tta.preds.argmax(1).eq(tta.targets).to(torch::kDouble).mean().item<double>());
+                  metrics::accuracy_fn(tta.preds, tta.targets).item<double>());
     }
   } catch (const Error& e) {
     std::cerr << "error: " << e.what() << "\n";

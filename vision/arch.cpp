@@ -6,22 +6,62 @@
 #include "learner/sequential.h"
 
 namespace fastcpp::vision {
+namespace {
 
-Body resnet_body(const ResNet& net) { return {net->body(), net->num_features(), "conv1.weight", "fc.", {"layer3"}}; }
-
-Body xresnet_body(const torch::nn::Sequential& net) {
-  // fastai's cut: the last four layers (pool, flatten, dropout, linear) are the classifier.
-  auto layers = named_layers(*net);
-  const auto* classifier = layers.size() > 4 ? layers.back().module->as<torch::nn::Linear>() : nullptr;
-  if (!classifier) throw Error("xresnet_body: expected an xresnet (layers ending in a Linear)");
-  Body body{torch::nn::Sequential(), classifier->options.in_features(), "0.0.weight", layers.back().name + ".", {"3"}};
-  for (size_t i = 0; i + 4 < layers.size(); ++i) body.layers->push_back(layers[i].name, layers[i].any);
-  return body;
+// Three groups of a body + head model: up to the layer named `second`, from it up to the
+// head, the head_* layers.
+std::vector<std::vector<torch::Tensor>> split_body_and_head(torch::nn::Module& model, const std::string& second,
+                                                            const std::string& split_name) {
+  std::vector<std::vector<torch::Tensor>> groups(3);
+  size_t group = 0;
+  for (const auto& child : model.named_children()) {
+    if (child.key() == second) group = std::max<size_t>(group, 1);
+    if (child.key().rfind("head_", 0) == 0) group = 2;
+    for (const auto& p : child.value()->parameters()) groups[group].push_back(p);
+  }
+  for (const auto& g : groups)
+    if (g.empty())
+      throw Error(split_name + ": the model has no layer named '" + second +
+                  "' or no head_ layers; is it from create_vision_model?");
+  return groups;
 }
 
-void check_xresnet_stem(const BodyOptions& options) {
-  if (options.stem != Stem::imagenet)
-    throw Error("vision_learner: an xresnet has fastai's stem of three convs; Stem::cifar is for the ResNets");
+}  // namespace
+
+std::vector<std::vector<torch::Tensor>> resnet_split(torch::nn::Module& model) {
+  return split_body_and_head(model, "layer3", "resnet_split");
+}
+
+std::vector<std::vector<torch::Tensor>> xresnet_split(torch::nn::Module& model) {
+  return split_body_and_head(model, "3", "xresnet_split");
+}
+
+Arch Arch::from_resnet(ResNetFn make) {
+  Arch arch;
+  arch.body_ = [make = std::move(make)](const BodyOptions& o) {
+    auto net = make({.in_channels = o.in_channels, .stem = o.stem, .width = o.width});
+    return Body{net->body(), net->num_features(), "conv1.weight", "fc."};
+  };
+  arch.split_ = resnet_split;
+  return arch;
+}
+
+Arch Arch::from_xresnet(XResNetFn make) {
+  Arch arch;
+  arch.body_ = [make = std::move(make)](const BodyOptions& o) {
+    if (o.stem != Stem::imagenet)
+      throw Error("vision_learner: an xresnet has fastai's stem of three convs; Stem::cifar is for the ResNets");
+    auto net = make({.c_in = o.in_channels, .widen = static_cast<double>(o.width) / 64});
+    // fastai's cut: the last four layers (pool, flatten, dropout, linear) are the classifier.
+    auto layers = named_layers(*net);
+    const auto* classifier = layers.size() > 4 ? layers.back().module->as<torch::nn::Linear>() : nullptr;
+    if (!classifier) throw Error("vision_learner: expected an xresnet (layers ending in a Linear)");
+    Body body{torch::nn::Sequential(), classifier->options.in_features(), "0.0.weight", layers.back().name + "."};
+    for (size_t i = 0; i + 4 < layers.size(); ++i) body.layers->push_back(layers[i].name, layers[i].any);
+    return body;
+  };
+  arch.split_ = xresnet_split;
+  return arch;
 }
 
 }  // namespace fastcpp::vision

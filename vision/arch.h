@@ -2,12 +2,12 @@
 // Arch: what vision_learner needs of an architecture, as fastai's model_meta: the body
 // under the architecture's own names (so its state dicts load into it), the channels
 // out of it, the key of its first conv (adapted to other input channel counts), the
-// prefix of its classifier's keys (left out when loading weights), and the body
-// layers where the later parameter groups begin.
+// prefix of its classifier's keys (left out when loading weights), and its split of
+// body + head into parameter groups.
 //
 // The model functions are Archs as they are: vision::resnet18 ... resnet101 (body:
-// everything before the pooling, split at layer3) and vision::xresnet18 ... xresnet101
-// (body: fastai's cut of the last four layers, split after the stem).
+// everything before the pooling; resnet_split) and vision::xresnet18 ... xresnet101
+// (body: fastai's cut of the last four layers; xresnet_split).
 #include <torch/nn/modules/container/sequential.h>
 
 #include <functional>
@@ -15,6 +15,7 @@
 #include <type_traits>
 #include <vector>
 
+#include "learner/learner.h"
 #include "vision/models/resnet.h"
 #include "vision/models/xresnet.h"
 
@@ -29,35 +30,38 @@ struct BodyOptions {
 struct Body {
   torch::nn::Sequential layers;
   int64_t num_features = 0;
-  std::string first_conv;                 // e.g. "conv1.weight"
-  std::string classifier;                 // e.g. "fc."
-  std::vector<std::string> group_starts;  // e.g. {"layer3"}: groups [.., layer3), [layer3, ..], then the head
+  std::string first_conv;  // e.g. "conv1.weight"
+  std::string classifier;  // e.g. "fc."
 };
-
-Body resnet_body(const ResNet& net);
-Body xresnet_body(const torch::nn::Sequential& net);
-void check_xresnet_stem(const BodyOptions& options);
 
 class Arch {
  public:
+  using ResNetFn = std::function<ResNet(ResNetOptions)>;
+  using XResNetFn = std::function<torch::nn::Sequential(XResNetOptions)>;
+
   Arch() = default;
   template <class F, std::enable_if_t<std::is_invocable_r_v<ResNet, F, ResNetOptions>, int> = 0>
-  Arch(F make)  // NOLINT: vision::resnet34 is an Arch
-      : body_([make](const BodyOptions& o) {
-          return resnet_body(make({.in_channels = o.in_channels, .stem = o.stem, .width = o.width}));
-        }) {}
+  Arch(F make) : Arch(from_resnet(make)) {}  // NOLINT: vision::resnet34 is an Arch
   template <class F, std::enable_if_t<std::is_invocable_r_v<torch::nn::Sequential, F, XResNetOptions>, int> = 0>
-  Arch(F make)  // NOLINT: vision::xresnet50 is an Arch
-      : body_([make](const BodyOptions& o) {
-          check_xresnet_stem(o);
-          return xresnet_body(make({.c_in = o.in_channels, .widen = static_cast<double>(o.width) / 64}));
-        }) {}
+  Arch(F make) : Arch(from_xresnet(make)) {}  // NOLINT: vision::xresnet50 is an Arch
+
+  static Arch from_resnet(ResNetFn make);
+  static Arch from_xresnet(XResNetFn make);
 
   explicit operator bool() const { return static_cast<bool>(body_); }
   Body body(const BodyOptions& options) const { return body_(options); }
+  // Parameter groups of the body's layers followed by head_* layers.
+  const Splitter& split() const { return split_; }
 
  private:
   std::function<Body(const BodyOptions&)> body_;
+  Splitter split_;
 };
+
+// fastai's splits of a create_vision_model model into three parameter groups:
+// resnet: [stem, layer1, layer2], [layer3, layer4], [head]; xresnet: [the stem's three
+// convs], [max pool, stages], [head].
+std::vector<std::vector<torch::Tensor>> resnet_split(torch::nn::Module& model);
+std::vector<std::vector<torch::Tensor>> xresnet_split(torch::nn::Module& model);
 
 }  // namespace fastcpp::vision

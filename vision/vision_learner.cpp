@@ -23,12 +23,9 @@ torch::Tensor adapt_input_channels(const torch::Tensor& rgb, int64_t n_in) {
   return weight;
 }
 
-struct VisionModel {
-  torch::nn::Sequential model;
-  std::vector<std::string> group_starts;
-};
+}  // namespace
 
-VisionModel build_vision_model(const Arch& arch, int64_t n_out, const VisionLearnerOptions& o) {
+torch::nn::Sequential create_vision_model(const Arch& arch, int64_t n_out, const VisionLearnerOptions& o) {
   if (!arch) throw Error("vision_learner: no architecture given");
   auto body = arch.body({.in_channels = o.in_channels, .stem = o.stem, .width = o.width});
   if (!o.pretrained_weights.empty()) {
@@ -41,49 +38,15 @@ VisionModel build_vision_model(const Arch& arch, int64_t n_out, const VisionLear
   torch::nn::Sequential model;
   append(model, body.layers);
   append(model, create_head(body.num_features, n_out, o.head()));
-  return {model, body.group_starts};
-}
-
-// Groups of a body + head model: a new group at each of `starts`, and at the head.
-std::vector<std::vector<torch::Tensor>> split_body_and_head(torch::nn::Module& model, const std::vector<std::string>& starts,
-                                                            const std::string& split_name) {
-  std::vector<std::vector<torch::Tensor>> groups(starts.size() + 2);
-  size_t group = 0;
-  for (const auto& child : model.named_children()) {
-    for (size_t s = 0; s < starts.size(); ++s)
-      if (child.key() == starts[s]) group = std::max(group, s + 1);
-    if (child.key().rfind("head_", 0) == 0) group = groups.size() - 1;
-    for (const auto& p : child.value()->parameters()) groups[group].push_back(p);
-  }
-  for (const auto& g : groups)
-    if (g.empty())
-      throw Error(split_name + ": the model has no layer named '" + starts.back() +
-                  "' or no head_ layers; is it from create_vision_model?");
-  return groups;
-}
-
-}  // namespace
-
-torch::nn::Sequential create_vision_model(const Arch& arch, int64_t n_out, const VisionLearnerOptions& o) {
-  return build_vision_model(arch, n_out, o).model;
-}
-
-std::vector<std::vector<torch::Tensor>> resnet_split(torch::nn::Module& model) {
-  return split_body_and_head(model, {"layer3"}, "resnet_split");
-}
-
-std::vector<std::vector<torch::Tensor>> xresnet_split(torch::nn::Module& model) {
-  return split_body_and_head(model, {"3"}, "xresnet_split");
+  return model;
 }
 
 Learner vision_learner(DataLoaders dls, const Arch& arch, std::vector<MetricPtr> metrics, VisionLearnerOptions o,
                        LearnerOptions learner_options) {
   const int64_t n_out = o.n_out > 0 ? o.n_out : static_cast<int64_t>(dls.num_classes());
   if (n_out < 1) throw Error("vision_learner: the data have no vocab; give n_out");
-  auto [model, group_starts] = build_vision_model(arch, n_out, o);
-  learner_options.splitter = [starts = group_starts](torch::nn::Module& m) {
-    return split_body_and_head(m, starts, "vision_learner's split");
-  };
+  auto model = create_vision_model(arch, n_out, o);
+  learner_options.splitter = arch.split();
   learner_options.frozen = !o.pretrained_weights.empty();
   auto loss = o.loss_func ? o.loss_func : CrossEntropyLoss();
   return Learner(std::move(dls), model, std::move(loss), std::move(metrics), std::move(learner_options));

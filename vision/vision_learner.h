@@ -45,10 +45,6 @@ struct VisionLearnerOptions {
 // The body of `arch` followed by a new head, with the pretrained weights loaded.
 torch::nn::Sequential create_vision_model(const Arch& arch, int64_t n_out, const VisionLearnerOptions& options = {});
 
-// fastai's resnet split of a create_vision_model model: [stem, layer1, layer2], [layer3, layer4], [head].
-std::vector<std::vector<torch::Tensor>> resnet_split(torch::nn::Module& model);
-// fastai's xresnet split: [the stem's three convs], [max pool, stages], [head].
-std::vector<std::vector<torch::Tensor>> xresnet_split(torch::nn::Module& model);
 
 // `learner_options`: optimizer, callbacks, device, ... (its splitter and frozen are set here).
 Learner vision_learner(DataLoaders dls, const Arch& arch, std::vector<MetricPtr> metrics = {},

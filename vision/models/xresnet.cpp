@@ -29,23 +29,22 @@ Stage conv_layer(int64_t ni, int64_t nf, int64_t ks, int64_t stride = 1, Norm no
 }  // namespace
 
 ResBlockImpl::ResBlockImpl(int64_t expansion, int64_t ni, int64_t nf, int64_t stride) {
-  const int64_t hidden = nf;
-  nf *= expansion;
-  ni *= expansion;
+  // As fastai's: ni and nf count in units of `expansion` channels; nf is also the hidden width.
+  const int64_t in = ni * expansion, out = nf * expansion;
   Stage convs;
   if (expansion == 1) {
-    convs->push_back(conv_layer(ni, hidden, 3, stride));
-    convs->push_back(conv_layer(hidden, nf, 3, 1, Norm::zero, /*act=*/false));
+    convs->push_back(conv_layer(in, nf, 3, stride));
+    convs->push_back(conv_layer(nf, out, 3, 1, Norm::zero, /*act=*/false));
   } else {
-    convs->push_back(conv_layer(ni, hidden, 1));
-    convs->push_back(conv_layer(hidden, hidden, 3, stride));
-    convs->push_back(conv_layer(hidden, nf, 1, 1, Norm::zero, /*act=*/false));
+    convs->push_back(conv_layer(in, nf, 1));
+    convs->push_back(conv_layer(nf, nf, 3, stride));
+    convs->push_back(conv_layer(nf, out, 1, 1, Norm::zero, /*act=*/false));
   }
   convpath = register_module("convpath", convs);
   Stage shortcut;
   if (stride != 1)
     shortcut->push_back(torch::nn::AvgPool2d(torch::nn::AvgPool2dOptions(stride).ceil_mode(true)));
-  if (ni != nf) shortcut->push_back(conv_layer(ni, nf, 1, 1, Norm::one, /*act=*/false));
+  if (in != out) shortcut->push_back(conv_layer(in, out, 1, 1, Norm::one, /*act=*/false));
   idpath = register_module("idpath", shortcut);
 }
 
