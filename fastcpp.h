@@ -20,7 +20,7 @@
 #include "distributed/sync_batchnorm.h"
 #include "learner/callback.h"
 #include "learner/checkpoint.h"
-#include "learner/error.h"
+#include "core/error.h"
 #include "learner/events.h"
 #include "learner/learner.h"
 #include "learner/loss.h"

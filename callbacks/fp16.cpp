@@ -4,8 +4,8 @@
 
 #include <sstream>
 
-#include "learner/compat.h"
-#include "learner/error.h"
+#include "core/autocast.h"
+#include "core/error.h"
 #include "learner/learner.h"
 
 namespace fastcpp {
@@ -26,7 +26,7 @@ void MixedPrecision::before_fit() {
   skipped_in_row_ = 0;
 }
 
-void MixedPrecision::autocast(bool enabled) { compat::set_autocast(device_type_, enabled, options_.dtype); }
+void MixedPrecision::autocast(bool enabled) { set_autocast(device_type_, enabled, options_.dtype); }
 
 void MixedPrecision::before_batch() { autocast(true); }
 

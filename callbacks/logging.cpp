@@ -2,7 +2,7 @@
 
 #include <filesystem>
 
-#include "learner/error.h"
+#include "core/error.h"
 #include "learner/learner.h"
 #include "learner/recorder.h"
 

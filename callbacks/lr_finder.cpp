@@ -4,7 +4,7 @@
 #include <limits>
 
 #include "learner/checkpoint.h"
-#include "learner/error.h"
+#include "core/error.h"
 #include "learner/learner.h"
 #include "learner/recorder.h"
 

@@ -1,6 +1,6 @@
 #include "callbacks/schedule.h"
 
-#include "learner/error.h"
+#include "core/error.h"
 #include "learner/learner.h"
 
 namespace fastcpp {

@@ -6,7 +6,7 @@
 #include <limits>
 #include <sstream>
 
-#include "learner/error.h"
+#include "core/error.h"
 #include "learner/learner.h"
 #include "learner/recorder.h"
 

@@ -3,7 +3,7 @@
 #include <torch/torch.h>
 
 #include "data/buffer_pool.h"
-#include "learner/error.h"
+#include "core/error.h"
 
 namespace fastcpp {
 

@@ -2,7 +2,7 @@
 
 #include <torch/torch.h>
 
-#include "learner/error.h"
+#include "core/error.h"
 
 namespace fastcpp {
 

@@ -7,7 +7,7 @@
 #include <numeric>
 
 #include "data/random.h"
-#include "learner/error.h"
+#include "core/error.h"
 
 namespace fastcpp {
 

@@ -5,7 +5,7 @@
 #include "callbacks/training.h"
 #include "data/sampler.h"
 #include "distributed/sync_batchnorm.h"
-#include "learner/error.h"
+#include "core/error.h"
 #include "learner/learner.h"
 
 namespace fastcpp::distributed {

@@ -3,7 +3,7 @@
 #include <cstdlib>
 #include <string>
 
-#include "learner/error.h"
+#include "core/error.h"
 
 namespace fastcpp::distributed {
 namespace {

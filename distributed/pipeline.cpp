@@ -4,7 +4,7 @@
 
 #include <numeric>
 
-#include "learner/error.h"
+#include "core/error.h"
 #include "learner/sequential.h"
 
 namespace fastcpp::distributed {

@@ -1,17 +1,33 @@
 #include "distributed/process_group.h"
 
+#include <torch/csrc/distributed/c10d/Backend.hpp>
 #include <torch/csrc/distributed/c10d/PrefixStore.hpp>
-#include <torch/csrc/distributed/c10d/ProcessGroupGloo.hpp>
 #include <torch/csrc/distributed/c10d/TCPStore.hpp>
 #include <torch/torch.h>
+#if FASTCPP_HAS_GLOO
+#include <torch/csrc/distributed/c10d/ProcessGroupGloo.hpp>
+#endif
+#if FASTCPP_HAS_NCCL
+#include <c10/cuda/CUDAFunctions.h>
+#include <torch/csrc/distributed/c10d/ProcessGroupNCCL.hpp>
+#endif
 
-#include "learner/error.h"
+#include "core/device.h"
+#include "core/error.h"
 
 namespace fastcpp::distributed {
 
 struct Communicator::Impl {
   c10::intrusive_ptr<c10d::Store> store;
-  c10::intrusive_ptr<c10d::ProcessGroup> group;
+  c10::intrusive_ptr<c10d::Backend> gloo;  // CPU tensors, and CUDA ones with backend "gloo"
+  c10::intrusive_ptr<c10d::Backend> nccl;  // CUDA tensors with backend "auto" or "nccl"
+  std::chrono::milliseconds timeout;
+
+  c10d::Backend& backend_for(const torch::Tensor& tensor) {
+    if (tensor.is_cuda() && nccl) return *nccl;
+    if (!gloo) throw Error("this build has no Gloo (no Gloo headers at configure time): CPU tensors cannot be reduced");
+    return *gloo;
+  }
 };
 
 namespace {
@@ -59,7 +75,8 @@ void check_world_size(c10d::Store& store, const DistEnv& env) {
 std::shared_ptr<Communicator> process_communicator(const DistEnv& env, ProcessGroupOptions options) {
   // Never destroyed: the group's threads must outlive every user, up to exit.
   static auto* shared = new std::shared_ptr<Communicator>();
-  if (!*shared) *shared = std::make_shared<Communicator>(env, std::move(options));
+  if (!*shared) *shared = std::make_shared<Communicator>(env, options);
+  else (*shared)->require(options);
   return *shared;
 }
 
@@ -72,11 +89,31 @@ void rank0_first(const std::function<void()>& fn, ProcessGroupOptions options) {
   if (env.rank != 0) fn();
 }
 
+namespace {
+
+// "auto", "gloo" or "nccl" as the backend of CUDA tensors, checked against the device.
+std::string resolve_backend(const ProcessGroupOptions& options) {
+  const auto& asked = options.backend;
+  if (asked != "auto" && asked != "gloo" && asked != "nccl")
+    throw Error("process group backend '" + asked + "' is unknown: use auto, gloo or nccl");
+  if (asked == "nccl" && !options.device.is_cuda())
+    throw Error("process group backend nccl needs a CUDA model, and this one is on " + options.device.str() +
+                ": use backend gloo (or auto, which picks Gloo for the CPU)");
+#if !FASTCPP_HAS_NCCL
+  if (asked == "nccl") throw Error("process group backend nccl is not in this build (torch without CUDA/NCCL): use gloo");
+  return "gloo";
+#else
+  if (asked == "auto") return options.device.is_cuda() ? "nccl" : "gloo";
+  return asked;
+#endif
+}
+
+}  // namespace
+
 Communicator::Communicator(const DistEnv& env, ProcessGroupOptions options)
-    : impl_(std::make_unique<Impl>()), rank_(env.rank), world_size_(env.world_size), backend_(options.backend) {
-  if (backend_ == "auto") backend_ = "gloo";
-  if (backend_ != "gloo")
-    throw Error("process group backend '" + options.backend + "' is not available in this build; use gloo");
+    : impl_(std::make_unique<Impl>()), rank_(env.rank), world_size_(env.world_size), backend_("gloo") {
+  resolve_backend(options);  // bad options fail before any rendezvous
+  impl_->timeout = options.timeout;
   const std::string where = env.master_addr + ":" + std::to_string(env.master_port);
   try {
     c10d::TCPStoreOptions store_options;
@@ -98,20 +135,37 @@ Communicator::Communicator(const DistEnv& env, ProcessGroupOptions options)
                 "); check MASTER_ADDR/MASTER_PORT, that rank 0 runs, and WORLD_SIZE on every rank");
   }
   check_world_size(*impl_->store, env);
-  auto gloo_options = c10d::ProcessGroupGloo::Options::create();
-  gloo_options->timeout = options.timeout;
+#if FASTCPP_HAS_GLOO
+  auto gloo_options = c10d::ProcessGroupGloo::Options::create(options.timeout);
   gloo_options->devices.push_back(c10d::ProcessGroupGloo::createDeviceForHostname(env.master_addr));
   try {
-    impl_->group = c10::make_intrusive<c10d::ProcessGroupGloo>(impl_->store, env.rank, env.world_size, gloo_options);
+    auto store = c10::make_intrusive<c10d::PrefixStore>("gloo", impl_->store);
+    impl_->gloo = c10::make_intrusive<c10d::ProcessGroupGloo>(store, env.rank, env.world_size, gloo_options);
   } catch (const std::exception& e) {
     throw Error("rank " + std::to_string(env.rank) + ": the Gloo process group at " + where +
                 " did not form: " + std::string(e.what()).substr(0, 300));
   }
+#endif
+  require(options);
+}
+
+void Communicator::require(const ProcessGroupOptions& options) {
+  const auto backend = resolve_backend(options);
+  if (backend != "nccl" || impl_->nccl) return;
+#if FASTCPP_HAS_NCCL
+  check_device(options.device, "the NCCL process group");
+  // NCCL makes its communicator on the current device when first used.
+  c10::cuda::set_device(options.device.has_index() ? options.device.index() : 0);
+  auto nccl_options = c10d::ProcessGroupNCCL::Options::create();
+  nccl_options->timeout = options.timeout;
+  auto store = c10::make_intrusive<c10d::PrefixStore>("nccl", impl_->store);
+  impl_->nccl = c10::make_intrusive<c10d::ProcessGroupNCCL>(store, rank_, world_size_, nccl_options);
+  backend_ = "nccl";
+#endif
 }
 
 Communicator::~Communicator() = default;
 
-c10d::ProcessGroup& Communicator::group() { return *impl_->group; }
 
 namespace {
 
@@ -126,26 +180,32 @@ void wait(const c10::intrusive_ptr<c10d::Work>& work, const char* what, int rank
 
 }  // namespace
 
-void Communicator::all_reduce_sum(torch::Tensor& tensor) {
+c10::intrusive_ptr<c10d::Work> Communicator::all_reduce_async(torch::Tensor& tensor) {
   std::vector<torch::Tensor> tensors{tensor};
-  wait(impl_->group->allreduce(tensors), "all_reduce", rank_);
+  return impl_->backend_for(tensor).allreduce(tensors);
 }
+
+void Communicator::all_reduce_sum(torch::Tensor& tensor) { wait(all_reduce_async(tensor), "all_reduce", rank_); }
 
 void Communicator::broadcast(torch::Tensor& tensor, int root) {
   std::vector<torch::Tensor> tensors{tensor};
   c10d::BroadcastOptions options;
   options.rootRank = root;
-  wait(impl_->group->broadcast(tensors, options), "broadcast", rank_);
+  wait(impl_->backend_for(tensor).broadcast(tensors, options), "broadcast", rank_);
 }
 
 std::vector<torch::Tensor> Communicator::all_gather(const torch::Tensor& tensor) {
   std::vector<std::vector<torch::Tensor>> outputs(1);
   for (int r = 0; r < world_size_; ++r) outputs[0].push_back(torch::empty_like(tensor));
   std::vector<torch::Tensor> inputs{tensor.contiguous()};
-  wait(impl_->group->allgather(outputs, inputs), "all_gather", rank_);
+  wait(impl_->backend_for(tensor).allgather(outputs, inputs), "all_gather", rank_);
   return outputs[0];
 }
 
-void Communicator::barrier() { wait(impl_->group->barrier(), "barrier", rank_); }
+void Communicator::barrier() {
+  // Through NCCL when there is one, so that the barrier orders NCCL work too.
+  auto& backend = impl_->nccl ? *impl_->nccl : impl_->backend_for(torch::empty({0}));
+  wait(backend.barrier(), "barrier", rank_);
+}
 
 }  // namespace fastcpp::distributed

@@ -1,8 +1,11 @@
 #pragma once
 // The process group of a run: a TCPStore rendezvous at MASTER_ADDR:MASTER_PORT (rank 0
-// serves it, or torchrun's agent) and a c10d backend. Only Gloo is built so far ("auto"
-// means Gloo; NCCL for CUDA is still to come). Every collective fails within `timeout`
-// instead of hanging.
+// serves it, or torchrun's agent) and c10d backends, as torch.distributed's default group:
+// backend "auto" sends CUDA tensors through NCCL and CPU tensors through Gloo; "gloo"
+// sends every tensor through Gloo (CUDA tensors too: several ranks can then share one
+// GPU, which NCCL refuses); "nccl" is for CUDA models only. Every collective fails within
+// `timeout` instead of hanging.
+#include <c10/util/intrusive_ptr.h>
 #include <torch/types.h>
 
 #include <chrono>
@@ -13,7 +16,7 @@
 #include "distributed/env.h"
 
 namespace c10d {
-class ProcessGroup;
+class Work;
 }
 
 namespace fastcpp::distributed {
@@ -21,6 +24,7 @@ namespace fastcpp::distributed {
 struct ProcessGroupOptions {
   std::string backend = "auto";  // auto, gloo, nccl
   std::chrono::milliseconds timeout{std::chrono::seconds(60)};
+  torch::Device device = torch::kCPU;  // where the tensors live: with "auto", CUDA brings NCCL in
 };
 
 // A process group and the collectives the framework needs, synchronous unless noted.
@@ -31,7 +35,11 @@ class Communicator {
 
   int rank() const { return rank_; }
   int world_size() const { return world_size_; }
+  // The backend CUDA tensors go through: "nccl" or "gloo" (CPU tensors always use Gloo).
   const std::string& backend() const { return backend_; }
+  // Brings in what `options` needs beyond what this group has (NCCL for a CUDA model,
+  // after rank0_first formed a CPU group); every rank must call it at the same point.
+  void require(const ProcessGroupOptions& options);
 
   void all_reduce_sum(torch::Tensor& tensor);
   void broadcast(torch::Tensor& tensor, int root = 0);
@@ -39,8 +47,8 @@ class Communicator {
   std::vector<torch::Tensor> all_gather(const torch::Tensor& tensor);
   void barrier();
 
-  // The underlying c10d group, for asynchronous use (the DDP reducer).
-  c10d::ProcessGroup& group();
+  // Starts an all-reduce (sum) of `tensor` in place; wait on the returned work (the DDP reducer).
+  c10::intrusive_ptr<c10d::Work> all_reduce_async(torch::Tensor& tensor);
 
  private:
   struct Impl;

@@ -2,11 +2,11 @@
 
 #include <torch/csrc/autograd/functions/accumulate_grad.h>
 #include <torch/csrc/autograd/utils/lambda_post_hook.h>
-#include <torch/csrc/distributed/c10d/ProcessGroup.hpp>
+#include <torch/csrc/distributed/c10d/Work.hpp>
 #include <torch/torch.h>
 
 #include "distributed/process_group.h"
-#include "learner/error.h"
+#include "core/error.h"
 
 namespace fastcpp::distributed {
 
@@ -77,8 +77,7 @@ void Reducer::on_grad_ready(size_t k) {
 }
 
 void Reducer::launch(Bucket& bucket) {
-  std::vector<torch::Tensor> tensors{bucket.flat};
-  bucket.work = comm_->group().allreduce(tensors);
+  bucket.work = comm_->all_reduce_async(bucket.flat);
 }
 
 void Reducer::launch_ready() {

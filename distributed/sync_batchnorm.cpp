@@ -3,7 +3,7 @@
 #include <torch/torch.h>
 
 #include "distributed/process_group.h"
-#include "learner/error.h"
+#include "core/error.h"
 #include "learner/sequential.h"
 
 namespace fastcpp::distributed {

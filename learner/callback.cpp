@@ -5,7 +5,7 @@
 #include <cstdlib>
 #include <typeinfo>
 
-#include "learner/error.h"
+#include "core/error.h"
 #include "learner/learner.h"
 
 namespace fastcpp {

@@ -10,7 +10,7 @@
 #include <filesystem>
 #include <fstream>
 
-#include "learner/error.h"
+#include "core/error.h"
 #include "learner/learner.h"
 #include "learner/state_dict.h"
 

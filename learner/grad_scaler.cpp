@@ -4,7 +4,7 @@
 
 #include <map>
 
-#include "learner/error.h"
+#include "core/error.h"
 #include "learner/optimizer.h"
 
 namespace fastcpp {

@@ -1,6 +1,6 @@
 #include "learner/hypers.h"
 
-#include "learner/error.h"
+#include "core/error.h"
 
 namespace fastcpp {
 

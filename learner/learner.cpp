@@ -8,7 +8,8 @@
 #include "callbacks/progress.h"
 #include "callbacks/schedule.h"
 #include "learner/checkpoint.h"
-#include "learner/error.h"
+#include "core/device.h"
+#include "core/error.h"
 #include "learner/param_groups.h"
 #include "learner/recorder.h"
 #include "learner/train_eval.h"
@@ -49,8 +50,6 @@ class GatherPreds : public Callback {
 
 std::string first_line(const std::string& text) { return text.substr(0, text.find('\n')); }
 
-torch::Device default_device() { return torch::cuda::is_available() ? torch::Device(torch::kCUDA) : torch::kCPU; }
-
 }  // namespace
 
 class Learner::AddedCallbacks {
@@ -81,6 +80,7 @@ Learner::Learner(DataLoaders dls_, Model model_, Loss loss_func_, std::vector<Me
   if (!options_.lr.given()) throw Error("Learner: the default lr must be a value");
   for (const auto& metric : metrics)
     if (!metric) throw Error("Learner: a metric is null");
+  check_device(device, "Learner");
   model.module().to(device);
   dls.to(device);
   recorder = std::make_shared<Recorder>();

@@ -2,7 +2,7 @@
 
 #include <cmath>
 
-#include "learner/error.h"
+#include "core/error.h"
 
 namespace fastcpp {
 

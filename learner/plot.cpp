@@ -8,7 +8,7 @@
 #include <fstream>
 #include <limits>
 
-#include "learner/error.h"
+#include "core/error.h"
 
 namespace fastcpp {
 namespace {

@@ -3,7 +3,7 @@
 #include <cmath>
 #include <string>
 
-#include "learner/error.h"
+#include "core/error.h"
 
 namespace fastcpp {
 

@@ -5,7 +5,7 @@
 #include <set>
 
 #include "learner/checkpoint.h"
-#include "learner/error.h"
+#include "core/error.h"
 #include "learner/torch_file.h"
 
 namespace fastcpp {

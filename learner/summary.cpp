@@ -4,7 +4,7 @@
 #include <cstdio>
 #include <sstream>
 
-#include "learner/error.h"
+#include "core/error.h"
 #include "learner/learner.h"
 #include "learner/sequential.h"
 

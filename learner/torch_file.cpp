@@ -9,7 +9,7 @@
 #include <map>
 #include <unordered_map>
 
-#include "learner/error.h"
+#include "core/error.h"
 
 namespace fastcpp {
 namespace {

@@ -1,6 +1,6 @@
 // Learner::tta: predictions averaged over augmented copies of the items, blended with
 // the plain predictions (fastai's defaults: 4 passes, beta 0.25).
-#include "learner/error.h"
+#include "core/error.h"
 #include "learner/learner.h"
 
 namespace fastcpp {

@@ -141,9 +141,7 @@ TEST_SUITE("distributed") {
   TEST_CASE("under torchrun (--no_python, --max_restarts 1) the same kill-restart-resume ends as an uninterrupted run") {
     const auto reference = run_two_ranks("ddp", 7);
     const auto base = temp_path("torchrun");
-    // --redirects/--tee 1: torch 1.13's defaults ("0") fail to parse under Python 3.11.
-    const auto command = std::string("/usr/bin/python3 -m torch.distributed.run --no_python --redirects 1 --tee 1 "
-                                     "--log_dir ") + base + "_logs --nproc_per_node 2 --max_restarts 1 --master_port " +
+    const auto command = std::string(FASTCPP_PYTHON " -m torch.distributed.run --no_python --log_dir ") + base + "_logs --nproc_per_node 2 --max_restarts 1 --master_port " +
                          std::to_string(free_port() + 8) + " " + FASTCPP_DIST_WORKER + " resume " + base + " > " + base +
                          ".log 2>&1";
     CHECK(run_command(command) == 0);

@@ -2,7 +2,7 @@
 
 #include <torch/nn/modules/linear.h>
 
-#include "learner/error.h"
+#include "core/error.h"
 #include "learner/sequential.h"
 
 namespace fastcpp::vision {

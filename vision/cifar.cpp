@@ -5,7 +5,7 @@
 #include <filesystem>
 #include <fstream>
 
-#include "learner/error.h"
+#include "core/error.h"
 
 namespace fastcpp::vision {
 namespace {

@@ -7,7 +7,7 @@
 #include <opencv2/imgcodecs.hpp>
 #include <opencv2/imgproc.hpp>
 
-#include "learner/error.h"
+#include "core/error.h"
 
 namespace fastcpp::vision {
 

@@ -9,7 +9,7 @@
 #include <thread>
 
 #include "data/buffer_pool.h"
-#include "learner/error.h"
+#include "core/error.h"
 #include "vision/image.h"
 
 namespace fastcpp::vision {

@@ -4,7 +4,7 @@
 #include <cstdio>
 #include <sstream>
 
-#include "learner/error.h"
+#include "core/error.h"
 
 namespace fastcpp::vision {
 

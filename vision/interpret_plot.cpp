@@ -6,7 +6,7 @@
 #include <cmath>
 #include <cstdio>
 
-#include "learner/error.h"
+#include "core/error.h"
 #include "vision/interpret.h"
 
 namespace fastcpp::vision {

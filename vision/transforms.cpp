@@ -3,7 +3,7 @@
 #include <cmath>
 #include <opencv2/imgproc.hpp>
 
-#include "learner/error.h"
+#include "core/error.h"
 
 namespace fastcpp::vision {
 namespace {

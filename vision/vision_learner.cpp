@@ -1,6 +1,6 @@
 #include "vision/vision_learner.h"
 
-#include "learner/error.h"
+#include "core/error.h"
 #include "learner/sequential.h"
 #include "learner/state_dict.h"
 

@@ -3,7 +3,7 @@
 #include <torch/nn/init.h>
 #include <torch/torch.h>
 
-#include "learner/error.h"
+#include "core/error.h"
 
 namespace fastcpp::vision {
 

@@ -4,7 +4,7 @@
 #include <torch/nn/modules/activation.h>
 #include <torch/nn/modules/pooling.h>
 
-#include "learner/error.h"
+#include "core/error.h"
 
 namespace fastcpp::vision {
 namespace {

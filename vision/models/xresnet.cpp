@@ -7,7 +7,7 @@
 #include <torch/nn/modules/linear.h>
 #include <torch/nn/modules/pooling.h>
 
-#include "learner/error.h"
+#include "core/error.h"
 
 namespace fastcpp::vision {
 namespace {
