@@ -85,7 +85,9 @@ if(FASTCPP_GLOO_INCLUDE_DIR)
 endif()
 
 function(fastcpp_use_torch target)
-  target_link_libraries(${target} PUBLIC ${TORCH_LIBRARIES})
+  # libstdc++ first among the shared libraries: libtorch.so exports std::filesystem
+  # functions of its own (bound first otherwise, they crash in our code).
+  target_link_libraries(${target} PUBLIC "-Wl,--push-state,--no-as-needed" stdc++ "-Wl,--pop-state" ${TORCH_LIBRARIES})
   target_compile_definitions(${target} PUBLIC ${fastcpp_torch_definitions})
   target_include_directories(${target} SYSTEM PUBLIC ${fastcpp_torch_includes})
 endfunction()
