@@ -1,4 +1,4 @@
-#!/usr/bin/python3
+#!/usr/bin/env python3
 """The Python peer of examples/fashion_mnist.cpp.
 
 The same residual network, batch size, one-cycle schedule (fastai's formula), optimizer

@@ -1,4 +1,4 @@
-#!/usr/bin/python3
+#!/usr/bin/env python3
 """The Python peer of bench_loader: torchvision's ImageFolder and PyTorch's
 DataLoader with the same transforms, batch size and worker count.
 

@@ -1,4 +1,4 @@
-#!/usr/bin/python3
+#!/usr/bin/env python3
 """Makes the image folders the loader benchmark reads, from the photographs that
 Debian's python3-skimage ships (nothing is downloaded).
 

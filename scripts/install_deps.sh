@@ -1,27 +1,30 @@
 #!/usr/bin/env bash
-# Installs what a fresh Debian machine lacks to build, test and benchmark fastcpp.
-# Skips apt entirely when everything is already there.
+# Installs what a fresh Debian machine lacks to build, test and benchmark fastcpp: the
+# build tools and C++ libraries from apt (skipped when all are there), then libtorch
+# (PyTorch 2.11's CUDA wheel) and the Python peers into .venv (scripts/setup_python.sh).
+# The CUDA 13 toolkit (nvcc) is expected under /usr/local/cuda or $CUDA_HOME: torch's
+# CMake package configures CUDA through it, even on a machine without a GPU.
 set -euo pipefail
+cd "$(dirname "$0")/.."
 
 packages=(
-  build-essential cmake ninja-build ccache
-  libtorch-dev libgloo-dev zlib1g-dev
+  build-essential cmake ninja-build ccache zlib1g-dev
+  libgloo-dev            # only its headers: the wheel's libtorch has Gloo built in but ships none
   libopencv-dev
   doctest-dev
   dataset-fashion-mnist
-  python3-torch          # the Python peers of the benchmarks and the test-fixture generator
-  python3-torchvision python3-skimage python3-pil   # the image-loader benchmark's peer and photos
 )
 
 missing=()
 for p in "${packages[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
 done
-[ ${#missing[@]} -eq 0 ] && exit 0
-
-echo "installing: ${missing[*]}"
-sudo=""
-[ "$(id -u)" -ne 0 ] && sudo="sudo"
-export DEBIAN_FRONTEND=noninteractive
-$sudo apt-get update -q
-$sudo apt-get install -y -q --no-install-recommends "${missing[@]}"
+if [ ${#missing[@]} -gt 0 ]; then
+  echo "installing: ${missing[*]}"
+  sudo=""
+  [ "$(id -u)" -ne 0 ] && sudo="sudo"
+  export DEBIAN_FRONTEND=noninteractive
+  $sudo apt-get update -q
+  $sudo apt-get install -y -q --no-install-recommends "${missing[@]}"
+fi
+scripts/setup_python.sh

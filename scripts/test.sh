@@ -4,4 +4,4 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/install_deps.sh
 scripts/build.sh
-cd build && ctest --output-on-failure
+cd build && ctest --output-on-failure -j2
