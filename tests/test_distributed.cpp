@@ -151,6 +151,19 @@ TEST_SUITE("distributed") {
     std::filesystem::remove_all(base + "_logs");
   }
 
+  TEST_CASE("backend nccl with a CPU model is an error suggesting Gloo, before any rendezvous") {
+    distributed::DistEnv env;
+    env.world_size = 2;
+    distributed::ProcessGroupOptions options;
+    options.backend = "nccl";
+    CHECK(error_of([&] { distributed::Communicator comm(env, options); }) ==
+          "process group backend nccl needs a CUDA model, and this one is on cpu: use backend gloo "
+          "(or auto, which picks Gloo for the CPU)");
+    options.backend = "mpi";
+    CHECK(error_of([&] { distributed::Communicator comm(env, options); }) ==
+          "process group backend 'mpi' is unknown: use auto, gloo or nccl");
+  }
+
   TEST_CASE("fastcpp-launch without restarts reports the failed worker") {
     const auto base = temp_path("norestart");
     const auto command = std::string(FASTCPP_LAUNCH) + " --nproc-per-node 2 --master-port " + std::to_string(free_port() + 5) +

@@ -33,6 +33,15 @@ bool dicts_equal(const c10::impl::GenericDict& a, const c10::impl::GenericDict& 
 }  // namespace
 
 TEST_SUITE("learner") {
+  TEST_CASE("a CUDA device that is not there is an error naming it and what the machine has") {
+    if (torch::cuda::device_count() > 0) return;  // the message below is the one of a machine without a GPU
+    LearnerOptions options = quiet();
+    options.device = torch::Device("cuda:0");
+    CHECK(error_of([&] { Learner(synthetic_dls(), tiny_model(), CrossEntropyLoss(), {}, options); }) ==
+          "Learner: device cuda:0 is not on this machine, which has no CUDA device; "
+          "train on the CPU (the default when no GPU is there)");
+  }
+
   TEST_CASE("a short run on a real Fashion-MNIST subset lowers the loss") {
     REQUIRE_MESSAGE(std::filesystem::exists(kFashionMnist), "apt-get install dataset-fashion-mnist");
     auto train = vision::idx_image_dataset(kFashionMnist, "train");
