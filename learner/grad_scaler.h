@@ -5,7 +5,7 @@
 //   found inf/nan: scale *= backoff_factor, growth count reset
 //   otherwise:     after growth_interval clean steps in a row, scale *= growth_factor
 // On CUDA the ATen amp kernels do the unscale/check and the update on the device;
-// elsewhere (Debian's 1.13 has no CPU kernels) plain tensor ops do the same.
+// elsewhere plain tensor ops do the same (bit-equal to the fixture of PyTorch's logic).
 //
 // Distributed: found_inf must be the same on every rank or ranks would disagree on
 // skipping. Gradients are all-reduced before the step, so an inf on any rank is an
