@@ -70,16 +70,19 @@ def main():
     ap.add_argument("--wd", type=float, default=1e-2)
     ap.add_argument("--threads", type=int, default=os.cpu_count())
     ap.add_argument("--seed", type=int, default=42)
+    ap.add_argument("--data", default=DATA)
+    ap.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
     args = ap.parse_args()
+    device = torch.device(args.device)
     torch.set_num_threads(args.threads)
     torch.manual_seed(args.seed)
 
-    x_train = read_idx(f"{DATA}/train-images-idx3-ubyte.gz").unsqueeze(1)
-    y_train = read_idx(f"{DATA}/train-labels-idx1-ubyte.gz").long()
-    x_test = read_idx(f"{DATA}/t10k-images-idx3-ubyte.gz").unsqueeze(1)
-    y_test = read_idx(f"{DATA}/t10k-labels-idx1-ubyte.gz").long()
+    x_train = read_idx(f"{args.data}/train-images-idx3-ubyte.gz").unsqueeze(1)
+    y_train = read_idx(f"{args.data}/train-labels-idx1-ubyte.gz").long()
+    x_test = read_idx(f"{args.data}/t10k-images-idx3-ubyte.gz").unsqueeze(1)
+    y_test = read_idx(f"{args.data}/t10k-labels-idx1-ubyte.gz").long()
 
-    model = make_model()
+    model = make_model().to(device)
     no_decay = [p for m in model.modules() for p in m.parameters(recurse=False)
                 if isinstance(m, nn.BatchNorm2d) or p is getattr(m, "bias", None)]
     no_decay_ids = {id(p) for p in no_decay}
@@ -105,7 +108,8 @@ def main():
             lr, mom = one_cycle(step / total, args.lr)
             for g in opt.param_groups:
                 g["lr"], g["betas"] = lr, (mom, 0.99)
-            loss = loss_fn(model(to_input(x_train[idx])), y_train[idx])
+            xb, yb = x_train[idx].to(device, non_blocking=True), y_train[idx].to(device, non_blocking=True)
+            loss = loss_fn(model(to_input(xb)), yb)
             loss.backward()
             opt.step()
             opt.zero_grad()
@@ -114,9 +118,10 @@ def main():
         correct, valid_loss = 0, 0.0
         with torch.no_grad():
             for i in range(0, len(x_test), args.bs):
-                pred = model(to_input(x_test[i:i + args.bs]))
-                valid_loss += loss_fn(pred, y_test[i:i + args.bs]).item() * len(pred)
-                correct += (pred.argmax(1) == y_test[i:i + args.bs]).sum().item()
+                xb, yb = x_test[i:i + args.bs].to(device), y_test[i:i + args.bs].to(device)
+                pred = model(to_input(xb))
+                valid_loss += loss_fn(pred, yb).item() * len(pred)
+                correct += (pred.argmax(1) == yb).sum().item()
         print(f"epoch {epoch} train_loss {loss.item():.4f} valid_loss {valid_loss / len(x_test):.4f} "
               f"accuracy {correct / len(x_test):.4f} time {time.perf_counter() - start:.1f}s", flush=True)
     print(f"peer: accuracy={correct / len(x_test):.4f} seconds={time.perf_counter() - start:.1f}")

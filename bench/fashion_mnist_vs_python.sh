@@ -1,30 +1,38 @@
 #!/usr/bin/env bash
 # examples/fashion_mnist against the same model and job in PyTorch Python
-# (fashion_mnist_peer.py, Debian's python3-torch), one after the other in one run.
+# (fashion_mnist_peer.py), one after the other in one run, on the GPU when there is one.
 #
-#   bench/fashion_mnist_vs_python.sh [--epochs 5] [--threads 2]
+#   bench/fashion_mnist_vs_python.sh [--epochs 5] [--threads 2] [--data DIR] [--build DIR] [--python PY]
 #
+# Defaults: Debian's Fashion-MNIST, build/, the project's .venv (or $FASTCPP_PYTHON).
 # Prints both whole-process wall times, the ratio and both test accuracies.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 epochs=5
 threads=$(nproc)
+data=/usr/share/datasets/fashion-mnist
+build=build
+python=${FASTCPP_PYTHON:-$PWD/.venv/bin/python}
 while [ $# -gt 0 ]; do
   case "$1" in
     --epochs) epochs=$2; shift 2 ;;
     --threads) threads=$2; shift 2 ;;
+    --data) data=$(realpath "$2"); shift 2 ;;
+    --build) build=$(realpath "$2"); shift 2 ;;
+    --python) python=$2; shift 2 ;;
     *) echo "unknown flag $1"; exit 2 ;;
   esac
 done
-[ -x build/examples/fashion_mnist ] || scripts/build.sh
+[ -x "$build/examples/fashion_mnist" ] || scripts/build.sh
+build=$(realpath "$build")
 
 now() { date +%s.%N; }
 log=$(mktemp -d)
 start=$(now)
-(cd "$log" && "$OLDPWD/build/examples/fashion_mnist" --epochs "$epochs" --threads "$threads") | tee "$log/cpp.txt"
+(cd "$log" && "$build/examples/fashion_mnist" --epochs "$epochs" --threads "$threads" --data "$data") | tee "$log/cpp.txt"
 cpp_seconds=$(awk -v a="$(now)" -v b="$start" 'BEGIN{print a-b}')
 start=$(now)
-/usr/bin/python3 bench/fashion_mnist_peer.py --epochs "$epochs" --threads "$threads" | tee "$log/py.txt"
+"$python" bench/fashion_mnist_peer.py --epochs "$epochs" --threads "$threads" --data "$data" | tee "$log/py.txt"
 py_seconds=$(awk -v a="$(now)" -v b="$start" 'BEGIN{print a-b}')
 
 cpp_acc=$(grep -o 'final test accuracy: [0-9.]*' "$log/cpp.txt" | awk '{print $4}')

@@ -100,7 +100,7 @@ int main(int argc, char** argv) {
     std::printf("decode-only, one thread: %.1f images/s; pipeline reaches %.0f%% of %d x that\n", decode_rate,
                 100 * ours / (decode_rate * std::max(workers, 1)), std::max(workers, 1));
     if (peer) {
-      const std::string command = "/usr/bin/python3 " FASTCPP_BENCH_DIR "/loader_peer.py '" + folder + "' --workers " +
+      const std::string command = FASTCPP_PYTHON " " FASTCPP_BENCH_DIR "/loader_peer.py '" + folder + "' --workers " +
                                   std::to_string(workers) + " --size " + std::to_string(size) + " --epochs " +
                                   std::to_string(epochs) + " --bs " + std::to_string(bs);
       const auto output = run_peer(command);

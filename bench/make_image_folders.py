@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """Makes the image folders the loader benchmark reads, from the photographs that
-Debian's python3-skimage ships (nothing is downloaded).
+scikit-image ships (in the project's .venv; nothing is downloaded).
 
   make_image_folders.py OUT [--photos 1600] [--small 5000]
 

@@ -2,11 +2,35 @@
 
 #include <torch/cuda.h>
 
+#if FASTCPP_HAS_CUDA
+#include <c10/cuda/CUDAFunctions.h>
+#endif
+
 #include "core/error.h"
 
 namespace fastcpp {
 
-c10::Device default_device() { return torch::cuda::is_available() ? c10::Device(c10::kCUDA) : c10::Device(c10::kCPU); }
+c10::Device default_device() {
+#if FASTCPP_HAS_CUDA
+  if (torch::cuda::is_available()) return c10::Device(c10::kCUDA, c10::cuda::current_device());
+#endif
+  return c10::kCPU;
+}
+
+std::vector<c10::Device> parse_devices(const std::string& list) {
+  std::vector<c10::Device> devices;
+  for (size_t start = 0; list != "all" && start < list.size();) {
+    const size_t comma = std::min(list.find(',', start), list.size());
+    const auto name = list.substr(start, comma - start);
+    try {
+      devices.emplace_back(name);
+    } catch (const c10::Error&) {
+      throw Error("device list '" + list + "': '" + name + "' is not a device (cpu, cuda, cuda:N)");
+    }
+    start = comma + 1;
+  }
+  return devices;
+}
 
 std::string cuda_devices_text() {
   const auto n = torch::cuda::device_count();

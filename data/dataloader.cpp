@@ -41,7 +41,7 @@ Batch DataLoader::make_batch(const std::vector<int64_t>& order, int64_t epoch, s
     throw Error(std::string(e.what()) + " (batch " + std::to_string(b) + " of epoch " + std::to_string(epoch) + ")");
   }
   if (device_.is_cpu()) return apply_batch_tfms(std::move(batch));  // on the worker: the consumer stays free
-  if (device_.is_cuda() && options_.pin_memory) {
+  if (device_.is_cuda() && options_.pin_memory && batch.x.is_cpu()) {
     batch.x = batch.x.pin_memory();
     batch.y = batch.y.pin_memory();
   }
@@ -54,8 +54,8 @@ Batch DataLoader::apply_batch_tfms(Batch batch) const {
 }
 
 Batch DataLoader::finish(Batch batch) const {
-  if (batch.x.device() == device_) return batch;  // already transformed by the worker
-  batch.x = batch.x.to(device_, /*non_blocking=*/true);
+  if (device_.is_cpu()) return batch;  // the worker transformed it
+  batch.x = batch.x.to(device_, /*non_blocking=*/true);  // a no-op for data already on the device
   batch.y = batch.y.to(device_, /*non_blocking=*/true);
   return apply_batch_tfms(std::move(batch));
 }

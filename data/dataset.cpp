@@ -47,8 +47,8 @@ Example TensorDataset::get(size_t index) const {
 }
 
 Batch TensorDataset::get_batch(const std::vector<int64_t>& indices, uint64_t) const {
-  auto index = torch::tensor(indices, torch::kLong);
-  return {x_.index_select(0, index), y_.index_select(0, index)};
+  auto index = torch::tensor(indices, torch::kLong).to(x_.device());  // the data may live on a GPU
+  return {x_.index_select(0, index), y_.index_select(0, index.to(y_.device()))};
 }
 
 }  // namespace fastcpp

@@ -4,7 +4,9 @@
 
 #include "callbacks/training.h"
 #include "data/sampler.h"
+#include "distributed/data_parallel.h"
 #include "distributed/sync_batchnorm.h"
+#include "core/device.h"
 #include "core/error.h"
 #include "learner/learner.h"
 
@@ -20,7 +22,10 @@ void DistributedTrainer::before_fit() {
     single_process_noted_ = true;
     return;
   }
-  if (!comm_) comm_ = process_communicator(env_, options_.process_group);
+  move_to_rank_device();
+  auto group_options = options_.process_group;
+  group_options.device = l.device;
+  comm_ = process_communicator(env_, group_options);  // the process's one group, NCCL added if needed
   if (options_.sync_bn) synchronize_batchnorm();
   std::vector<torch::Tensor> trainable;
   for (const auto& param : l.model.module().parameters())
@@ -40,6 +45,15 @@ void DistributedTrainer::before_fit() {
   l.barrier = [comm = comm_] { comm->barrier(); };
   was_logging_ = l.logging;
   if (env_.rank != 0) l.logging = false;
+}
+
+void DistributedTrainer::move_to_rank_device() {
+  auto& l = learn();
+  if (!l.device.is_cuda()) return;
+  const auto device = options_.device.value_or(torch::Device(torch::kCUDA, static_cast<c10::DeviceIndex>(env_.local_rank)));
+  check_device(device, "to_distributed (rank " + std::to_string(env_.rank) + ", LOCAL_RANK " +
+                           std::to_string(env_.local_rank) + ")");
+  if (device != l.device) l.to(device);
 }
 
 void DistributedTrainer::synchronize_batchnorm() {
@@ -121,6 +135,9 @@ namespace fastcpp {
 void Learner::to_distributed() { to_distributed(distributed::DistributedOptions{}); }
 
 void Learner::to_distributed(const distributed::DistributedOptions& options) {
+  if (get_cb<distributed::DataParallel>())
+    throw Error("to_distributed: this Learner is already to_parallel; pick one (to_parallel: one process driving "
+                "several devices; to_distributed: one process per device)");
   if (!get_cb<distributed::DistributedTrainer>()) add_cb(std::make_shared<distributed::DistributedTrainer>(options));
 }
 

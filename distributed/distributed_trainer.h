@@ -1,7 +1,8 @@
 #pragma once
 // DistributedTrainer (order 11): fastai's to_distributed for one process per device.
-//   before_fit   the process group from the environment (torchrun, fastcpp-launch,
-//                Slurm, Open MPI); BatchNorm converted to SyncBatchNorm (sync_bn; a
+//   before_fit   a CUDA learner moved to this rank's GPU (cuda:LOCAL_RANK); the process
+//                group from the environment (torchrun, fastcpp-launch, Slurm, Open MPI;
+//                NCCL for CUDA models unless Gloo is chosen); BatchNorm converted to SyncBatchNorm (sync_bn; a
 //                BatchNorm that cannot be reached is an error naming it); a Reducer on the trainable parameters (rank 0's
 //                weights broadcast); both loaders sharded with a DistributedSampler
 //                (rank 0's permutation, padded to equal length, contiguous blocks);
@@ -17,6 +18,7 @@
 //   after_fit    the loaders, logging and hooks as they were
 // In a single process (no launcher variables) it says so once and changes nothing.
 #include <memory>
+#include <optional>
 #include <vector>
 
 #include "distributed/env.h"
@@ -28,7 +30,10 @@ namespace fastcpp::distributed {
 
 struct DistributedOptions {
   bool sync_bn = true;  // BatchNorm -> SyncBatchNorm (see sync_batchnorm.h)
-  ProcessGroupOptions process_group;
+  // This rank's device when the Learner is on CUDA; default cuda:LOCAL_RANK (one GPU
+  // per process). Several ranks may share a GPU with the "gloo" backend.
+  std::optional<torch::Device> device;
+  ProcessGroupOptions process_group;  // its device is set from the Learner's
   ReducerOptions reducer;
 };
 
@@ -48,6 +53,7 @@ class DistributedTrainer : public Callback {
  private:
   void gather_validation_batch();
   void synchronize_batchnorm();
+  void move_to_rank_device();
   DistributedOptions options_;
   DistEnv env_;
   std::shared_ptr<Communicator> comm_;

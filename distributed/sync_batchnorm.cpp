@@ -2,6 +2,7 @@
 
 #include <torch/torch.h>
 
+#include "distributed/batchnorm_math.h"
 #include "distributed/process_group.h"
 #include "core/error.h"
 #include "learner/sequential.h"
@@ -12,68 +13,44 @@ namespace {
 using torch::autograd::AutogradContext;
 using torch::autograd::variable_list;
 
-// Shape [1, C, 1, ...] to broadcast per-channel values over x.
-torch::Tensor per_channel(const torch::Tensor& v, const torch::Tensor& x) {
-  std::vector<int64_t> shape(static_cast<size_t>(x.dim()), 1);
-  shape[1] = v.size(0);
-  return v.view(shape);
-}
-
-std::vector<int64_t> reduce_dims(const torch::Tensor& x) {
-  std::vector<int64_t> dims{0};
-  for (int64_t d = 2; d < x.dim(); ++d) dims.push_back(d);
-  return dims;
-}
-
-struct SyncBatchNormFunction : torch::autograd::Function<SyncBatchNormFunction> {
+// Across processes: each rank holds its own autograd node; the sums meet in all-reduces.
+struct ProcessSyncBatchNormFunction : torch::autograd::Function<ProcessSyncBatchNormFunction> {
   static torch::Tensor forward(AutogradContext* ctx, torch::Tensor x, torch::Tensor weight, torch::Tensor bias,
-                               torch::Tensor running_mean, torch::Tensor running_var, double eps, double momentum,
-                               Communicator* comm) {
-    const auto dims = reduce_dims(x);
-    const int64_t channels = x.size(1);
-    const double local_count = static_cast<double>(x.numel() / std::max<int64_t>(channels, 1));
-    // One all-reduce: [sum (C), sum of squares (C), count (1)], in double for the variance.
-    auto xd = x.to(torch::kDouble);
-    auto stats = torch::cat({xd.sum(dims), (xd * xd).sum(dims), torch::full({1}, local_count, xd.options())});
+                               SyncBatchNormImpl* bn, Communicator* comm) {
+    auto stats = batchnorm::local_stats(x);
     comm->all_reduce_sum(stats);
-    const double count = stats[2 * channels].item<double>();
-    auto mean = stats.narrow(0, 0, channels) / count;
-    auto var = (stats.narrow(0, channels, channels) / count - mean * mean).clamp_min(0);
-    auto invstd = (var + eps).rsqrt();
-    {
-      torch::NoGradGuard no_grad;
-      running_mean.mul_(1 - momentum).add_(mean.to(running_mean.scalar_type()), momentum);
-      const double unbias = count > 1 ? count / (count - 1) : 1.0;
-      running_var.mul_(1 - momentum).add_((var * unbias).to(running_var.scalar_type()), momentum);
-    }
-    auto mean_f = mean.to(x.scalar_type()), invstd_f = invstd.to(x.scalar_type());
-    auto x_hat = (x - per_channel(mean_f, x)) * per_channel(invstd_f, x);
-    ctx->save_for_backward({x_hat, weight, invstd_f});
-    ctx->saved_data["count"] = count;
+    const auto n = batchnorm::normalization(stats, x.size(1), bn->eps, bn->momentum, bn->running_mean, bn->running_var);
+    auto x_hat = batchnorm::normalize(x, n);
+    ctx->save_for_backward({x_hat, weight, n.invstd});
+    ctx->saved_data["count"] = n.count;
     ctx->saved_data["comm"] = reinterpret_cast<int64_t>(comm);
-    return x_hat * per_channel(weight, x) + per_channel(bias, x);
+    return x_hat * batchnorm::per_channel(weight, x) + batchnorm::per_channel(bias, x);
   }
 
   static variable_list backward(AutogradContext* ctx, variable_list grads) {
     const auto saved = ctx->get_saved_variables();
     const auto &x_hat = saved[0], &weight = saved[1], &invstd = saved[2];
     const auto dy = grads[0].contiguous();
-    const double count = ctx->saved_data["count"].toDouble();
     auto* comm = reinterpret_cast<Communicator*>(ctx->saved_data["comm"].toInt());
-    const auto dims = reduce_dims(dy);
+    auto local = batchnorm::local_grad_sums(dy, x_hat);
     const int64_t channels = dy.size(1);
-    auto sum_dy = dy.sum(dims);
-    auto sum_dy_xhat = (dy * x_hat).sum(dims);
-    auto grad_weight = sum_dy_xhat.clone(), grad_bias = sum_dy.clone();  // local: DDP averages them
-    auto global = torch::cat({sum_dy, sum_dy_xhat});
-    comm->all_reduce_sum(global);
-    auto mean_dy = global.narrow(0, 0, channels) / count;
-    auto mean_dy_xhat = global.narrow(0, channels, channels) / count;
-    auto dx = (dy - per_channel(mean_dy, dy) - x_hat * per_channel(mean_dy_xhat, dy)) *
-              per_channel(invstd * weight, dy);
-    return {dx, grad_weight, grad_bias, torch::Tensor(), torch::Tensor(), torch::Tensor(), torch::Tensor(),
-            torch::Tensor()};
+    auto grad_bias = local.narrow(0, 0, channels).clone(), grad_weight = local.narrow(0, channels, channels).clone();
+    comm->all_reduce_sum(local);  // weight and bias gradients stay local: DDP averages them
+    auto dx = batchnorm::input_grad(dy, x_hat, local, ctx->saved_data["count"].toDouble(), invstd, weight);
+    return {dx, grad_weight, grad_bias, torch::Tensor(), torch::Tensor()};
   }
+};
+
+class ProcessBatchNormSync : public BatchNormSync {
+ public:
+  explicit ProcessBatchNormSync(std::shared_ptr<Communicator> comm) : comm_(std::move(comm)) {}
+  bool has_peers() const override { return comm_->world_size() > 1; }
+  torch::Tensor forward(SyncBatchNormImpl& bn, const torch::Tensor& x) override {
+    return ProcessSyncBatchNormFunction::apply(x, bn.weight, bn.bias, &bn, comm_.get());
+  }
+
+ private:
+  std::shared_ptr<Communicator> comm_;
 };
 
 template <class BatchNormImpl>
@@ -83,7 +60,7 @@ std::shared_ptr<SyncBatchNormImpl> sync_from(const BatchNormImpl& bn, const std:
   auto sync = std::make_shared<SyncBatchNormImpl>(options.num_features(), options.eps(),
                                                    options.momentum().value_or(0.1), bn.weight, bn.bias,
                                                    bn.running_mean, bn.running_var, bn.num_batches_tracked);
-  sync->set_communicator(comm);
+  if (comm) sync->set_communicator(comm);
   return sync;
 }
 
@@ -96,6 +73,18 @@ bool is_torch_batchnorm(const torch::nn::Module& m) {
 
 SyncBatchNormImpl::SyncBatchNormImpl(int64_t num_features_, double eps_, double momentum_)
     : SyncBatchNormImpl(num_features_, eps_, momentum_, {}, {}, {}, {}, {}) {}
+
+void SyncBatchNormImpl::reset() {
+  weight = register_parameter("weight", torch::ones({num_features}));
+  bias = register_parameter("bias", torch::zeros({num_features}));
+  running_mean = register_buffer("running_mean", torch::zeros({num_features}));
+  running_var = register_buffer("running_var", torch::ones({num_features}));
+  num_batches_tracked = register_buffer("num_batches_tracked", torch::zeros({}, torch::kLong));
+}
+
+void SyncBatchNormImpl::set_communicator(const std::shared_ptr<Communicator>& comm) {
+  sync_ = std::make_shared<ProcessBatchNormSync>(comm);
+}
 
 SyncBatchNormImpl::SyncBatchNormImpl(int64_t num_features_, double eps_, double momentum_, torch::Tensor weight_,
                                      torch::Tensor bias_, torch::Tensor running_mean_, torch::Tensor running_var_,
@@ -113,14 +102,14 @@ SyncBatchNormImpl::SyncBatchNormImpl(int64_t num_features_, double eps_, double 
 torch::Tensor SyncBatchNormImpl::forward(const torch::Tensor& x) {
   if (x.dim() < 2 || x.size(1) != num_features)
     throw Error("SyncBatchNorm: expected input [N, " + std::to_string(num_features) + ", ...], got " + c10::str(x.sizes()));
-  if (!is_training() || !comm_ || comm_->world_size() == 1)
+  if (!is_training() || !sync_ || !sync_->has_peers())
     return torch::batch_norm(x, weight, bias, running_mean, running_var, is_training(), momentum, eps,
                              /*cudnn_enabled=*/true);
   {
     torch::NoGradGuard no_grad;
     num_batches_tracked.add_(1);
   }
-  return SyncBatchNormFunction::apply(x, weight, bias, running_mean, running_var, eps, momentum, comm_.get());
+  return sync_->forward(*this, x);
 }
 
 torch::nn::Sequential convert_sync_batchnorm(const torch::nn::Sequential& model, const std::shared_ptr<Communicator>& comm) {
@@ -133,7 +122,7 @@ torch::nn::Sequential convert_sync_batchnorm(const torch::nn::Sequential& model,
     else if (auto bn3 = std::dynamic_pointer_cast<torch::nn::BatchNorm3dImpl>(child)) converted->push_back(std::move(name), SyncBatchNorm(sync_from(*bn3, comm)));
     else {
       for (const auto& module : child->modules())
-        if (auto sync = std::dynamic_pointer_cast<SyncBatchNormImpl>(module)) sync->set_communicator(comm);
+        if (auto sync = std::dynamic_pointer_cast<SyncBatchNormImpl>(module); sync && comm) sync->set_communicator(comm);
       converted->push_back(std::move(name), layer.any);
     }
   }

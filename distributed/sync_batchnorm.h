@@ -1,17 +1,19 @@
 #pragma once
-// SyncBatchNorm: BatchNorm whose batch statistics span every process of the run,
-// on the CPU (Gloo) as on CUDA. Forward all-reduces each channel's sum, sum of
+// SyncBatchNorm: BatchNorm whose batch statistics span all its peers: every process of
+// the run (set_communicator: to_distributed, on the CPU over Gloo as on CUDA), or every
+// replica of to_parallel (set_sync with a replica group). Across processes, forward all-reduces each channel's sum, sum of
 // squares and count (so uneven per-rank batches weigh correctly); backward
 // all-reduces the sums of dy and dy*(x-mean) that the input gradient needs, while
 // weight and bias gradients stay local for the DDP reducer to average, as PyTorch's.
 // Running statistics are updated as for one big batch (unbiased variance over the
-// global count). Outside training, or without a communicator, it is plain BatchNorm.
+// global count). Outside training, or without peers, it is plain BatchNorm.
 // Parameter and buffer names are BatchNorm's, so state dicts load either way.
 //
 // convert_sync_batchnorm rebuilds Sequential containers with SyncBatchNorm in place of
 // torch::nn::BatchNorm{1,2,3}d, sharing their parameters and buffers (the optimizer
 // keeps working). A BatchNorm held as a member of another module cannot be swapped in
 // C++: conversion names it in an error; build such modules with SyncBatchNorm.
+#include <torch/nn/cloneable.h>
 #include <torch/nn/module.h>
 #include <torch/nn/modules/container/sequential.h>
 #include <torch/types.h>
@@ -21,27 +23,43 @@
 namespace fastcpp::distributed {
 
 class Communicator;
+struct SyncBatchNormImpl;
 
-struct SyncBatchNormImpl : torch::nn::Module {
+// How a SyncBatchNorm meets its peers in training (a process group, or to_parallel's replicas).
+class BatchNormSync {
+ public:
+  virtual ~BatchNormSync() = default;
+  // False when there is nobody to meet (a world of one): the layer is then plain BatchNorm.
+  virtual bool has_peers() const = 0;
+  // The training output of `bn` for x, with statistics over every peer's batch (and the
+  // running statistics updated from them).
+  virtual torch::Tensor forward(SyncBatchNormImpl& bn, const torch::Tensor& x) = 0;
+};
+
+struct SyncBatchNormImpl : torch::nn::Cloneable<SyncBatchNormImpl> {
   explicit SyncBatchNormImpl(int64_t num_features, double eps = 1e-5, double momentum = 0.1);
   // Holding the given tensors (those of a BatchNorm being replaced); undefined ones are made anew.
   SyncBatchNormImpl(int64_t num_features, double eps, double momentum, torch::Tensor weight, torch::Tensor bias,
                     torch::Tensor running_mean, torch::Tensor running_var, torch::Tensor num_batches_tracked);
   torch::Tensor forward(const torch::Tensor& x);
-  void set_communicator(std::shared_ptr<Communicator> comm) { comm_ = std::move(comm); }
+  // Statistics over every process of `comm`'s group.
+  void set_communicator(const std::shared_ptr<Communicator>& comm);
+  void set_sync(std::shared_ptr<BatchNormSync> sync) { sync_ = std::move(sync); }
+  // Fresh parameters and buffers (what clone() starts from before copying the values).
+  void reset() override;
 
   int64_t num_features;
   double eps, momentum;
   torch::Tensor weight, bias, running_mean, running_var, num_batches_tracked;
 
  private:
-  std::shared_ptr<Communicator> comm_;
+  std::shared_ptr<BatchNormSync> sync_;
 };
 TORCH_MODULE(SyncBatchNorm);
 
 // A copy of `model` with its BatchNorm layers synchronized over `comm`; other
 // modules are kept as they are, and SyncBatchNorm layers inside them get the
-// communicator. (libtorch cannot nest a Sequential in a Sequential, so one level
+// communicator. With comm null the layers are converted and left without peers. (libtorch cannot nest a Sequential in a Sequential, so one level
 // is the whole of what a Sequential can hold directly.)
 torch::nn::Sequential convert_sync_batchnorm(const torch::nn::Sequential& model, const std::shared_ptr<Communicator>& comm);
 

@@ -3,7 +3,7 @@
 // sharded, the metrics gathered over every shard). Launch it with
 //
 //   fastcpp-launch --nproc-per-node 2 ./distributed_fashion_mnist --epochs 2
-//   /usr/bin/python3 -m torch.distributed.run --no_python --nproc_per_node 2 ./distributed_fashion_mnist
+//   .venv/bin/python -m torch.distributed.run --no_python --nproc_per_node 2 ./distributed_fashion_mnist
 //   srun --ntasks 2 ./distributed_fashion_mnist   (with MASTER_ADDR/MASTER_PORT set)
 //
 // Run alone, it trains in one process. Each process uses --threads threads

@@ -2,6 +2,7 @@
 //
 //   fashion_mnist [--epochs 5] [--bs 128] [--lr 1e-2] [--threads N] [--data DIR]
 //                 [--precision fp32|bf16|fp16]   (fp16 needs a GPU; bf16 runs on the CPU too)
+//                 [--parallel all|DEVICE,DEVICE...]  (to_parallel: every GPU, or e.g. cuda:0,cuda:1 or cpu,cpu)
 //
 // The data are the idx files that Debian's dataset-fashion-mnist package installs.
 // Prints the epoch table (with a live progress bar on a terminal) and the final test
@@ -22,7 +23,7 @@ int main(int argc, char** argv) {
   int epochs = 5, threads = static_cast<int>(std::thread::hardware_concurrency());
   int64_t bs = 128;
   double lr = 1e-2;
-  std::string data = "/usr/share/datasets/fashion-mnist", precision = "fp32";
+  std::string data = "/usr/share/datasets/fashion-mnist", precision = "fp32", parallel;
   for (int i = 1; i + 1 < argc; i += 2) {
     const std::string flag = argv[i], value = argv[i + 1];
     if (flag == "--epochs") epochs = std::stoi(value);
@@ -31,6 +32,7 @@ int main(int argc, char** argv) {
     else if (flag == "--threads") threads = std::stoi(value);
     else if (flag == "--data") data = value;
     else if (flag == "--precision") precision = value;
+    else if (flag == "--parallel") parallel = value;
     else {
       std::cerr << "unknown flag " << flag << "\n";
       return 2;
@@ -53,6 +55,7 @@ int main(int argc, char** argv) {
     Learner learn(dls, make_model(), CrossEntropyLoss(), {metrics::accuracy()});
     if (precision == "bf16") learn.to_bf16();
     if (precision == "fp16") learn.to_fp16();
+    if (!parallel.empty()) learn.to_parallel(parse_devices(parallel));
     learn.fit_one_cycle(epochs, lr);
 
     const auto results = learn.validate();  // [valid_loss, accuracy]

@@ -3,7 +3,8 @@
 // bench/fashion_mnist_peer.py): a conv stem, four residual blocks halving the
 // resolution and doubling the width, global pooling and a linear classifier.
 // The blocks hold SyncBatchNorm: plain BatchNorm in one process, synchronized under
-// to_distributed (a torch::nn::BatchNorm2d member could not be swapped for it).
+// to_distributed and to_parallel (a torch::nn::BatchNorm2d member could not be swapped
+// for it), and are Cloneable, so that to_parallel can copy them onto each device.
 #include <fastcpp.h>
 
 inline torch::nn::Conv2d conv3x3(int64_t in, int64_t out, int64_t stride) {
@@ -11,12 +12,13 @@ inline torch::nn::Conv2d conv3x3(int64_t in, int64_t out, int64_t stride) {
 }
 
 // A residual block: two 3x3 convs with BatchNorm, plus a shortcut pooled and widened to match.
-struct ResBlockImpl : torch::nn::Module {
-  ResBlockImpl(int64_t in, int64_t out, int64_t stride)
-      : conv1(register_module("conv1", conv3x3(in, out, stride))),
-        bn1(register_module("bn1", fastcpp::distributed::SyncBatchNorm(out))),
-        conv2(register_module("conv2", conv3x3(out, out, 1))),
-        bn2(register_module("bn2", fastcpp::distributed::SyncBatchNorm(out))) {
+struct ResBlockImpl : torch::nn::Cloneable<ResBlockImpl> {
+  ResBlockImpl(int64_t in, int64_t out, int64_t stride) : in(in), out(out), stride(stride) { reset(); }
+  void reset() override {
+    conv1 = register_module("conv1", conv3x3(in, out, stride));
+    bn1 = register_module("bn1", fastcpp::distributed::SyncBatchNorm(out));
+    conv2 = register_module("conv2", conv3x3(out, out, 1));
+    bn2 = register_module("bn2", fastcpp::distributed::SyncBatchNorm(out));
     if (stride != 1) pool = register_module("pool", torch::nn::AvgPool2d(torch::nn::AvgPool2dOptions(2).ceil_mode(true)));
     if (in != out) idconv = register_module("idconv", torch::nn::Conv2d(torch::nn::Conv2dOptions(in, out, 1).bias(false)));
   }
@@ -25,10 +27,11 @@ struct ResBlockImpl : torch::nn::Module {
     auto shortcut = pool ? pool(x) : x;
     return torch::relu(residual + (idconv ? idconv(shortcut) : shortcut));
   }
-  torch::nn::Conv2d conv1;
-  fastcpp::distributed::SyncBatchNorm bn1;
-  torch::nn::Conv2d conv2;
-  fastcpp::distributed::SyncBatchNorm bn2;
+  int64_t in, out, stride;
+  torch::nn::Conv2d conv1{nullptr};
+  fastcpp::distributed::SyncBatchNorm bn1{nullptr};
+  torch::nn::Conv2d conv2{nullptr};
+  fastcpp::distributed::SyncBatchNorm bn2{nullptr};
   torch::nn::AvgPool2d pool{nullptr};
   torch::nn::Conv2d idconv{nullptr};
 };

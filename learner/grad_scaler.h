@@ -4,8 +4,10 @@
 // check them for inf/nan; skip the step if any; update the scale:
 //   found inf/nan: scale *= backoff_factor, growth count reset
 //   otherwise:     after growth_interval clean steps in a row, scale *= growth_factor
-// On CUDA the ATen amp kernels do the unscale/check and the update on the device;
-// elsewhere plain tensor ops do the same (bit-equal to the fixture of PyTorch's logic).
+// As in torch.amp.GradScaler, the scale and growth tracker are one-element tensors on
+// the gradients' device, and ATen's amp kernels do the work there on every device type
+// (_amp_foreach_non_finite_check_and_unscale_, _amp_update_scale_): the step's only
+// host synchronization is reading found_inf, which deciding to skip the step needs.
 //
 // Distributed: found_inf must be the same on every rank or ranks would disagree on
 // skipping. Gradients are all-reduced before the step, so an inf on any rank is an
@@ -32,7 +34,8 @@ class GradScaler {
  public:
   explicit GradScaler(GradScalerOptions options = {});
 
-  torch::Tensor scale(const torch::Tensor& loss) const;
+  // loss times the scale (which moves to the loss's device the first time).
+  torch::Tensor scale(const torch::Tensor& loss);
   // Divides every gradient by the scale, once per step; true if any was inf/nan.
   bool unscale_(Optimizer& opt);
   // Unscales if not done yet, then steps unless a gradient was inf/nan. True if it stepped.
@@ -40,8 +43,8 @@ class GradScaler {
   // Updates the scale from this step's verdict (call after every unscaled step).
   void update();
 
-  double get_scale() const { return scale_; }
-  int64_t growth_tracker() const { return growth_tracker_; }
+  double get_scale() const { return scale_.item<double>(); }
+  int64_t growth_tracker() const { return growth_tracker_.item<int64_t>(); }
   // The scale after each update of this scaler, for diagnostics.
   const std::vector<double>& history() const { return history_; }
 
@@ -49,11 +52,13 @@ class GradScaler {
   void load_state_dict(const c10::impl::GenericDict& state);
 
  private:
+  // The scale and growth tracker moved to `device` (where the first gradients or loss are).
+  void place_on(const torch::Device& device);
   GradScalerOptions options_;
-  double scale_;
-  int64_t growth_tracker_ = 0;
+  torch::Tensor scale_;           // float32, shape [1]
+  torch::Tensor growth_tracker_;  // int32, shape [1]
+  torch::Tensor found_inf_;       // float32 [1] on scale_'s device: this step's verdict
   bool unscaled_ = false;
-  bool found_inf_ = false;
   std::vector<double> history_;
 };
 

@@ -313,6 +313,14 @@ void Learner::load(const std::string& path, bool with_opt) {
   checkpoint::decode_into(*this, checkpoint::read_file(path), with_opt, "checkpoint '" + path + "'");
 }
 
+void Learner::to(torch::Device device_) {
+  check_device(device_, "Learner::to");
+  model.module().to(device_);
+  dls.to(device_);
+  device = device_;
+  if (opt) opt->load_state_dict(opt->state_dict(), "Learner::to");  // the buffers follow their parameters
+}
+
 void Learner::create_opt() {
   const auto param_lists = (options_.splitter ? options_.splitter : single_group)(model.module());
   ParamSet no_wd;

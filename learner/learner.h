@@ -161,10 +161,15 @@ class Learner {
   void to_bf16();                               // CUDA or CPU
   void to_fp32();
   void to_channels_last();
+  // Moves the model, the loaders and the optimizer's state to `device`.
+  void to(torch::Device device);
   // One process per device, launched by fastcpp-launch, torchrun, Slurm or mpirun
   // (distributed/distributed_trainer.h); a single process trains as usual.
   void to_distributed();
   void to_distributed(const distributed::DistributedOptions& options);
+  // One process, a replica of the model on each device (default: every CUDA device),
+  // BatchNorm synchronized over them unless sync_bn is false (distributed/data_parallel.h).
+  void to_parallel(std::vector<torch::Device> devices = {}, bool sync_bn = true);
 
   // ---- callbacks
   void add_cb(CallbackPtr cb);

@@ -6,6 +6,7 @@
 
 #include <functional>
 #include <memory>
+#include <string>
 #include <type_traits>
 
 namespace fastcpp {
@@ -22,7 +23,11 @@ class Model {
   // From a shared pointer to a module.
   template <class Impl, class = decltype(std::declval<Impl&>().forward(std::declval<torch::Tensor>()))>
   Model(std::shared_ptr<Impl> impl)  // NOLINT
-      : module_(impl), forward_([impl](const torch::Tensor& x) { return impl->forward(x); }) {}
+      : module_(impl),
+        forward_([impl](const torch::Tensor& x) { return impl->forward(x); }),
+        replicate_([](const torch::nn::Module& module, const torch::Device& device) {
+          return Model(std::dynamic_pointer_cast<Impl>(module.clone(device)));
+        }) {}
 
   Model(std::shared_ptr<torch::nn::Module> module, Forward forward)
       : module_(std::move(module)), forward_(std::move(forward)) {}
@@ -33,9 +38,16 @@ class Model {
   const std::shared_ptr<torch::nn::Module>& ptr() const { return module_; }
   void set_forward(Forward forward) { forward_ = std::move(forward); }
 
+  // A deep copy on `device` with the same forward (to_parallel's replicas). Needs a
+  // module that can clone itself (torch::nn::Cloneable, as Sequential and libtorch's
+  // layers are); otherwise a fastcpp::Error names the module.
+  Model replicate(const torch::Device& device) const;
+
  private:
+  using Replicate = std::function<Model(const torch::nn::Module&, const torch::Device&)>;
   std::shared_ptr<torch::nn::Module> module_;
   Forward forward_;
+  Replicate replicate_;  // empty when built from a module and a forward function
 };
 
 }  // namespace fastcpp

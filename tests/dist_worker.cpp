@@ -2,9 +2,14 @@
 // BatchNorm) trained in one process with batch 8, or in two processes
 // (to_distributed, BatchNorm made SyncBatchNorm) with batch 4 each.
 //
-//   dist_worker single|ddp|unused|resume|single_acc|ddp_acc|syncbn_single|syncbn|rank0_first OUT
+//   dist_worker single|single_bs4|ddp|unused|resume|single_acc|ddp_acc|syncbn_single|syncbn|rank0_first OUT
 //
-// Writes OUT (OUT.<rank> when distributed): the final parameters, then
+// On the CPU unless FASTCPP_WORKER_DEVICE names a device (cuda:0); FASTCPP_WORKER_BACKEND
+// (gloo, nccl; default auto) picks the process group's backend, and with gloo every rank
+// shares that one device (two ranks on one GPU). single_bs4 is one process with batch 4 in
+// the order a world of 1 gives (the peer of `ddp` with WORLD_SIZE=1).
+//
+// Writes OUT (OUT.<rank> when distributed): the final parameters (on the CPU), then
 // [valid_loss, accuracy], the epoch the run resumed from, and the number of
 // gradient all-reduces, pickled. *_acc accumulate gradients over 2 batches. `resume` is ddp with a ResumeFromCheckpoint at
 // OUT.ckpt, and rank 1 of the first attempt kills itself after epoch 0.
@@ -63,26 +68,38 @@ struct CrashOnce : Callback {
   }
 };
 
+torch::Device worker_device() {
+  const char* device = std::getenv("FASTCPP_WORKER_DEVICE");
+  return device ? torch::Device(device) : torch::Device(torch::kCPU);
+}
+
+std::string worker_backend() {
+  const char* backend = std::getenv("FASTCPP_WORKER_BACKEND");
+  return backend ? backend : "auto";
+}
+
 }  // namespace
 
 // SyncBatchNorm on shards of 3 and 5 samples against BatchNorm on all 8: writes
 // [y, x.grad, weight.grad (summed over ranks), bias.grad (summed), running_mean, running_var].
 int batchnorm_run(bool distributed, const std::string& out) {
   auto gen = at::make_generator<at::CPUGeneratorImpl>(5);
-  auto x_all = torch::randn({8, 4, 3, 3}, gen) * 2 + 1;
-  auto w_out = torch::randn({8, 4, 3, 3}, gen);
+  const auto device = worker_device();
+  auto x_all = (torch::randn({8, 4, 3, 3}, gen) * 2 + 1).to(device);
+  auto w_out = torch::randn({8, 4, 3, 3}, gen).to(device);
   int64_t first = 0, count = 8;
   std::shared_ptr<distributed::Communicator> comm;
   torch::Tensor y, weight, bias, running_mean, running_var;
   if (distributed) {
     const auto env = distributed::read_env();
-    comm = std::make_shared<distributed::Communicator>(env);
+    comm = std::make_shared<distributed::Communicator>(env, distributed::ProcessGroupOptions{.backend = worker_backend(), .device = device});
     first = env.rank == 0 ? 0 : 3;
     count = env.rank == 0 ? 3 : 5;
   }
   auto x = x_all.narrow(0, first, count).clone().requires_grad_(true);
   if (distributed) {
     distributed::SyncBatchNorm bn(4);
+    bn->to(device);
     bn->set_communicator(comm);
     bn->weight.data().copy_(torch::linspace(0.5, 2, 4));
     y = bn(x);
@@ -93,13 +110,15 @@ int batchnorm_run(bool distributed, const std::string& out) {
     running_mean = bn->running_mean, running_var = bn->running_var;
   } else {
     torch::nn::BatchNorm2d bn(4);
+    bn->to(device);
     bn->weight.data().copy_(torch::linspace(0.5, 2, 4));
     y = bn(x);
     (y * w_out).sum().backward();
     weight = bn->weight.grad(), bias = bn->bias.grad();
     running_mean = bn->running_mean, running_var = bn->running_var;
   }
-  c10::List<torch::Tensor> result({y.detach(), x.grad(), weight, bias, running_mean, running_var});
+  c10::List<torch::Tensor> result;
+  for (const auto& t : {y.detach(), x.grad(), weight, bias, running_mean, running_var}) result.push_back(t.cpu());
   const auto bytes = torch::pickle_save(result);
   std::ofstream(out, std::ios::binary).write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
   return 0;
@@ -121,10 +140,14 @@ int main(int argc, char** argv) {
       });
       return 0;
     }
-    const bool single = mode == "single" || mode == "single_acc";
+    const bool single = mode == "single" || mode == "single_acc" || mode == "single_bs4";
+    const bool two_rank_batches = single && mode != "single_bs4";
     const bool accumulate = mode == "single_acc" || mode == "ddp_acc";
-    DataLoaders dls{DataLoader(data(kTrain, 1), {.bs = single ? 2 * kLocalBs : kLocalBs, .shuffle = true, .seed = 3,
-                                                 .sampler = single ? std::make_shared<TwoRankOrder>() : nullptr}),
+    SamplerPtr order;  // none: the loader's own shuffle, which to_distributed replaces
+    if (mode == "single_bs4") order = std::make_shared<DistributedSampler>(kTrain, 0, 1, true, 3);
+    if (two_rank_batches) order = std::make_shared<TwoRankOrder>();
+    DataLoaders dls{DataLoader(data(kTrain, 1), {.bs = two_rank_batches ? 2 * kLocalBs : kLocalBs, .shuffle = true,
+                                                 .seed = 3, .sampler = order}),
                     DataLoader(data(kValid, 2), {.bs = 4})};
     auto conv = [](int64_t in, int64_t out, int64_t stride) {
       return torch::nn::Conv2d(torch::nn::Conv2dOptions(in, out, 3).stride(stride).padding(1));
@@ -135,10 +158,15 @@ int main(int argc, char** argv) {
                                                                  torch::nn::ReLU(), torch::nn::AdaptiveAvgPool2d(1),
                                                                  torch::nn::Flatten(), torch::nn::Linear(8, 3)));
     Learner learn(dls, model, CrossEntropyLoss(), {metrics::accuracy()},
-                  {.opt_func = sgd({.mom = 0.9}), .device = torch::kCPU, .progress = false});
+                  {.opt_func = sgd({.mom = 0.9}), .device = worker_device(), .progress = false});
     learn.logger = [](const std::string&) {};
-    if (!single) learn.to_distributed();
-    if (accumulate) learn.add_cb(GradientAccumulation(2 * (single ? 2 : 1) * kLocalBs));
+    if (!single) {
+      distributed::DistributedOptions options;
+      options.process_group.backend = worker_backend();
+      if (worker_backend() == "gloo" && learn.device.is_cuda()) options.device = learn.device;  // ranks share it
+      learn.to_distributed(options);
+    }
+    if (accumulate) learn.add_cb(GradientAccumulation(2 * (two_rank_batches ? 2 : 1) * kLocalBs));
     std::shared_ptr<ResumeFromCheckpoint> resume;
     if (mode == "resume") {
       resume = learn.add_cb(ResumeFromCheckpoint(std::string(argv[2]) + ".ckpt"));
@@ -148,7 +176,7 @@ int main(int argc, char** argv) {
     const auto valid = learn.validate();
 
     c10::List<torch::Tensor> params;
-    for (const auto& p : learn.model.module().parameters()) params.push_back(p.detach().clone());
+    for (const auto& p : learn.model.module().parameters()) params.push_back(p.detach().cpu().clone());
     c10::impl::GenericList result(c10::AnyType::get());
     result.push_back(params);
     result.push_back(c10::List<double>(valid));

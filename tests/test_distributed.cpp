@@ -1,10 +1,7 @@
 // Distributed training on the CPU with Gloo: two processes against one, and the
 // errors a user meets when the processes cannot meet.
 #include <signal.h>
-#include <fcntl.h>
-#include <spawn.h>
 #include <sys/wait.h>
-#include <unistd.h>
 
 #include <chrono>
 #include <filesystem>
@@ -12,77 +9,12 @@
 #include <thread>
 
 #include "helpers.h"
-
-extern char** environ;
+#include "worker_process.h"
 
 using namespace fastcpp;
 using namespace fastcpp::testing;
 
 namespace {
-
-int free_port() { return 20000 + static_cast<int>(::getpid() % 20000); }
-
-// Starts dist_worker with extra environment variables (its output to `log` if given); returns its pid.
-pid_t spawn_worker(const std::string& mode, const std::string& out, const std::vector<std::string>& extra_env,
-                   const std::string& log = "") {
-  std::vector<std::string> env_strings(extra_env);
-  for (char** e = environ; *e; ++e) env_strings.emplace_back(*e);
-  std::vector<char*> envp;
-  for (auto& s : env_strings) envp.push_back(s.data());
-  envp.push_back(nullptr);
-  std::string path = FASTCPP_DIST_WORKER;
-  std::vector<std::string> args{path, mode, out};
-  std::vector<char*> argv;
-  for (auto& a : args) argv.push_back(a.data());
-  argv.push_back(nullptr);
-  posix_spawn_file_actions_t actions;
-  posix_spawn_file_actions_init(&actions);
-  if (!log.empty()) {
-    posix_spawn_file_actions_addopen(&actions, 1, log.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
-    posix_spawn_file_actions_adddup2(&actions, 1, 2);
-  }
-  pid_t pid = 0;
-  const int failed = posix_spawn(&pid, path.c_str(), &actions, nullptr, argv.data(), envp.data());
-  posix_spawn_file_actions_destroy(&actions);
-  REQUIRE(failed == 0);
-  return pid;
-}
-
-// Waits up to `seconds`; kills and fails on a hang. Returns the exit status.
-int wait_for(pid_t pid, int seconds) {
-  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(seconds);
-  int status = 0;
-  while (waitpid(pid, &status, WNOHANG) == 0) {
-    if (std::chrono::steady_clock::now() > deadline) {
-      kill(pid, SIGKILL);
-      waitpid(pid, &status, 0);
-      FAIL("worker " << pid << " hung");
-    }
-    std::this_thread::sleep_for(std::chrono::milliseconds(20));
-  }
-  return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
-}
-
-c10::impl::GenericList read_result(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  std::vector<char> bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-  REQUIRE(!bytes.empty());
-  return torch::pickle_load(bytes).toList();
-}
-
-std::vector<std::string> rank_env(int rank, int world, int port) {
-  return {"RANK=" + std::to_string(rank), "WORLD_SIZE=" + std::to_string(world), "LOCAL_RANK=" + std::to_string(rank),
-          "LOCAL_WORLD_SIZE=" + std::to_string(world), "MASTER_ADDR=127.0.0.1", "MASTER_PORT=" + std::to_string(port)};
-}
-
-// Runs `mode` on two ranks; returns both ranks' result files.
-std::vector<std::string> run_two_ranks(const std::string& mode, int port_offset) {
-  const auto base = temp_path(mode);
-  std::vector<pid_t> pids;
-  for (int rank = 0; rank < 2; ++rank) pids.push_back(spawn_worker(mode, base, rank_env(rank, 2, free_port() + port_offset)));
-  for (auto pid : pids) CHECK(wait_for(pid, 120) == 0);
-  return {base + ".0", base + ".1"};
-}
 
 // Runs a command line with sh; returns its exit status.
 int run_command(const std::string& command) {
@@ -90,35 +22,11 @@ int run_command(const std::string& command) {
   return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
 }
 
-void check_same_params(const std::string& a, const std::string& b) {
-  const auto x = read_result(a).get(0).toTensorList(), y = read_result(b).get(0).toTensorList();
-  REQUIRE(x.size() == y.size());
-  for (size_t i = 0; i < x.size(); ++i) CHECK(torch::allclose(x.get(i), y.get(i), 1e-5, 1e-6));
-}
-
 }  // namespace
 
 TEST_SUITE("distributed") {
   TEST_CASE("2 ranks x batch 4 end with the weights and validation metrics of 1 process x batch 8") {
-    const auto single_out = temp_path("single");
-    REQUIRE(wait_for(spawn_worker("single", single_out, {}), 120) == 0);
-    const auto outs = run_two_ranks("ddp", 0);
-    const auto single = read_result(single_out);
-    const auto single_params = single.get(0).toTensorList();
-    for (const auto& out : outs) {
-      const auto ddp = read_result(out);
-      const auto params = ddp.get(0).toTensorList();
-      REQUIRE(params.size() == single_params.size());
-      for (size_t i = 0; i < params.size(); ++i)
-        CHECK(torch::allclose(params.get(i), single_params.get(i), /*rtol=*/1e-5, /*atol=*/1e-6));
-      // valid set of 13 on 2 ranks: padded to 14, gathered and trimmed back to 13
-      const auto valid = ddp.get(1).toDoubleList(), expected = single.get(1).toDoubleList();
-      CHECK(valid.get(0) == doctest::Approx(expected.get(0)).epsilon(1e-5));
-      CHECK(valid.get(1) == doctest::Approx(expected.get(1)).epsilon(1e-9));
-    }
-    check_same_params(outs[0], outs[1]);
-    for (const auto& out : outs) std::filesystem::remove(out);
-    std::filesystem::remove(single_out);
+    check_two_ranks_equal_one_process(0);
   }
 
   TEST_CASE("fastcpp-launch: a worker killed mid-run restarts the group, which resumes and ends as an uninterrupted run") {
@@ -188,24 +96,7 @@ TEST_SUITE("distributed") {
   }
 
   TEST_CASE("SyncBatchNorm on shards of 3 and 5 equals BatchNorm on the 8: output, gradients, running stats") {
-    const auto single_out = temp_path("bn_single");
-    REQUIRE(wait_for(spawn_worker("syncbn_single", single_out, {}), 60) == 0);
-    const auto outs = run_two_ranks("syncbn", 6);
-    const auto single = torch::pickle_load([&] {
-                          std::ifstream in(single_out, std::ios::binary);
-                          return std::vector<char>((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-                        }()).toTensorList();
-    for (int rank = 0; rank < 2; ++rank) {
-      std::ifstream in(outs[static_cast<size_t>(rank)], std::ios::binary);
-      const auto got = torch::pickle_load(std::vector<char>((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>())).toTensorList();
-      const int64_t first = rank == 0 ? 0 : 3, count = rank == 0 ? 3 : 5;
-      INFO("rank " << rank);
-      CHECK(torch::allclose(got.get(0), single.get(0).narrow(0, first, count), 1e-5, 1e-5));  // y
-      CHECK(torch::allclose(got.get(1), single.get(1).narrow(0, first, count), 1e-5, 1e-5));  // dL/dx
-      for (size_t i = 2; i < 6; ++i) CHECK(torch::allclose(got.get(i), single.get(i), 1e-5, 1e-5));
-      std::filesystem::remove(outs[static_cast<size_t>(rank)]);
-    }
-    std::filesystem::remove(single_out);
+    check_syncbn_equals_batchnorm(6);
   }
 
   TEST_CASE("BatchNorm layers that cannot be swapped are named") {

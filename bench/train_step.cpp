@@ -1,0 +1,142 @@
+// Training-step throughput on a GPU: ResNet-18 (batch 256) and ResNet-50 (batch 128) on
+// synthetic 224 px images resident on the device, in fp32, tf32, fp16 (autocast +
+// GradScaler) and bf16, contiguous and channels-last, trained by a full Learner
+// (callbacks, recorder, metrics on; SGD with momentum). bench/train_step_peer.py is the
+// same step in PyTorch eager; bench/gpu_train_step.sh runs both and prints the ratios.
+//
+//   bench_train_step [--arch resnet18|resnet50|all] [--precision fp32|tf32|fp16|bf16|all]
+//                    [--layout contiguous|channels_last|all] [--warmup 5] [--steps 20]
+//                    [--distributed]   (to_distributed: run it under a launcher, e.g. world 1 on NCCL)
+//                    [--parallel all|DEVICE,DEVICE...]  (to_parallel over these devices)
+//
+// One line per cell: "<arch> <bs> <precision> <layout> <images/s> img/s peak <MiB> MiB"
+// (peak: the caching allocator's max allocated bytes over the timed steps, as
+// torch.cuda.max_memory_allocated after reset_peak_memory_stats).
+#include <fastcpp.h>
+
+#include <c10/cuda/CUDACachingAllocator.h>
+#include <torch/cuda.h>
+
+#include <chrono>
+#include <cstdio>
+#include <iostream>
+#include <map>
+#include <string>
+
+using namespace fastcpp;
+
+namespace {
+
+// Serves the `n_real` items over and over, `n_total` per epoch: a long epoch of few images.
+class RepeatSampler : public Sampler {
+ public:
+  RepeatSampler(int64_t n_real, int64_t n_total) : n_real_(n_real), n_total_(n_total) {}
+  std::vector<int64_t> indices(int64_t) const override {
+    std::vector<int64_t> order(static_cast<size_t>(n_total_));
+    for (int64_t i = 0; i < n_total_; ++i) order[static_cast<size_t>(i)] = i % n_real_;
+    return order;
+  }
+  size_t size() const override { return static_cast<size_t>(n_total_); }
+
+ private:
+  int64_t n_real_, n_total_;
+};
+
+// Times the training batches after `warmup`, over `steps`, then ends the fit.
+class StepTimer : public Callback {
+ public:
+  StepTimer(int warmup, int steps) : warmup_(warmup), steps_(steps) { order = 200; }
+  void before_batch() override {
+    if (!learn().training || seen_ != warmup_) return;
+    torch::cuda::synchronize();
+    c10::cuda::CUDACachingAllocator::resetPeakStats(learn().device.index());
+    start_ = std::chrono::steady_clock::now();
+  }
+  void after_batch() override {
+    if (!learn().training || ++seen_ < warmup_ + steps_) return;
+    torch::cuda::synchronize();
+    seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start_).count();
+    peak_mib = static_cast<double>(
+                   c10::cuda::CUDACachingAllocator::getDeviceStats(learn().device.index()).allocated_bytes[0].peak) /
+               (1024.0 * 1024.0);
+    throw CancelFitException();
+  }
+  double seconds = 0, peak_mib = 0;
+
+ private:
+  int warmup_, steps_, seen_ = 0;
+  std::chrono::steady_clock::time_point start_;
+};
+
+struct Cell {
+  std::string arch, precision, layout;
+  int64_t bs;
+};
+
+void run(const Cell& cell, int warmup, int steps, bool distributed, const std::string& parallel) {
+  const torch::Device device(torch::kCUDA, 0);
+  const bool tf32 = cell.precision == "tf32";
+  at::globalContext().setAllowTF32CuBLAS(tf32);
+  at::globalContext().setAllowTF32CuDNN(tf32);
+  torch::manual_seed(0);
+  const int64_t n_real = cell.bs * 2;
+  auto images = torch::randn({n_real, 3, 224, 224}, torch::TensorOptions().device(device));
+  auto labels = torch::randint(1000, {n_real}, torch::TensorOptions().dtype(torch::kLong).device(device));
+  auto data = std::make_shared<TensorDataset>(images, labels);
+  const int64_t n_batches = warmup + steps + 1;
+  DataLoaders dls{DataLoader(data, {.bs = cell.bs, .sampler = std::make_shared<RepeatSampler>(n_real, cell.bs * n_batches)}),
+                  DataLoader(data, {.bs = cell.bs})};
+  auto model = cell.arch == "resnet18" ? vision::resnet18() : vision::resnet50();
+  Learner learn(dls, model, CrossEntropyLoss(), {metrics::accuracy()},
+                {.opt_func = sgd({.mom = 0.9}), .device = device, .progress = false});
+  learn.logger = [](const std::string&) {};
+  if (cell.precision == "fp16") learn.to_fp16();
+  if (cell.precision == "bf16") learn.to_bf16();
+  if (cell.layout == "channels_last") learn.to_channels_last();
+  if (distributed) learn.to_distributed();
+  if (!parallel.empty()) learn.to_parallel(parse_devices(parallel));
+  auto timer = learn.add_cb(StepTimer(warmup, steps));
+  learn.fit(1, 0.01);
+  const double images_per_s = static_cast<double>(cell.bs * steps) / timer->seconds;
+  std::printf("%s %lld %s %s %.1f img/s peak %.1f MiB%s\n", cell.arch.c_str(), static_cast<long long>(cell.bs),
+              cell.precision.c_str(), cell.layout.c_str(), images_per_s, timer->peak_mib,
+              parallel.empty() ? "" : (" parallel " + parallel).c_str());
+  std::fflush(stdout);
+}
+
+std::vector<std::string> choices(const std::string& value, std::vector<std::string> all) {
+  return value == "all" ? all : std::vector<std::string>{value};
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  std::map<std::string, std::string> flags{{"--arch", "all"}, {"--precision", "all"}, {"--layout", "all"},
+                                           {"--warmup", "5"},   {"--steps", "20"},      {"--parallel", ""}};
+  bool distributed = false;
+  for (int i = 1; i < argc; ++i) {
+    const std::string arg = argv[i];
+    if (arg == "--distributed") distributed = true;
+    else if (flags.count(arg) && i + 1 < argc) flags[arg] = argv[++i];
+    else {
+      std::cerr << "usage: bench_train_step [--arch A|all] [--precision P|all] [--layout L|all] [--warmup N] "
+                   "[--steps N] [--distributed] [--parallel all|DEVICE,...]\n";
+      return 2;
+    }
+  }
+  if (!torch::cuda::is_available()) {
+    std::cout << "bench_train_step: skipped: no CUDA device\n";
+    return 0;
+  }
+  at::globalContext().setBenchmarkCuDNN(true);
+  try {
+    for (const auto& arch : choices(flags["--arch"], {"resnet18", "resnet50"}))
+      for (const auto& precision : choices(flags["--precision"], {"fp32", "tf32", "fp16", "bf16"}))
+        for (const auto& layout : choices(flags["--layout"], {"contiguous", "channels_last"}))
+          run({arch, precision, layout, arch == "resnet18" ? 256 : 128}, std::stoi(flags["--warmup"]),
+              std::stoi(flags["--steps"]), distributed, flags["--parallel"]);
+  } catch (const std::exception& e) {
+    std::cerr << "bench_train_step: " << e.what() << "\n";
+    return 1;
+  }
+}

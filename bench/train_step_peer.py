@@ -1,0 +1,75 @@
+#!/usr/bin/env python3
+"""The peer of bench_train_step: the same training step in PyTorch eager, on the same GPU.
+torchvision's ResNet-18 (batch 256) / ResNet-50 (batch 128), synthetic 224 px images on
+the device, cross-entropy, SGD with momentum 0.9, fp32 / tf32 / fp16 (autocast +
+torch.amp.GradScaler) / bf16 (autocast), contiguous or channels-last; cudnn.benchmark on.
+
+  train_step_peer.py [--arch resnet18|resnet50|all] [--precision ...|all] [--layout ...|all]
+                     [--warmup 5] [--steps 20]
+
+Prints the lines bench_train_step prints: "<arch> <bs> <precision> <layout> <img/s> img/s
+peak <MiB> MiB" (peak: torch.cuda.max_memory_allocated over the timed steps)."""
+import argparse
+import time
+
+import torch
+import torch.nn.functional as F
+import torchvision
+
+
+def run(arch, bs, precision, layout, warmup, steps):
+    device = torch.device("cuda", 0)
+    torch.backends.cuda.matmul.allow_tf32 = precision == "tf32"
+    torch.backends.cudnn.allow_tf32 = precision == "tf32"
+    torch.manual_seed(0)
+    fmt = torch.channels_last if layout == "channels_last" else torch.contiguous_format
+    images = torch.randn(bs * 2, 3, 224, 224, device=device).contiguous(memory_format=fmt)
+    labels = torch.randint(1000, (bs * 2,), device=device)
+    model = getattr(torchvision.models, arch)().to(device).to(memory_format=fmt)
+    opt = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9)
+    amp_dtype = {"fp16": torch.float16, "bf16": torch.bfloat16}.get(precision)
+    scaler = torch.amp.GradScaler("cuda", enabled=precision == "fp16")
+    model.train()
+    losses = []
+    start = 0.0
+    for step in range(warmup + steps):
+        if step == warmup:
+            torch.cuda.synchronize()
+            torch.cuda.reset_peak_memory_stats(device)
+            start = time.perf_counter()
+        first = (step % 2) * bs
+        x, y = images[first:first + bs], labels[first:first + bs]
+        with torch.autocast("cuda", dtype=amp_dtype, enabled=amp_dtype is not None):
+            loss = F.cross_entropy(model(x), y)
+        scaler.scale(loss).backward()
+        scaler.step(opt)
+        scaler.update()
+        opt.zero_grad(set_to_none=True)
+        losses.append(loss.detach())
+    torch.cuda.synchronize()
+    seconds = time.perf_counter() - start
+    peak = torch.cuda.max_memory_allocated(device) / 2**20
+    print(f"{arch} {bs} {precision} {layout} {bs * steps / seconds:.1f} img/s peak {peak:.1f} MiB", flush=True)
+
+
+def main():
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--arch", default="all")
+    parser.add_argument("--precision", default="all")
+    parser.add_argument("--layout", default="all")
+    parser.add_argument("--warmup", type=int, default=5)
+    parser.add_argument("--steps", type=int, default=20)
+    args = parser.parse_args()
+    if not torch.cuda.is_available():
+        print("train_step_peer: skipped: no CUDA device")
+        return
+    torch.backends.cudnn.benchmark = True
+    pick = lambda value, every: every if value == "all" else [value]
+    for arch in pick(args.arch, ["resnet18", "resnet50"]):
+        for precision in pick(args.precision, ["fp32", "tf32", "fp16", "bf16"]):
+            for layout in pick(args.layout, ["contiguous", "channels_last"]):
+                run(arch, 256 if arch == "resnet18" else 128, precision, layout, args.warmup, args.steps)
+
+
+if __name__ == "__main__":
+    main()

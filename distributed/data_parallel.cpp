@@ -1,0 +1,171 @@
+#include "distributed/data_parallel.h"
+
+#include <ATen/ThreadLocalState.h>
+#include <c10/core/DeviceGuard.h>
+#include <torch/torch.h>
+
+#include <exception>
+#include <thread>
+
+#include "core/device.h"
+#include "core/error.h"
+#include "distributed/distributed_trainer.h"
+#include "distributed/sync_batchnorm.h"
+#include "learner/learner.h"
+
+namespace fastcpp::distributed {
+namespace {
+
+std::vector<torch::Device> every_cuda_device() {
+  std::vector<torch::Device> devices;
+  for (size_t i = 0; i < torch::cuda::device_count(); ++i) devices.emplace_back(torch::kCUDA, static_cast<c10::DeviceIndex>(i));
+  return devices;
+}
+
+std::string names(const std::vector<std::string>& list) {
+  std::string text;
+  for (const auto& name : list) text += (text.empty() ? "" : ", ") + name;
+  return text;
+}
+
+}  // namespace
+
+DataParallel::DataParallel(std::vector<torch::Device> devices, bool sync_bn)
+    : asked_(std::move(devices)), sync_bn_(sync_bn) {
+  order = 12;
+}
+
+void DataParallel::before_fit() {
+  auto& l = learn();
+  restore();  // a fit that failed half-way left its replicas
+  devices_ = asked_.empty() ? every_cuda_device() : asked_;
+  for (const auto& device : devices_) check_device(device, "to_parallel");
+  if (devices_.size() < 2) {
+    l.logger(devices_.empty() ? "to_parallel: no CUDA device, training on " + l.device.str() + " as usual"
+                              : "to_parallel: one device (" + devices_[0].str() + "), training as usual");
+    if (devices_.size() == 1 && devices_[0] != l.device) l.to(devices_[0]);
+    return;
+  }
+  if (devices_[0] != l.device) l.to(devices_[0]);
+  make_replicas();
+}
+
+void DataParallel::make_replicas() {
+  auto& l = learn();
+  plain_ = l.model;
+  Model first = l.model;
+  if (sync_bn_) {
+    const auto unreachable = unconvertible_batchnorms(l.model.module());
+    if (!unreachable.empty())
+      throw Error("to_parallel(sync_bn): cannot make these BatchNorm layers synchronized, they are members of modules "
+                  "C++ cannot rebuild: " + names(unreachable) +
+                  ". Build them as distributed::SyncBatchNorm, or pass sync_bn = false to keep per-replica statistics");
+    if (auto root = std::dynamic_pointer_cast<torch::nn::SequentialImpl>(l.model.ptr()))
+      first = Model(convert_sync_batchnorm(torch::nn::Sequential(root), nullptr));  // shares the model's tensors
+  }
+  replicas_ = {first};
+  for (size_t r = 1; r < devices_.size(); ++r) {
+    try {
+      replicas_.push_back(first.replicate(devices_[r]));
+    } catch (const Error& e) {
+      restore();
+      throw Error(std::string("to_parallel: ") + e.what());
+    }
+  }
+  params_.clear();
+  buffers_.clear();
+  std::vector<std::shared_ptr<torch::nn::Module>> modules;
+  for (auto& replica : replicas_) {
+    params_.push_back(replica.module().parameters());
+    buffers_.push_back(replica.module().buffers());
+    modules.push_back(replica.ptr());
+  }
+  for (size_t r = 1; r < replicas_.size(); ++r)  // frozen stays frozen
+    for (size_t i = 0; i < params_[0].size(); ++i) params_[r][i].set_requires_grad(params_[0][i].requires_grad());
+  if (sync_bn_) group_.connect(modules);
+  l.model = Model(plain_->ptr(), [this](const torch::Tensor& x) { return forward(x); });
+}
+
+void DataParallel::copy_to_replicas(int replicas) {
+  torch::NoGradGuard no_grad;
+  for (int r = 1; r < replicas; ++r) {
+    for (size_t i = 0; i < params_[0].size(); ++i) params_[r][i].copy_(params_[0][i], /*non_blocking=*/true);
+    for (size_t i = 0; i < buffers_[0].size(); ++i) buffers_[r][i].copy_(buffers_[0][i], /*non_blocking=*/true);
+  }
+}
+
+torch::Tensor DataParallel::forward(const torch::Tensor& x) {
+  const int64_t n = x.size(0);
+  const int replicas = static_cast<int>(std::clamp<int64_t>(n, 1, static_cast<int64_t>(replicas_.size())));
+  last_replicas_ = replicas;
+  copy_to_replicas(replicas);
+  group_.start_step(replicas);
+  // Replica r takes n / replicas items, one more for the first n % replicas.
+  std::vector<torch::Tensor> outputs(static_cast<size_t>(replicas));
+  std::vector<std::exception_ptr> errors(static_cast<size_t>(replicas));
+  const at::ThreadLocalState caller_state;  // grad mode, autocast: thread-local, so handed to each thread
+  auto run = [&](int r, int64_t start, int64_t count) {
+    try {
+      at::ThreadLocalStateGuard state(caller_state);
+      const auto& device = devices_[static_cast<size_t>(r)];
+      c10::DeviceGuard on_device(device);
+      outputs[static_cast<size_t>(r)] = replicas_[static_cast<size_t>(r)](x.narrow(0, start, count).to(device, /*non_blocking=*/true));
+    } catch (...) {
+      errors[static_cast<size_t>(r)] = std::current_exception();
+      group_.abort();
+    }
+  };
+  std::vector<std::thread> threads;
+  int64_t start = n / replicas + (0 < n % replicas ? 1 : 0);
+  for (int r = 1; r < replicas; ++r) {
+    const int64_t count = n / replicas + (r < n % replicas ? 1 : 0);
+    threads.emplace_back(run, r, start, count);
+    start += count;
+  }
+  run(0, 0, n / replicas + (0 < n % replicas ? 1 : 0));
+  for (auto& thread : threads) thread.join();
+  for (const auto& error : errors)
+    if (error) std::rethrow_exception(error);
+  if (replicas == 1) return outputs[0];
+  for (auto& output : outputs) output = output.to(devices_[0], /*non_blocking=*/true);
+  return torch::cat(outputs);
+}
+
+void DataParallel::after_backward() {
+  if (replicas_.size() < 2) return;
+  torch::NoGradGuard no_grad;
+  for (int r = 1; r < last_replicas_; ++r)
+    for (size_t i = 0; i < params_[0].size(); ++i) {
+      auto& grad = params_[r][i].mutable_grad();
+      if (!grad.defined()) continue;
+      auto& total = params_[0][i].mutable_grad();
+      if (total.defined()) total.add_(grad.to(total.device(), /*non_blocking=*/true));
+      else total = grad.to(params_[0][i].device(), /*non_blocking=*/false, /*copy=*/true);
+      grad = torch::Tensor();
+    }
+}
+
+void DataParallel::after_fit() { restore(); }
+
+void DataParallel::restore() {
+  group_.disconnect();
+  if (plain_) learn().model = *plain_;
+  plain_.reset();
+  replicas_.clear();
+  params_.clear();
+  buffers_.clear();
+}
+
+}  // namespace fastcpp::distributed
+
+namespace fastcpp {
+
+void Learner::to_parallel(std::vector<torch::Device> devices, bool sync_bn) {
+  if (get_cb<distributed::DistributedTrainer>())
+    throw Error("to_parallel: this Learner is already to_distributed; pick one (to_parallel: one process driving "
+                "several devices; to_distributed: one process per device)");
+  if (auto existing = get_cb<distributed::DataParallel>()) remove_cb(existing);
+  add_cb(std::make_shared<distributed::DataParallel>(std::move(devices), sync_bn));
+}
+
+}  // namespace fastcpp

@@ -1,0 +1,60 @@
+#pragma once
+// DataParallel (order 12): fastai's to_parallel, one process driving several devices,
+// with replicas that persist and BatchNorm synchronized over them.
+//   before_fit      the Learner on devices[0]; the model (BatchNorm made SyncBatchNorm,
+//                   as to_distributed does) copied once onto every other device; the
+//                   Learner's forward becomes the parallel one below
+//   forward         parameters and buffers brought from replica 0 to the others; the batch
+//                   split along dim 0 (as evenly as it goes; a batch of fewer items than
+//                   devices uses that many replicas); each replica's forward on its own
+//                   thread, with the caller's thread-local state (grad mode, autocast); the
+//                   outputs gathered on devices[0] in order. Loss, metrics and backward are
+//                   the Learner's own, on the whole batch, so autograd carries the gradient
+//                   into every replica (on CUDA, each device's backward on its own thread)
+//   after_backward  each replica's gradients summed into replica 0's (the Learner's
+//                   model), which the one optimizer steps
+//   after_fit       the Learner's model is the plain one again
+// Replica 0 is the Learner's model itself: checkpoints, the optimizer and its state are
+// those of the plain model. Unlike PyTorch's DataParallel (and libtorch's
+// data_parallel), nothing is copied onto the devices per step but the parameters.
+#include <torch/types.h>
+
+#include <memory>
+#include <optional>
+#include <vector>
+
+#include "distributed/replica_batchnorm.h"
+#include "learner/callback.h"
+#include "learner/model.h"
+
+namespace fastcpp::distributed {
+
+class DataParallel : public Callback {
+ public:
+  // devices empty: every visible CUDA device.
+  explicit DataParallel(std::vector<torch::Device> devices = {}, bool sync_bn = true);
+  void before_fit() override;
+  void after_backward() override;
+  void after_fit() override;
+
+  // The devices of the last (or current) fit, replica 0's first; one or none: not parallel.
+  const std::vector<torch::Device>& devices() const { return devices_; }
+  // How many replicas the last forward used.
+  int last_replicas() const { return last_replicas_; }
+
+ private:
+  torch::Tensor forward(const torch::Tensor& x);
+  void make_replicas();
+  void restore();
+  void copy_to_replicas(int replicas);
+  std::vector<torch::Device> asked_;
+  bool sync_bn_;
+  std::vector<torch::Device> devices_;
+  std::optional<Model> plain_;  // the Learner's model before the fit
+  std::vector<Model> replicas_;  // [0]: the Learner's model (its BatchNorm synchronized)
+  std::vector<std::vector<torch::Tensor>> params_, buffers_;  // per replica, in the same order
+  ReplicaGroup group_;
+  int last_replicas_ = 0;
+};
+
+}  // namespace fastcpp::distributed

@@ -1,0 +1,190 @@
+#include "distributed/replica_batchnorm.h"
+
+#include <torch/torch.h>
+
+#include <condition_variable>
+#include <exception>
+#include <mutex>
+
+#include "core/error.h"
+#include "distributed/batchnorm_math.h"
+#include "distributed/sync_batchnorm.h"
+
+namespace fastcpp::distributed {
+namespace {
+
+using torch::autograd::AutogradContext;
+using torch::autograd::variable_list;
+
+// One node for all replicas: inputs x_0..x_n-1, weights, biases; outputs y_0..y_n-1.
+struct ReplicaSyncBatchNormFunction : torch::autograd::Function<ReplicaSyncBatchNormFunction> {
+  static variable_list forward(AutogradContext* ctx, at::TensorList xs, at::TensorList weights, at::TensorList biases,
+                               SyncBatchNormImpl* keeper) {
+    const auto home = keeper->running_mean.device();
+    auto summed = batchnorm::local_stats(xs[0]).to(home);
+    for (size_t i = 1; i < xs.size(); ++i) summed += batchnorm::local_stats(xs[i]).to(home);
+    const auto n = batchnorm::normalization(summed, xs[0].size(1), keeper->eps, keeper->momentum,
+                                            keeper->running_mean, keeper->running_var);
+    variable_list ys, saved;
+    for (size_t i = 0; i < xs.size(); ++i) {
+      auto x_hat = batchnorm::normalize(xs[i], n);
+      ys.push_back(x_hat * batchnorm::per_channel(weights[i], x_hat) + batchnorm::per_channel(biases[i], x_hat));
+      saved.push_back(x_hat);
+    }
+    saved.insert(saved.end(), weights.begin(), weights.end());
+    saved.push_back(n.invstd);
+    ctx->save_for_backward(saved);
+    ctx->saved_data["count"] = n.count;
+    return ys;
+  }
+
+  static variable_list backward(AutogradContext* ctx, variable_list grads) {
+    const auto saved = ctx->get_saved_variables();
+    const size_t n = grads.size();
+    const auto& invstd = saved[2 * n];
+    std::vector<torch::Tensor> dys, locals;
+    for (size_t i = 0; i < n; ++i) {
+      const auto& x_hat = saved[i];
+      dys.push_back(grads[i].defined() ? grads[i].contiguous() : torch::zeros_like(x_hat));
+      locals.push_back(batchnorm::local_grad_sums(dys[i], x_hat));
+    }
+    auto summed = locals[0].to(invstd.device(), torch::kDouble);
+    for (size_t i = 1; i < n; ++i) summed += locals[i].to(invstd.device(), torch::kDouble);
+    variable_list dx(n), d_weight(n), d_bias(n);
+    const double count = ctx->saved_data["count"].toDouble();
+    for (size_t i = 0; i < n; ++i) {
+      const int64_t channels = dys[i].size(1);
+      dx[i] = batchnorm::input_grad(dys[i], saved[i], summed, count, invstd, saved[n + i]);
+      d_bias[i] = locals[i].narrow(0, 0, channels);  // each replica's own share: to_parallel sums them
+      d_weight[i] = locals[i].narrow(0, channels, channels);
+    }
+    variable_list all(dx);
+    all.insert(all.end(), d_weight.begin(), d_weight.end());
+    all.insert(all.end(), d_bias.begin(), d_bias.end());
+    return all;
+  }
+};
+
+}  // namespace
+
+// Where the replicas' layer k meets: the inputs of this step, then the outputs.
+struct ReplicaGroup::Meeting {
+  std::mutex mutex;
+  std::condition_variable all_there;
+  std::vector<torch::Tensor> xs, ys;
+  std::vector<SyncBatchNormImpl*> layers;
+  int arrived = 0;
+  uint64_t round = 0;
+  std::exception_ptr error;
+
+  torch::Tensor meet(const ReplicaGroup::State& state, size_t replica, SyncBatchNormImpl& layer, const torch::Tensor& x) {
+    std::unique_lock<std::mutex> lock(mutex);
+    const int expected = state.replicas.load();
+    const uint64_t my_round = round;
+    xs[replica] = x;
+    layers[replica] = &layer;
+    if (++arrived == expected) {
+      error = nullptr;
+      try {
+        std::vector<torch::Tensor> inputs(xs.begin(), xs.begin() + expected), weights, biases;
+        for (int r = 0; r < expected; ++r) {
+          weights.push_back(layers[static_cast<size_t>(r)]->weight);
+          biases.push_back(layers[static_cast<size_t>(r)]->bias);
+        }
+        // TensorLists, so that autograd sees each tensor as an input.
+        auto outputs = ReplicaSyncBatchNormFunction::apply(at::TensorList(inputs), at::TensorList(weights),
+                                                           at::TensorList(biases), layers[0]);
+        std::copy(outputs.begin(), outputs.end(), ys.begin());
+      } catch (...) {
+        error = std::current_exception();
+      }
+      arrived = 0;
+      ++round;
+      all_there.notify_all();
+    } else {
+      all_there.wait(lock, [&] { return round != my_round || state.aborted.load(); });
+      if (round == my_round) throw Error("to_parallel: another replica's forward failed");
+    }
+    xs[replica] = torch::Tensor();  // autograd keeps what it needs; nothing else outlives the step
+    if (error) std::rethrow_exception(error);
+    return std::exchange(ys[replica], torch::Tensor());
+  }
+
+  void reset(size_t replicas) {
+    std::lock_guard<std::mutex> lock(mutex);
+    xs.assign(replicas, {});
+    ys.assign(replicas, {});
+    layers.assign(replicas, nullptr);
+    arrived = 0;
+  }
+
+  void wake() {
+    std::lock_guard<std::mutex> lock(mutex);
+    all_there.notify_all();
+  }
+};
+
+namespace {
+
+class ReplicaBatchNormSync : public BatchNormSync {
+ public:
+  ReplicaBatchNormSync(std::shared_ptr<ReplicaGroup::State> state, std::shared_ptr<ReplicaGroup::Meeting> meeting,
+                       size_t replica)
+      : state_(std::move(state)), meeting_(std::move(meeting)), replica_(replica) {}
+  bool has_peers() const override { return state_->replicas.load() > 1; }
+  torch::Tensor forward(SyncBatchNormImpl& bn, const torch::Tensor& x) override {
+    return meeting_->meet(*state_, replica_, bn, x);
+  }
+
+ private:
+  std::shared_ptr<ReplicaGroup::State> state_;
+  std::shared_ptr<ReplicaGroup::Meeting> meeting_;
+  size_t replica_;
+};
+
+std::vector<std::shared_ptr<SyncBatchNormImpl>> sync_layers(const torch::nn::Module& model) {
+  std::vector<std::shared_ptr<SyncBatchNormImpl>> layers;
+  for (const auto& module : model.modules())
+    if (auto layer = std::dynamic_pointer_cast<SyncBatchNormImpl>(module)) layers.push_back(layer);
+  return layers;
+}
+
+}  // namespace
+
+ReplicaGroup::ReplicaGroup() : state_(std::make_shared<State>()) {}
+
+size_t ReplicaGroup::connect(const std::vector<std::shared_ptr<torch::nn::Module>>& replicas) {
+  disconnect();
+  std::vector<std::vector<std::shared_ptr<SyncBatchNormImpl>>> layers;
+  for (const auto& replica : replicas) layers.push_back(sync_layers(*replica));
+  const size_t n_layers = layers.front().size();
+  for (size_t k = 0; k < n_layers; ++k) {
+    auto meeting = std::make_shared<Meeting>();
+    meeting->reset(replicas.size());
+    meetings_.push_back(meeting);
+    for (size_t r = 0; r < replicas.size(); ++r) {
+      layers[r][k]->set_sync(std::make_shared<ReplicaBatchNormSync>(state_, meeting, r));
+      layers_.push_back(layers[r][k]);
+    }
+  }
+  return n_layers;
+}
+
+void ReplicaGroup::disconnect() {
+  for (auto& layer : layers_) std::static_pointer_cast<SyncBatchNormImpl>(layer)->set_sync(nullptr);
+  layers_.clear();
+  meetings_.clear();
+}
+
+void ReplicaGroup::start_step(int replicas) {
+  state_->aborted = false;
+  state_->replicas = replicas;
+  for (auto& meeting : meetings_) meeting->reset(meeting->xs.size());
+}
+
+void ReplicaGroup::abort() {
+  state_->aborted = true;
+  for (auto& meeting : meetings_) meeting->wake();
+}
+
+}  // namespace fastcpp::distributed

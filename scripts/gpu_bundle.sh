@@ -1,0 +1,15 @@
+#!/usr/bin/env bash
+# Gathers, into .gpu_bundle/ (ignored by git), what a GPU machine without Debian's
+# packages needs to build and check fastcpp with scripts/gpu_check.sh: doctest's single
+# header, Gloo's headers (c10d's Gloo backend includes them; the torch wheel ships none),
+# zlib's headers, and the Fashion-MNIST files. About 31 MB.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+bundle=.gpu_bundle
+rm -rf "$bundle"
+mkdir -p "$bundle/include/doctest" "$bundle/data/fashion-mnist"
+cp /usr/include/doctest/doctest.h "$bundle/include/doctest/"
+cp -r /usr/include/gloo "$bundle/include/"
+cp /usr/include/zlib.h /usr/include/zconf.h "$bundle/include/"
+cp /usr/share/datasets/fashion-mnist/*.gz "$bundle/data/fashion-mnist/"
+du -sh "$bundle"

@@ -1,0 +1,212 @@
+// The GPU half, on a real CUDA device: fp16 loss scaling against PyTorch's GradScaler,
+// autocast dtypes against PyTorch's, the allocator's counters in PeakMemMetric, NCCL and
+// Gloo-on-CUDA data parallel against one process, SyncBatchNorm on CUDA tensors, and a
+// pipeline over CUDA stages. Without a CUDA device the suite reports itself skipped
+// (tests/main.cpp), and never counts as passed.
+#include <cstdio>
+#include <filesystem>
+
+#include "core/autocast.h"
+#include "core/device.h"
+#include "helpers.h"
+#include "worker_process.h"
+
+#if FASTCPP_HAS_CUDA
+#include <c10/cuda/CUDACachingAllocator.h>
+
+using namespace fastcpp;
+using namespace fastcpp::testing;
+
+namespace {
+
+const torch::Device kCuda0("cuda:0");
+const std::vector<std::string> kSharedGpuEnv{"FASTCPP_WORKER_DEVICE=cuda:0", "FASTCPP_WORKER_BACKEND=gloo"};
+
+// What a command printed on stdout.
+std::string output_of(const std::string& command) {
+  std::string out;
+  FILE* pipe = ::popen(command.c_str(), "r");
+  REQUIRE(pipe);
+  char buffer[4096];
+  while (size_t n = std::fread(buffer, 1, sizeof buffer, pipe)) out.append(buffer, n);
+  CHECK(::pclose(pipe) == 0);
+  return out;
+}
+
+}  // namespace
+
+TEST_SUITE("gpu" * doctest::skip(!torch::cuda::is_available())) {
+  TEST_CASE("GradScaler on CUDA gradients equals PyTorch's torch.amp.GradScaler: scales, skipped steps, weights") {
+    auto fx = read_fixture("grad_scaler.txt");
+    auto param = torch::tensor(fx["init"], torch::kFloat).to(kCuda0).requires_grad_(true);
+    auto opt = sgd()({ParamGroup{{param}, {}, {}}});
+    opt->set_hyper("lr", 0.1);
+    GradScaler scaler({.init_scale = 1024, .growth_factor = 2, .backoff_factor = 0.5, .growth_interval = 3});
+    for (int k = 0; k < 10; ++k) {
+      const auto key = std::to_string(k);
+      param.mutable_grad() = scaler.scale(torch::tensor(fx["grad." + key], torch::kFloat).to(kCuda0));
+      const bool stepped = scaler.step(*opt);
+      scaler.update();
+      INFO("step " << k);
+      CHECK(stepped == (k != 2 && k != 7));
+      CHECK(scaler.get_scale() == fx["scale." + key][0]);
+      CHECK(torch::equal(param.detach().cpu(), torch::tensor(fx["param." + key], torch::kFloat)));
+    }
+  }
+
+  TEST_CASE("autocast on CUDA gives each op the dtype PyTorch's autocast gives it, for fp16 and bf16") {
+    // PyTorch, on this GPU, prints "<autocast dtype> <op> <result dtype>" per line.
+    const auto expected = output_of(std::string(FASTCPP_PYTHON) + " " + FASTCPP_FIXTURES + "/autocast_dtypes.py");
+    auto gen = at::make_generator<at::CPUGeneratorImpl>(0);
+    auto x = torch::randn({4, 8}, gen).to(kCuda0), w = torch::randn({3, 8}, gen).to(kCuda0);
+    auto img = torch::randn({2, 3, 8, 8}, gen).to(kCuda0), kernel = torch::randn({4, 3, 3, 3}, gen).to(kCuda0);
+    auto target = torch::randint(3, {4}, gen, torch::kLong).to(kCuda0);
+    const std::vector<std::pair<std::string, std::function<torch::Tensor()>>> ops{
+        {"conv2d", [&] { return torch::conv2d(img, kernel); }},
+        {"linear", [&] { return torch::linear(x, w); }},
+        {"matmul", [&] { return torch::matmul(x, w.t()); }},
+        {"softmax", [&] { return torch::softmax(x, 1); }},
+        {"log_softmax", [&] { return torch::log_softmax(x, 1); }},
+        {"layer_norm", [&] { return torch::layer_norm(x, {8}); }},
+        {"mse_loss", [&] { return torch::mse_loss(x, x * 2); }},
+        {"cross_entropy", [&] { return torch::nn::functional::cross_entropy(torch::linear(x, w), target); }},
+        {"relu", [&] { return torch::relu(x); }},
+        {"cat_half_float", [&] { return torch::cat({x.to(torch::kHalf), x}); }},
+    };
+    std::string got;
+    for (auto dtype : {torch::kHalf, torch::kBFloat16}) {
+      set_autocast(torch::kCUDA, true, dtype);
+      for (const auto& [name, op] : ops)
+        got += std::string(c10::toString(dtype)) + " " + name + " " + c10::toString(op().scalar_type()) + "\n";
+      set_autocast(torch::kCUDA, false, dtype);
+    }
+    CHECK(got == expected);
+  }
+
+  TEST_CASE("to_fp16 on CUDA: the default device, pinned host batches, a Half forward, a float loss, a scaler that steps") {
+    Learner learn(synthetic_dls(64, 16, 16), tiny_model(), CrossEntropyLoss(), {}, {.progress = false});
+    silence(learn);
+    CHECK(learn.device == kCuda0);
+    CHECK(learn.dls.train.make_batch(learn.dls.train.order(0), 0, 0).x.is_pinned());
+    struct DtypeProbe : Callback {
+      explicit DtypeProbe(int o) { order = o; }
+      void after_pred() override { seen.emplace_back(learn().xb.device(), learn().pred.scalar_type()); }
+      std::vector<std::pair<torch::Device, c10::ScalarType>> seen;
+    };
+    auto raw = learn.add_cb(DtypeProbe(5)), cast = learn.add_cb(DtypeProbe(15));
+    learn.to_fp16();
+    learn.fit(3, 1e-2);
+    CHECK(raw->seen.front().first == kCuda0);
+    CHECK((raw->seen.front().second == torch::kHalf));
+    CHECK((cast->seen.front().second == torch::kFloat));
+    CHECK(learn.recorder->losses.back() < learn.recorder->losses.front());
+    REQUIRE(learn.scaler);
+    CHECK(learn.scaler->history().size() == 12);  // 4 batches x 3 epochs, none overflowing
+    CHECK(learn.scaler->get_scale() == 65536.0);
+
+    learn.to_bf16();
+    raw->seen.clear();
+    learn.fit(1, 1e-2);
+    CHECK((raw->seen.front().second == torch::kBFloat16));
+  }
+
+  TEST_CASE("PeakMemMetric's GPU columns are the caching allocator's counters (torch.cuda.memory_allocated), reset per epoch") {
+    Learner learn(synthetic_dls(), tiny_model(), CrossEntropyLoss(), {},
+                  {.cbs = {std::make_shared<PeakMemMetric>()}, .device = kCuda0, .progress = false});
+    silence(learn);
+    struct Allocate : Callback {  // holds 64 MiB during epoch 0's training
+      void before_train() override {
+        if (learn().epoch == 0) block = torch::ones({16 * 1024 * 1024}, torch::TensorOptions().device(kCuda0));
+      }
+      void after_epoch() override { block = torch::Tensor(); }
+      torch::Tensor block;
+    };
+    struct AllocatorProbe : Callback {  // reads the counters right after PeakMemMetric (order 49)
+      AllocatorProbe() { order = 55; }
+      void before_epoch() override { start = stats().current; }
+      void after_epoch() override {
+        const auto s = stats();
+        used.push_back(s.current / 1048576.0 - start / 1048576.0);  // in MB, computed as the metric does
+        peak.push_back(s.peak / 1048576.0 - start / 1048576.0);
+      }
+      static c10::CachingAllocator::Stat stats() {
+        return c10::cuda::CUDACachingAllocator::getDeviceStats(0).allocated_bytes[0];
+      }
+      int64_t start = 0;
+      std::vector<double> used, peak;
+    };
+    learn.add_cb(Allocate());
+    auto probe = learn.add_cb(AllocatorProbe());
+    learn.fit(2);
+    for (size_t epoch = 0; epoch < 2; ++epoch) {
+      const auto& row = learn.recorder->values[epoch];  // train, valid, cpu used, cpu peak, gpu used, gpu peak
+      INFO("epoch " << epoch);
+      CHECK(row[4] == probe->used[epoch]);
+      CHECK(row[5] == probe->peak[epoch]);
+    }
+    CHECK(learn.recorder->values[0][5] >= 64);  // the 64 MiB block
+    CHECK(learn.recorder->values[1][5] < 64);   // the peak was reset for epoch 1
+  }
+
+  TEST_CASE("a CUDA device that is not there is an error naming it and what there is") {
+    const auto n = torch::cuda::device_count();
+    const auto missing = "cuda:" + std::to_string(n);
+    CHECK(error_of([&] { Learner(synthetic_dls(), tiny_model(), CrossEntropyLoss(), {}, {.device = torch::Device(missing), .progress = false}); }) ==
+          "Learner: device " + missing + " is not on this machine, which has " + cuda_devices_text());
+  }
+
+  TEST_CASE("NCCL with a world of 1 ends with the weights of plain training") {
+    const auto plain_out = temp_path("nccl_plain"), ddp_out = temp_path("nccl_ddp");
+    REQUIRE(wait_for(spawn_worker("single_bs4", plain_out, {"FASTCPP_WORKER_DEVICE=cuda:0"}), 120) == 0);
+    auto env = rank_env(0, 1, free_port() + 30);
+    env.push_back("FASTCPP_WORKER_DEVICE=cuda:0");
+    REQUIRE(wait_for(spawn_worker("ddp", ddp_out, env), 120) == 0);
+    check_same_params(ddp_out + ".0", plain_out, 1e-4, 1e-5);
+    CHECK(read_result(ddp_out + ".0").get(3).toInt() == 30);  // an all-reduce per training batch: 10 x 3 epochs
+    std::filesystem::remove(ddp_out + ".0");
+    std::filesystem::remove(plain_out);
+  }
+
+  TEST_CASE("2 processes sharing one GPU over Gloo end with the weights and metrics of 1 process") {
+    check_two_ranks_equal_one_process(33, kSharedGpuEnv, 1e-4, 1e-5);
+  }
+
+  TEST_CASE("SyncBatchNorm on CUDA tensors equals BatchNorm on the whole batch") {
+    check_syncbn_equals_batchnorm(36, kSharedGpuEnv);
+  }
+
+  TEST_CASE("a pipeline over CUDA stages equals the plain model: outputs, gradients, training") {
+    std::vector<std::vector<torch::Device>> device_sets{{kCuda0, kCuda0}};
+    if (torch::cuda::device_count() > 1) device_sets.push_back({kCuda0, torch::Device("cuda:1")});
+    auto mlp = [] {
+      torch::manual_seed(0);
+      return torch::nn::Sequential(torch::nn::Linear(4, 100), torch::nn::ReLU(), torch::nn::Linear(100, 100),
+                                   torch::nn::ReLU(), torch::nn::Linear(100, 3));
+    };
+    for (const auto& devices : device_sets) {
+      CAPTURE(devices.back());
+      auto plain = mlp();
+      plain->to(kCuda0);
+      auto net = distributed::pipeline(mlp(), {.devices = devices, .chunks = 3});
+      auto x = torch::randn({7, 4}).to(kCuda0);
+      auto y_plain = plain->forward(x), y_net = net->forward(x);
+      CHECK(torch::allclose(y_plain.cpu(), y_net.cpu(), 1e-5, 1e-6));
+      y_plain.pow(2).sum().backward();
+      y_net.pow(2).sum().backward();
+      auto a = plain->parameters(), b = net->parameters();
+      for (size_t i = 0; i < a.size(); ++i) CHECK(torch::allclose(a[i].grad().cpu(), b[i].grad().cpu(), 1e-4, 1e-6));
+
+      Learner plain_learn(synthetic_dls(16, 8, 4), mlp(), CrossEntropyLoss(), {}, {.device = kCuda0, .progress = false});
+      auto piped = distributed::pipeline(mlp(), {.devices = devices, .chunks = 2});
+      Learner piped_learn(synthetic_dls(16, 8, 4), piped, CrossEntropyLoss(), {}, {.device = piped->output_device(), .progress = false});
+      silence(plain_learn);
+      silence(piped_learn);
+      plain_learn.fit(2, 1e-2);
+      piped_learn.fit(2, 1e-2);
+      auto p = plain_learn.model.module().parameters(), q = piped_learn.model.module().parameters();
+      for (size_t i = 0; i < p.size(); ++i) CHECK(torch::allclose(p[i].cpu(), q[i].cpu(), 1e-4, 1e-6));
+    }
+  }
+}
+
+#endif  // FASTCPP_HAS_CUDA

@@ -1,0 +1,208 @@
+// to_parallel on the CPU: replicas on {cpu, cpu} and {cpu, cpu, cpu} train exactly as
+// one device (weights and BatchNorm statistics), with uneven and tiny batches, gradient
+// accumulation, bf16 autocast in the replica threads, checkpoints of the plain model,
+// and clear errors. The same on CUDA devices is in the gpu suite.
+#include "helpers.h"
+
+using namespace fastcpp;
+using namespace fastcpp::testing;
+
+struct NotCloneableImpl : torch::nn::Module {
+  NotCloneableImpl() { linear = register_module("linear", torch::nn::Linear(4, 3)); }
+  torch::Tensor forward(const torch::Tensor& x) { return linear(x); }
+  torch::nn::Linear linear{nullptr};
+};
+TORCH_MODULE(NotCloneable);
+
+namespace {
+
+const std::vector<torch::Device> kTwoCpus{torch::kCPU, torch::kCPU}, kThreeCpus{torch::kCPU, torch::kCPU, torch::kCPU};
+
+torch::nn::Sequential bn_model() {
+  torch::manual_seed(0);
+  auto conv = [](int64_t in, int64_t out, int64_t stride) {
+    return torch::nn::Conv2d(torch::nn::Conv2dOptions(in, out, 3).stride(stride).padding(1));
+  };
+  return torch::nn::Sequential(conv(3, 8, 1), torch::nn::BatchNorm2d(8), torch::nn::ReLU(), conv(8, 8, 2),
+                               torch::nn::BatchNorm2d(8), torch::nn::ReLU(), torch::nn::AdaptiveAvgPool2d(1),
+                               torch::nn::Flatten(), torch::nn::Linear(8, 3));
+}
+
+// n_train images of 3x8x8 in batches of 8: 41 leaves a last batch of one item.
+DataLoaders image_dls(int64_t n_train = 41) {
+  auto make = [](int64_t n, uint64_t seed) {
+    auto gen = at::make_generator<at::CPUGeneratorImpl>(seed);
+    return std::make_shared<TensorDataset>(torch::randn({n, 3, 8, 8}, gen), torch::randint(3, {n}, gen, torch::kLong));
+  };
+  return {DataLoader(make(n_train, 1), {.bs = 8, .shuffle = true, .seed = 3}), DataLoader(make(13, 2), {.bs = 8})};
+}
+
+struct Run {
+  std::vector<torch::Tensor> params, buffers;
+  std::vector<double> valid;
+  std::vector<int> replicas_per_batch;
+};
+
+// Records how many replicas each training forward used.
+struct ReplicaProbe : Callback {
+  void after_pred() override {
+    if (!learn().training) return;
+    auto parallel = learn().get_cb<distributed::DataParallel>();
+    replicas.push_back(parallel ? parallel->last_replicas() : 1);
+  }
+  std::vector<int> replicas;
+};
+
+// 3 epochs on `device`, or on `devices` with to_parallel when there are any.
+Run train(const std::vector<torch::Device>& devices, OptFunc opt_func, std::vector<CallbackPtr> cbs = {},
+          torch::Device device = torch::kCPU) {
+  auto options = quiet({.opt_func = std::move(opt_func), .cbs = std::move(cbs)});
+  options.device = device;
+  Learner learn(image_dls(), bn_model(), CrossEntropyLoss(), {metrics::accuracy()}, options);
+  silence(learn);
+  auto probe = learn.add_cb(ReplicaProbe());
+  if (!devices.empty()) learn.to_parallel(devices);
+  learn.fit(3, 0.05);
+  Run run;
+  for (const auto& p : learn.model.module().parameters()) run.params.push_back(p.detach().cpu().clone());
+  for (const auto& b : learn.model.module().buffers()) run.buffers.push_back(b.detach().cpu().clone());
+  run.valid = learn.validate();
+  run.replicas_per_batch = probe->replicas;
+  return run;
+}
+
+void check_equal(const Run& parallel, const Run& single, double tolerance = 1e-5) {
+  REQUIRE(parallel.params.size() == single.params.size());
+  for (size_t i = 0; i < single.params.size(); ++i) {
+    INFO("parameter " << i);
+    CHECK(torch::allclose(parallel.params[i], single.params[i], tolerance, tolerance));
+  }
+  REQUIRE(parallel.buffers.size() == single.buffers.size());
+  for (size_t i = 0; i < single.buffers.size(); ++i) {  // running mean and var, batches tracked
+    INFO("buffer " << i);
+    CHECK(torch::allclose(parallel.buffers[i].to(torch::kDouble), single.buffers[i].to(torch::kDouble), tolerance,
+                          tolerance));
+  }
+  CHECK(parallel.valid[0] == doctest::Approx(single.valid[0]).epsilon(tolerance));
+  CHECK(parallel.valid[1] == single.valid[1]);
+}
+
+}  // namespace
+
+TEST_SUITE("parallel") {
+  TEST_CASE("2 and 3 CPU replicas end with the weights and BatchNorm statistics of one device, SGD and Adam") {
+    for (const auto& [name, opt_func] : std::vector<std::pair<std::string, OptFunc>>{{"sgd", sgd({.mom = 0.9})}, {"adam", adam()}}) {
+      const auto single = train({}, opt_func);
+      for (const auto& devices : {kTwoCpus, kThreeCpus}) {
+        CAPTURE(name);
+        CAPTURE(devices.size());
+        const auto parallel = train(devices, opt_func);
+        check_equal(parallel, single);
+        // 41 items in batches of 8: five full batches over every replica, then one item on one
+        const std::vector<int> per_epoch{static_cast<int>(devices.size()), static_cast<int>(devices.size()),
+                                         static_cast<int>(devices.size()), static_cast<int>(devices.size()),
+                                         static_cast<int>(devices.size()), 1};
+        std::vector<int> expected;
+        for (int epoch = 0; epoch < 3; ++epoch) expected.insert(expected.end(), per_epoch.begin(), per_epoch.end());
+        CHECK(parallel.replicas_per_batch == expected);
+      }
+    }
+  }
+
+  TEST_CASE("with gradient accumulation the replicas still equal one device") {
+    const auto single = train({}, sgd({.mom = 0.9}), {std::make_shared<GradientAccumulation>(16)});
+    const auto parallel = train(kThreeCpus, sgd({.mom = 0.9}), {std::make_shared<GradientAccumulation>(16)});
+    check_equal(parallel, single);
+  }
+
+  TEST_CASE("autocast reaches the replica threads: bf16 forwards, a float loss that falls") {
+    Learner learn(image_dls(), bn_model(), CrossEntropyLoss(), {}, quiet());
+    silence(learn);
+    struct DtypeProbe : Callback {
+      DtypeProbe() { order = 5; }  // before MixedPrecision casts pred back to float
+      void after_pred() override { seen.push_back(learn().pred.scalar_type()); }
+      std::vector<c10::ScalarType> seen;
+    };
+    auto probe = learn.add_cb(DtypeProbe());
+    learn.to_parallel(kTwoCpus);
+    learn.to_bf16();
+    learn.fit(3, 0.05);
+    CHECK((probe->seen.front() == torch::kBFloat16));
+    CHECK(learn.recorder->losses.back() < learn.recorder->losses.front());
+  }
+
+  TEST_CASE("after the fit the model is the plain one, and its checkpoint loads into a plain Learner") {
+    auto model = bn_model();
+    Learner learn(image_dls(), model, CrossEntropyLoss(), {}, quiet());
+    silence(learn);
+    learn.to_parallel(kTwoCpus);
+    learn.fit(1, 0.05);
+    CHECK(learn.model.ptr().get() == model.ptr().get());
+    CHECK(learn.get_cb<distributed::DataParallel>()->last_replicas() == 2);
+    const auto preds = learn.get_preds();  // outside a fit: the plain model, no replicas
+    CHECK(learn.get_cb<distributed::DataParallel>()->last_replicas() == 2);
+    const auto path = temp_path("parallel.pt");
+    learn.save(path);
+    Learner plain(image_dls(), bn_model(), CrossEntropyLoss(), {}, quiet());
+    plain.load(path);
+    CHECK(all_equal(snapshot(plain.model.module()), snapshot(learn.model.module())));
+    CHECK(torch::allclose(plain.get_preds().preds, preds.preds));
+    std::filesystem::remove(path);
+  }
+
+  TEST_CASE("one device is a note and a plain fit") {
+    std::vector<std::string> lines;
+    Learner learn(image_dls(), bn_model(), CrossEntropyLoss(), {}, quiet());
+    silence(learn, &lines);
+    learn.to_parallel({torch::kCPU});
+    learn.fit(1, 0.05);
+    CHECK(lines.front() == "to_parallel: one device (cpu), training as usual");
+  }
+
+  TEST_CASE("errors: with to_distributed, a model that cannot be copied, a device that is not there") {
+    Learner learn(image_dls(), bn_model(), CrossEntropyLoss(), {}, quiet());
+    silence(learn);
+    learn.to_parallel(kTwoCpus);
+    CHECK(error_of([&] { learn.to_distributed(); }) ==
+          "to_distributed: this Learner is already to_parallel; pick one (to_parallel: one process driving several "
+          "devices; to_distributed: one process per device)");
+    Learner other(image_dls(), bn_model(), CrossEntropyLoss(), {}, quiet());
+    other.to_distributed();
+    CHECK(error_of([&] { other.to_parallel(kTwoCpus); }) ==
+          "to_parallel: this Learner is already to_distributed; pick one (to_parallel: one process driving several "
+          "devices; to_distributed: one process per device)");
+
+    Learner odd(synthetic_dls(), NotCloneable(), CrossEntropyLoss(), {}, quiet());
+    silence(odd);
+    odd.to_parallel(kTwoCpus);
+    const auto message = error_of([&] { odd.fit(1); });
+    CHECK(message.rfind("Exception occurred in `DataParallel` when calling event `before_fit`:\n\tto_parallel: cannot "
+                        "copy the model (NotCloneableImpl) onto cpu: clone() has not been implemented for "
+                        "NotCloneableImpl. Subclass torch::nn::Cloneable<NotCloneableImpl>", 0) == 0);
+    CHECK(message.find('\n', message.find('\t')) == std::string::npos);  // one line, no backtrace
+
+    if (torch::cuda::device_count() == 0) {
+      Learner far(image_dls(), bn_model(), CrossEntropyLoss(), {}, quiet());
+      silence(far);
+      far.to_parallel({torch::kCPU, torch::Device("cuda:0")});
+      CHECK(error_of([&] { far.fit(1); }) ==
+            "Exception occurred in `DataParallel` when calling event `before_fit`:\n\tto_parallel: device cuda:0 is "
+            "not on this machine, which has no CUDA device; train on the CPU (the default when no GPU is there)");
+    }
+  }
+}
+
+TEST_SUITE("gpu" * doctest::skip(!torch::cuda::is_available())) {
+  TEST_CASE("to_parallel on {cuda:0, cuda:0}, and on every GPU, ends with the weights and statistics of one GPU") {
+    const torch::Device cuda0("cuda:0");
+    std::vector<std::vector<torch::Device>> device_sets{{cuda0, cuda0}};
+    std::vector<torch::Device> every_gpu;
+    for (size_t i = 0; i < torch::cuda::device_count(); ++i) every_gpu.emplace_back(torch::kCUDA, static_cast<c10::DeviceIndex>(i));
+    if (every_gpu.size() > 1) device_sets.push_back(every_gpu);
+    const auto single = train({}, sgd({.mom = 0.9}), {}, cuda0);
+    for (const auto& devices : device_sets) {
+      CAPTURE(devices.size());
+      check_equal(train(devices, sgd({.mom = 0.9}), {}, cuda0), single, 1e-4);
+    }
+  }
+}
