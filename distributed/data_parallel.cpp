@@ -18,7 +18,7 @@ namespace {
 
 std::vector<torch::Device> every_cuda_device() {
   std::vector<torch::Device> devices;
-  for (size_t i = 0; i < torch::cuda::device_count(); ++i) devices.emplace_back(torch::kCUDA, static_cast<c10::DeviceIndex>(i));
+  for (c10::DeviceIndex i = 0; i < torch::cuda::device_count(); ++i) devices.emplace_back(torch::kCUDA, i);
   return devices;
 }
 
@@ -98,6 +98,11 @@ torch::Tensor DataParallel::forward(const torch::Tensor& x) {
   const int64_t n = x.size(0);
   const int replicas = static_cast<int>(std::clamp<int64_t>(n, 1, static_cast<int64_t>(replicas_.size())));
   last_replicas_ = replicas;
+  // The Learner switches train/eval on its plain model, which the replicas' SyncBatchNorm
+  // layers (and replicas 1.. entirely) are not part of.
+  const bool training = plain_->module().is_training();
+  for (auto& replica : replicas_)
+    if (replica.module().is_training() != training) replica.module().train(training);
   copy_to_replicas(replicas);
   group_.start_step(replicas);
   // Replica r takes n / replicas items, one more for the first n % replicas.

@@ -61,6 +61,7 @@ struct ReplicaSyncBatchNormFunction : torch::autograd::Function<ReplicaSyncBatch
     variable_list all(dx);
     all.insert(all.end(), d_weight.begin(), d_weight.end());
     all.insert(all.end(), d_bias.begin(), d_bias.end());
+    all.emplace_back();  // for `keeper`
     return all;
   }
 };

@@ -102,13 +102,13 @@ SyncBatchNormImpl::SyncBatchNormImpl(int64_t num_features_, double eps_, double 
 torch::Tensor SyncBatchNormImpl::forward(const torch::Tensor& x) {
   if (x.dim() < 2 || x.size(1) != num_features)
     throw Error("SyncBatchNorm: expected input [N, " + std::to_string(num_features) + ", ...], got " + c10::str(x.sizes()));
-  if (!is_training() || !sync_ || !sync_->has_peers())
-    return torch::batch_norm(x, weight, bias, running_mean, running_var, is_training(), momentum, eps,
-                             /*cudnn_enabled=*/true);
-  {
+  if (is_training()) {  // as torch::nn::BatchNorm counts, with or without peers
     torch::NoGradGuard no_grad;
     num_batches_tracked.add_(1);
   }
+  if (!is_training() || !sync_ || !sync_->has_peers())
+    return torch::batch_norm(x, weight, bias, running_mean, running_var, is_training(), momentum, eps,
+                             /*cudnn_enabled=*/true);
   return sync_->forward(*this, x);
 }
 
