@@ -3,11 +3,14 @@
 // Learner needs no base class from the user. Wrappers (data parallel, distributed
 // hooks) replace the forward function and keep the module.
 #include <torch/nn/module.h>
+#include <torch/nn/modules/container/sequential.h>
 
 #include <functional>
 #include <memory>
 #include <string>
 #include <type_traits>
+
+#include "learner/sequential.h"
 
 namespace fastcpp {
 
@@ -26,7 +29,13 @@ class Model {
       : module_(impl),
         forward_([impl](const torch::Tensor& x) { return impl->forward(x); }),
         replicate_([](const torch::nn::Module& module, const torch::Device& device) {
-          return Model(std::dynamic_pointer_cast<Impl>(module.clone(device)));
+          if constexpr (std::is_same_v<Impl, torch::nn::SequentialImpl>) {
+            auto copy = std::make_shared<torch::nn::SequentialImpl>();
+            clone_layers_into(*copy, static_cast<const torch::nn::SequentialImpl&>(module), device);
+            return Model(copy);
+          } else {
+            return Model(std::dynamic_pointer_cast<Impl>(module.clone(device)));
+          }
         }) {}
 
   Model(std::shared_ptr<torch::nn::Module> module, Forward forward)

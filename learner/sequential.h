@@ -5,6 +5,7 @@
 #include <torch/nn/modules/container/sequential.h>
 
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -21,6 +22,13 @@ inline std::vector<NamedLayer> named_layers(const torch::nn::SequentialImpl& seq
   auto any = seq.begin();
   for (const auto& child : seq.named_children()) layers.push_back({child.key(), child.value(), *any++});
   return layers;
+}
+
+// Deep copies of seq's layers (on `device` if given) pushed into `copy` under their own
+// names (libtorch's Sequential::clone numbers them "0", "1", ... instead).
+inline void clone_layers_into(torch::nn::SequentialImpl& copy, const torch::nn::SequentialImpl& seq,
+                              const std::optional<torch::Device>& device) {
+  for (const auto& layer : named_layers(seq)) copy.push_back(layer.name, layer.any.clone(device));
 }
 
 }  // namespace fastcpp

@@ -117,6 +117,30 @@ TEST_SUITE("parallel") {
     check_equal(parallel, single);
   }
 
+  TEST_CASE("frozen groups, gradient clipping and lr_find under to_parallel, as on one device") {
+    auto frozen_clipped = [](bool parallel) {
+      auto model = bn_model();
+      Learner learn(image_dls(), model, CrossEntropyLoss(), {},
+                    quiet({.cbs = {std::make_shared<GradientClip>(0.05)}, .splitter = two_groups}));
+      silence(learn);
+      if (parallel) learn.to_parallel(kTwoCpus);
+      learn.freeze();
+      const auto first_conv = model[0]->as<torch::nn::Conv2d>()->weight.detach().clone();
+      learn.fit(2, 0.05);
+      CHECK(torch::equal(model[0]->as<torch::nn::Conv2d>()->weight, first_conv));
+      const auto trained = snapshot(learn.model.module());
+      learn.unfreeze();
+      const auto found = learn.lr_find({.num_it = 12, .plot = ""});
+      CHECK(!learn.recorder->losses.empty());
+      CHECK(found.valley > 0);
+      CHECK(learn.model.ptr().get() == model.ptr().get());
+      return trained;
+    };
+    const auto single = frozen_clipped(false), parallel = frozen_clipped(true);
+    REQUIRE(parallel.size() == single.size());
+    for (size_t i = 0; i < single.size(); ++i) CHECK(torch::allclose(parallel[i], single[i], 1e-5, 1e-5));
+  }
+
   TEST_CASE("autocast reaches the replica threads: bf16 forwards, a float loss that falls") {
     Learner learn(image_dls(), bn_model(), CrossEntropyLoss(), {}, quiet());
     silence(learn);
@@ -150,6 +174,28 @@ TEST_SUITE("parallel") {
     CHECK(all_equal(snapshot(plain.model.module()), snapshot(learn.model.module())));
     CHECK(torch::allclose(plain.get_preds().preds, preds.preds));
     std::filesystem::remove(path);
+  }
+
+  TEST_CASE("the vision models copy themselves for the replicas: same names and outputs, separate tensors") {
+    auto check = [](Model model, const torch::Tensor& x) {
+      CAPTURE(model.module().name());
+      model.module().eval();
+      auto copy = model.replicate(torch::kCPU);
+      copy.module().eval();
+      std::vector<std::string> names, copy_names;
+      for (const auto& p : model.module().named_parameters()) names.push_back(p.key());
+      for (const auto& p : copy.module().named_parameters()) copy_names.push_back(p.key());
+      CHECK(copy_names == names);
+      CHECK(torch::equal(copy(x), model(x)));
+      torch::NoGradGuard no_grad;
+      copy.module().parameters()[0].add_(1);
+      CHECK(!torch::equal(copy.module().parameters()[0], model.module().parameters()[0]));
+    };
+    torch::manual_seed(0);
+    check(vision::resnet18({.num_classes = 3, .stem = vision::Stem::cifar, .width = 8}), torch::randn({2, 3, 16, 16}));
+    check(vision::resnet50({.num_classes = 3, .stem = vision::Stem::cifar, .width = 8}), torch::randn({2, 3, 16, 16}));
+    check(vision::xresnet18({.n_out = 3, .widen = 0.25}), torch::randn({2, 3, 32, 32}));
+    check(vision::create_head(16, 3), torch::randn({2, 16, 4, 4}));
   }
 
   TEST_CASE("one device is a note and a plain fit") {

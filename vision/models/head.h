@@ -4,6 +4,7 @@
 //   hidden layer -> BatchNorm -> Dropout -> Linear
 // With the defaults (lin_ftrs {512}, ps 0.5): dropout 0.25 before the hidden layer and
 // 0.5 before the last, linears without bias (a BatchNorm precedes each), He-initialized.
+#include <torch/nn/cloneable.h>
 #include <torch/nn/modules/container/sequential.h>
 
 #include <vector>
@@ -11,8 +12,9 @@
 namespace fastcpp::vision {
 
 // Max and average pooling to `size` concatenated along the channels ([max, avg], as fastai).
-struct AdaptiveConcatPool2dImpl : torch::nn::Module {
+struct AdaptiveConcatPool2dImpl : torch::nn::Cloneable<AdaptiveConcatPool2dImpl> {
   explicit AdaptiveConcatPool2dImpl(int64_t size = 1) : size(size) {}
+  void reset() override {}  // nothing to build: Cloneable, for to_parallel
   torch::Tensor forward(const torch::Tensor& x);
   int64_t size;
 };

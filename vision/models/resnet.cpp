@@ -5,6 +5,7 @@
 #include <torch/nn/modules/pooling.h>
 
 #include "core/error.h"
+#include "learner/sequential.h"
 
 namespace fastcpp::vision {
 namespace {
@@ -31,11 +32,21 @@ Stage make_stage(int64_t& in, int64_t planes, int64_t blocks, int64_t stride) {
 
 }  // namespace
 
-BasicBlockImpl::BasicBlockImpl(int64_t in, int64_t planes, int64_t stride)
-    : conv1(register_module("conv1", conv(in, planes, 3, stride))),
-      bn1(register_module("bn1", distributed::SyncBatchNorm(planes))),
-      conv2(register_module("conv2", conv(planes, planes, 3, 1))),
-      bn2(register_module("bn2", distributed::SyncBatchNorm(planes))) {
+std::shared_ptr<torch::nn::Module> StageImpl::clone(const std::optional<torch::Device>& device) const {
+  auto copy = std::make_shared<StageImpl>();
+  clone_layers_into(*copy, *this, device);
+  return copy;
+}
+
+BasicBlockImpl::BasicBlockImpl(int64_t in, int64_t planes, int64_t stride) : in(in), planes(planes), stride(stride) {
+  reset();
+}
+
+void BasicBlockImpl::reset() {
+  conv1 = register_module("conv1", conv(in, planes, 3, stride));
+  bn1 = register_module("bn1", distributed::SyncBatchNorm(planes));
+  conv2 = register_module("conv2", conv(planes, planes, 3, 1));
+  bn2 = register_module("bn2", distributed::SyncBatchNorm(planes));
   if (auto shortcut = make_downsample(in, planes * expansion, stride)) downsample = register_module("downsample", shortcut);
 }
 
@@ -45,13 +56,17 @@ torch::Tensor BasicBlockImpl::forward(const torch::Tensor& x) {
   return torch::relu(out + (downsample ? downsample->forward(x) : x));
 }
 
-BottleneckImpl::BottleneckImpl(int64_t in, int64_t planes, int64_t stride)
-    : conv1(register_module("conv1", conv(in, planes, 1, 1))),
-      bn1(register_module("bn1", distributed::SyncBatchNorm(planes))),
-      conv2(register_module("conv2", conv(planes, planes, 3, stride))),
-      bn2(register_module("bn2", distributed::SyncBatchNorm(planes))),
-      conv3(register_module("conv3", conv(planes, planes * expansion, 1, 1))),
-      bn3(register_module("bn3", distributed::SyncBatchNorm(planes * expansion))) {
+BottleneckImpl::BottleneckImpl(int64_t in, int64_t planes, int64_t stride) : in(in), planes(planes), stride(stride) {
+  reset();
+}
+
+void BottleneckImpl::reset() {
+  conv1 = register_module("conv1", conv(in, planes, 1, 1));
+  bn1 = register_module("bn1", distributed::SyncBatchNorm(planes));
+  conv2 = register_module("conv2", conv(planes, planes, 3, stride));
+  bn2 = register_module("bn2", distributed::SyncBatchNorm(planes));
+  conv3 = register_module("conv3", conv(planes, planes * expansion, 1, 1));
+  bn3 = register_module("bn3", distributed::SyncBatchNorm(planes * expansion));
   if (auto shortcut = make_downsample(in, planes * expansion, stride)) downsample = register_module("downsample", shortcut);
 }
 
@@ -62,10 +77,19 @@ torch::Tensor BottleneckImpl::forward(const torch::Tensor& x) {
   return torch::relu(out + (downsample ? downsample->forward(x) : x));
 }
 
-ResNetImpl::ResNetImpl(std::vector<int64_t> blocks, bool bottleneck, ResNetOptions o) {
-  if (blocks.size() != 4) throw Error("ResNet: expected 4 stages of blocks, got " + std::to_string(blocks.size()));
-  if (o.num_classes < 1 || o.in_channels < 1 || o.width < 1)
+ResNetImpl::ResNetImpl(std::vector<int64_t> blocks, bool bottleneck, ResNetOptions options)
+    : blocks_(std::move(blocks)), bottleneck_(bottleneck), options_(options) {
+  if (blocks_.size() != 4) throw Error("ResNet: expected 4 stages of blocks, got " + std::to_string(blocks_.size()));
+  if (options.num_classes < 1 || options.in_channels < 1 || options.width < 1)
     throw Error("ResNet: num_classes, in_channels and width must be positive");
+  reset();
+}
+
+void ResNetImpl::reset() {
+  const auto& o = options_;
+  const auto& blocks = blocks_;
+  const bool bottleneck = bottleneck_;
+  body_ = torch::nn::Sequential();
   const bool cifar = o.stem == Stem::cifar;
   body_->push_back("conv1", register_module("conv1", conv(o.in_channels, o.width, cifar ? 3 : 7, cifar ? 1 : 2)));
   body_->push_back("bn1", register_module("bn1", distributed::SyncBatchNorm(o.width)));

@@ -10,6 +10,7 @@
 // stride-1 conv, no pool: for 28-64 px images, where the ImageNet stem would throw
 // away most of the picture). Norm layers are SyncBatchNorm: plain BatchNorm in one
 // process, synchronized under to_distributed.
+#include <torch/nn/cloneable.h>
 #include <torch/nn/module.h>
 #include <torch/nn/modules/container/sequential.h>
 #include <torch/nn/modules/conv.h>
@@ -31,11 +32,16 @@ struct ResNetOptions {
   int64_t width = 64;  // channels of the first stage (doubling at each later stage)
 };
 
+// The models are Cloneable (reset() builds them from their arguments), so that
+// to_parallel can copy them onto each device.
+
 // Two 3x3 convs (ResNet-18/34).
-struct BasicBlockImpl : torch::nn::Module {
+struct BasicBlockImpl : torch::nn::Cloneable<BasicBlockImpl> {
   static constexpr int64_t expansion = 1;
   BasicBlockImpl(int64_t in, int64_t planes, int64_t stride);
+  void reset() override;
   torch::Tensor forward(const torch::Tensor& x);
+  int64_t in, planes, stride;
   // Declared in torchvision's order, which is the order of registration and of the state dict.
   torch::nn::Conv2d conv1{nullptr};
   distributed::SyncBatchNorm bn1{nullptr};
@@ -46,10 +52,12 @@ struct BasicBlockImpl : torch::nn::Module {
 TORCH_MODULE(BasicBlock);
 
 // 1x1 reduce, 3x3 (strided, as torchvision's v1.5), 1x1 expand by 4 (ResNet-50/101).
-struct BottleneckImpl : torch::nn::Module {
+struct BottleneckImpl : torch::nn::Cloneable<BottleneckImpl> {
   static constexpr int64_t expansion = 4;
   BottleneckImpl(int64_t in, int64_t planes, int64_t stride);
+  void reset() override;
   torch::Tensor forward(const torch::Tensor& x);
+  int64_t in, planes, stride;
   torch::nn::Conv2d conv1{nullptr};
   distributed::SyncBatchNorm bn1{nullptr};
   torch::nn::Conv2d conv2{nullptr};
@@ -65,12 +73,15 @@ TORCH_MODULE(Bottleneck);
 struct StageImpl : torch::nn::SequentialImpl {
   using SequentialImpl::SequentialImpl;
   torch::Tensor forward(const torch::Tensor& x) { return SequentialImpl::forward(x); }
+  // A Stage with its layers' names (SequentialImpl's clone makes a Sequential of "0", "1", ...).
+  std::shared_ptr<torch::nn::Module> clone(const std::optional<torch::Device>& device = std::nullopt) const override;
 };
 TORCH_MODULE(Stage);
 
-struct ResNetImpl : torch::nn::Module {
+struct ResNetImpl : torch::nn::Cloneable<ResNetImpl> {
   // `blocks`: blocks per stage, e.g. {2, 2, 2, 2}; bottleneck: Bottleneck blocks, else BasicBlock.
   ResNetImpl(std::vector<int64_t> blocks, bool bottleneck, ResNetOptions options);
+  void reset() override;
   torch::Tensor forward(const torch::Tensor& x);
 
   // Everything before the pooling and the classifier, as a Sequential holding the same
@@ -82,7 +93,10 @@ struct ResNetImpl : torch::nn::Module {
   torch::nn::Linear fc{nullptr};
 
  private:
-  torch::nn::Sequential body_;
+  std::vector<int64_t> blocks_;
+  bool bottleneck_;
+  ResNetOptions options_;
+  torch::nn::Sequential body_{nullptr};
   int64_t num_features_ = 0;
 };
 TORCH_MODULE(ResNet);

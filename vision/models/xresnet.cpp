@@ -28,7 +28,12 @@ Stage conv_layer(int64_t ni, int64_t nf, int64_t ks, int64_t stride = 1, Norm no
 
 }  // namespace
 
-ResBlockImpl::ResBlockImpl(int64_t expansion, int64_t ni, int64_t nf, int64_t stride) {
+ResBlockImpl::ResBlockImpl(int64_t expansion, int64_t ni, int64_t nf, int64_t stride)
+    : expansion(expansion), ni(ni), nf(nf), stride(stride) {
+  reset();
+}
+
+void ResBlockImpl::reset() {
   // As fastai's: ni and nf count in units of `expansion` channels; nf is also the hidden width.
   const int64_t in = ni * expansion, out = nf * expansion;
   Stage convs;

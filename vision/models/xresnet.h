@@ -25,9 +25,11 @@ struct XResNetOptions {
 
 // fastai's ResBlock: convpath (two 3x3 ConvLayers, or 1x1-3x3-1x1 with expansion 4)
 // plus idpath (average pool where strided, 1x1 ConvLayer where the width changes).
-struct ResBlockImpl : torch::nn::Module {
+struct ResBlockImpl : torch::nn::Cloneable<ResBlockImpl> {
   ResBlockImpl(int64_t expansion, int64_t ni, int64_t nf, int64_t stride);
+  void reset() override;  // Cloneable, for to_parallel
   torch::Tensor forward(const torch::Tensor& x);
+  int64_t expansion, ni, nf, stride;
   Stage convpath{nullptr};
   Stage idpath{nullptr};  // empty: the identity
 };
