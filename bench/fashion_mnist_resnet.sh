@@ -21,7 +21,7 @@ while [ $# -gt 0 ]; do
   esac
 done
 folder=$(realpath -m "$folder")
-[ -x build/examples/image_folder ] || scripts/build.sh
+[ -x build/examples/image_folder ] || scripts/build.sh image_folder export_image_folder
 [ -d "$folder/valid" ] || build/examples/export_image_folder fashion-mnist "$folder"
 
 start=$(date +%s)

@@ -23,7 +23,7 @@ while [ $# -gt 0 ]; do
     *) echo "unknown flag $1"; exit 2 ;;
   esac
 done
-[ -x "$build/examples/fashion_mnist" ] || scripts/build.sh
+[ -x "$build/examples/fashion_mnist" ] || scripts/build.sh fashion_mnist
 build=$(realpath "$build")
 
 now() { date +%s.%N; }

@@ -16,7 +16,7 @@ while [ $# -gt 0 ]; do
     *) echo "unknown flag $1"; exit 2 ;;
   esac
 done
-[ -x build/examples/distributed_fashion_mnist ] || scripts/build.sh
+[ -x build/examples/distributed_fashion_mnist ] || scripts/build.sh distributed_fashion_mnist fastcpp-launch
 cores=$(nproc)
 printf '%-8s %-10s %-14s %s\n' "bs/proc" "processes" "s per epoch" "speed-up"
 for bs in $sizes; do

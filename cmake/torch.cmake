@@ -26,17 +26,7 @@ if(NOT Torch_DIR)
   list(APPEND CMAKE_PREFIX_PATH "${torch_prefix}")
 endif()
 
-# A CUDA build of torch configures CUDA through the toolkit (nvcc and its headers), even
-# though fastcpp has no .cu file of its own.
-if(NOT CMAKE_CUDA_COMPILER AND NOT DEFINED ENV{CUDACXX})
-  foreach(root $ENV{CUDA_HOME} /usr/local/cuda)
-    if(EXISTS "${root}/bin/nvcc")
-      set(CMAKE_CUDA_COMPILER "${root}/bin/nvcc")
-      set(CUDAToolkit_ROOT "${root}")
-      break()
-    endif()
-  endforeach()
-endif()
+include(${CMAKE_CURRENT_LIST_DIR}/nvcc.cmake)
 
 find_package(Torch REQUIRED)
 
@@ -87,7 +77,10 @@ endif()
 function(fastcpp_use_torch target)
   # libstdc++ first among the shared libraries: libtorch.so exports std::filesystem
   # functions of its own (bound first otherwise, they crash in our code).
-  target_link_libraries(${target} PUBLIC "-Wl,--push-state,--no-as-needed" stdc++ "-Wl,--pop-state" ${TORCH_LIBRARIES})
+  # Installed, the package links the consumer's own torch target (fastcppConfig.cmake finds it).
+  target_link_libraries(${target} PUBLIC "-Wl,--push-state,--no-as-needed" stdc++ "-Wl,--pop-state"
+                        "$<BUILD_INTERFACE:${TORCH_LIBRARIES}>" "$<INSTALL_INTERFACE:torch>")
   target_compile_definitions(${target} PUBLIC ${fastcpp_torch_definitions})
-  target_include_directories(${target} SYSTEM PUBLIC ${fastcpp_torch_includes})
+  # NCCL's and Gloo's headers are for c10d's backends inside the library only.
+  target_include_directories(${target} SYSTEM PRIVATE ${fastcpp_torch_includes})
 endfunction()

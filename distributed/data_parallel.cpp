@@ -105,7 +105,6 @@ torch::Tensor DataParallel::forward(const torch::Tensor& x) {
     if (replica.module().is_training() != training) replica.module().train(training);
   copy_to_replicas(replicas);
   group_.start_step(replicas);
-  // Replica r takes n / replicas items, one more for the first n % replicas.
   std::vector<torch::Tensor> outputs(static_cast<size_t>(replicas));
   std::vector<std::exception_ptr> errors(static_cast<size_t>(replicas));
   const at::ThreadLocalState caller_state;  // grad mode, autocast: thread-local, so handed to each thread
@@ -120,14 +119,15 @@ torch::Tensor DataParallel::forward(const torch::Tensor& x) {
       group_.abort();
     }
   };
+  // Replica r takes n / replicas items, one more for the first n % replicas.
+  auto share = [&](int r) { return n / replicas + (r < n % replicas ? 1 : 0); };
   std::vector<std::thread> threads;
-  int64_t start = n / replicas + (0 < n % replicas ? 1 : 0);
+  int64_t start = 0;
   for (int r = 1; r < replicas; ++r) {
-    const int64_t count = n / replicas + (r < n % replicas ? 1 : 0);
-    threads.emplace_back(run, r, start, count);
-    start += count;
+    start += share(r - 1);
+    threads.emplace_back(run, r, start, share(r));
   }
-  run(0, 0, n / replicas + (0 < n % replicas ? 1 : 0));
+  run(0, 0, share(0));
   for (auto& thread : threads) thread.join();
   for (const auto& error : errors)
     if (error) std::rethrow_exception(error);

@@ -1,10 +1,11 @@
 #pragma once
 // SyncBatchNorm: BatchNorm whose batch statistics span all its peers: every process of
 // the run (set_communicator: to_distributed, on the CPU over Gloo as on CUDA), or every
-// replica of to_parallel (set_sync with a replica group). Across processes, forward all-reduces each channel's sum, sum of
-// squares and count (so uneven per-rank batches weigh correctly); backward
-// all-reduces the sums of dy and dy*(x-mean) that the input gradient needs, while
-// weight and bias gradients stay local for the DDP reducer to average, as PyTorch's.
+// replica of to_parallel (distributed/replica_batchnorm.h). Forward adds up each
+// channel's sum, sum of squares and count over the peers (so uneven per-peer batches
+// weigh correctly); backward adds up the sums of dy and dy*(x-mean) that the input
+// gradient needs, while weight and bias gradients stay local (DDP's reducer averages
+// them, to_parallel sums them), as PyTorch's.
 // Running statistics are updated as for one big batch (unbiased variance over the
 // global count). Outside training, or without peers, it is plain BatchNorm.
 // Parameter and buffer names are BatchNorm's, so state dicts load either way.

@@ -27,7 +27,7 @@ void GradScaler::place_on(const torch::Device& device) {
 
 torch::Tensor GradScaler::scale(const torch::Tensor& loss) {
   place_on(loss.device());
-  return loss * scale_.to(loss.device(), /*non_blocking=*/true);
+  return loss * scale_;
 }
 
 bool GradScaler::unscale_(Optimizer& opt) {

@@ -1,7 +1,10 @@
 #!/usr/bin/env bash
-# Configures (Release, ninja, ccache, precompiled torch header) and builds everything
-# into build/. Extra arguments go to cmake's configure step.
+# Configures (Release, ninja, ccache, precompiled torch header) into build/ and builds the
+# targets given (default: everything). Extra configure options: $FASTCPP_CMAKE_ARGS.
+#   scripts/build.sh                  # every library, example, benchmark and test
+#   scripts/build.sh fashion_mnist    # only what the demo needs
 set -euo pipefail
 cd "$(dirname "$0")/.."
-cmake -S . -B build -G Ninja -DCMAKE_BUILD_TYPE=Release "$@" > build.log 2>&1 || { cat build.log; exit 1; }
-ninja -C build
+# shellcheck disable=SC2086  # the options are words
+cmake -S . -B build -G Ninja -DCMAKE_BUILD_TYPE=Release ${FASTCPP_CMAKE_ARGS:-} > build.log 2>&1 || { cat build.log; exit 1; }
+ninja -C build "$@"
