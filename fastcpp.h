@@ -9,6 +9,7 @@
 #include "callbacks/progress.h"
 #include "callbacks/resume.h"
 #include "callbacks/schedule.h"
+#include "callbacks/tensorboard.h"
 #include "callbacks/tracker.h"
 #include "callbacks/training.h"
 #include "core/autocast.h"

@@ -6,6 +6,7 @@
 
 #include <unistd.h>
 
+#include <cstdio>
 #include <filesystem>
 #include <fstream>
 #include <map>
@@ -119,6 +120,17 @@ inline std::map<std::string, std::vector<double>> read_fixture(const std::string
 // A path in the temporary directory, unique to this process.
 inline std::string temp_path(const std::string& name) {
   return (std::filesystem::temp_directory_path() / ("fastcpp_" + std::to_string(::getpid()) + "_" + name)).string();
+}
+
+// What a shell command printed on stdout; fails the test if it exits with an error.
+inline std::string output_of(const std::string& command) {
+  std::string out;
+  FILE* pipe = ::popen(command.c_str(), "r");
+  REQUIRE(pipe);
+  char buffer[4096];
+  while (size_t n = std::fread(buffer, 1, sizeof buffer, pipe)) out.append(buffer, n);
+  CHECK(::pclose(pipe) == 0);
+  return out;
 }
 
 inline std::string error_of(const std::function<void()>& f) {

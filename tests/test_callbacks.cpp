@@ -2,6 +2,8 @@
 // TerminateOnNaN, GradientClip, CSVLogger, and the progress table.
 #include <filesystem>
 #include <fstream>
+#include <map>
+#include <sstream>
 
 #include "helpers.h"
 
@@ -141,5 +143,54 @@ TEST_SUITE("callbacks") {
     char expected[32];
     std::snprintf(expected, sizeof expected, "%.6f", learn.recorder->values[1][1]);
     CHECK(lines[2].find(expected) != std::string::npos);
+  }
+
+  TEST_CASE("TensorBoardLogger: TensorBoard's own reader gets back each step's loss and hypers, each epoch's metrics, the histograms") {
+    const auto dir = temp_path("runs");
+    Learner learn(synthetic_dls(16, 8, 4), tiny_model(), CrossEntropyLoss(), {metrics::accuracy()},
+                  quiet({.splitter = two_groups}));
+    silence(learn);
+    auto logger = learn.add_cb(TensorBoardLogger(dir, {.histograms = true}));
+    learn.fit_one_cycle(2, slice(1e-3, 1e-2));
+    // tag -> [(step, value)] from "scalar <tag> <step> <value>" lines
+    std::map<std::string, std::vector<std::pair<int64_t, double>>> scalars;
+    std::map<std::string, std::vector<double>> histograms;  // tag -> num, sum, min, max, buckets
+    std::istringstream lines(output_of(std::string(FASTCPP_PYTHON) + " " + FASTCPP_FIXTURES + "/read_tensorboard.py " +
+                                       logger->path()));
+    for (std::string kind, tag; lines >> kind >> tag;) {
+      int64_t step = 0;
+      lines >> step;
+      if (kind == "scalar") {
+        double value = 0;
+        lines >> value;
+        scalars[tag].emplace_back(step, value);
+      } else {
+        std::vector<double> fields(5);
+        for (auto& f : fields) lines >> f;
+        histograms[tag] = fields;
+      }
+    }
+    const auto& r = *learn.recorder;
+    REQUIRE(scalars["train_loss"].size() == 8);  // 4 batches x 2 epochs
+    for (size_t i = 0; i < 8; ++i) {
+      CAPTURE(i);
+      CHECK(scalars["train_loss"][i] == std::make_pair(static_cast<int64_t>(i + 1), double(float(r.losses[i]))));
+      CHECK(scalars["lr_1"][i].second == double(float(r.lrs[i])));  // the Recorder keeps the last group's
+      CHECK(scalars["mom_1"][i].second == double(float(r.moms[i])));
+      CHECK(scalars["lr_0"][i].second == doctest::Approx(r.lrs[i] / 10).epsilon(1e-6));  // slice(1e-3, 1e-2)
+    }
+    CHECK(scalars["wd_0"].size() == 8);
+    for (size_t epoch = 0; epoch < 2; ++epoch) {
+      const auto step = static_cast<int64_t>(4 * (epoch + 1));
+      CHECK(scalars["valid_loss"][epoch] == std::make_pair(step, double(float(r.values[epoch][1]))));
+      CHECK(scalars["accuracy"][epoch] == std::make_pair(step, double(float(r.values[epoch][2]))));
+    }
+    REQUIRE(histograms.size() == learn.model.module().parameters().size());
+    const auto weight = learn.model.module().named_parameters()["0.weight"];
+    CHECK(histograms["weights/0.weight"][0] == weight.numel());
+    CHECK(histograms["weights/0.weight"][1] == doctest::Approx(weight.to(torch::kDouble).sum().item<double>()));
+    CHECK(histograms["weights/0.weight"][2] == weight.min().item<float>());
+    CHECK(histograms["weights/0.weight"][4] == 30);
+    std::filesystem::remove_all(dir);
   }
 }

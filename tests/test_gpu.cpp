@@ -3,7 +3,6 @@
 // Gloo-on-CUDA data parallel against one process, SyncBatchNorm on CUDA tensors, and a
 // pipeline over CUDA stages. Without a CUDA device the suite reports itself skipped
 // (tests/main.cpp), and never counts as passed.
-#include <cstdio>
 #include <filesystem>
 
 #include "core/autocast.h"
@@ -21,17 +20,6 @@ namespace {
 
 const torch::Device kCuda0("cuda:0");
 const std::vector<std::string> kSharedGpuEnv{"FASTCPP_WORKER_DEVICE=cuda:0", "FASTCPP_WORKER_BACKEND=gloo"};
-
-// What a command printed on stdout.
-std::string output_of(const std::string& command) {
-  std::string out;
-  FILE* pipe = ::popen(command.c_str(), "r");
-  REQUIRE(pipe);
-  char buffer[4096];
-  while (size_t n = std::fread(buffer, 1, sizeof buffer, pipe)) out.append(buffer, n);
-  CHECK(::pclose(pipe) == 0);
-  return out;
-}
 
 }  // namespace
 
