@@ -22,3 +22,18 @@ echo "| model | batch | precision | layout | fastcpp img/s | eager img/s | fastc
 echo "|---|---|---|---|---|---|---|---|---|"
 join <(key "$tmp/fastcpp") <(key "$tmp/eager") |
   awk '{split($1, k, "/"); printf "| %s | %s | %s | %s | %s | %s | %.2fx | %s | %s |\n", k[1], $2, k[2], k[3], $3, $6, $3 / $6, $4, $7}'
+# The figures the GPU issue sets goals for, from fastcpp's cells above.
+rate() { awk -v a="$1" -v p="$2" -v l="$3" '$1 == a && $3 == p && $4 == l {print $5}' "$tmp/fastcpp"; }
+echo
+for arch in resnet18 resnet50; do
+  fp32=$(rate $arch fp32 contiguous); fp16=$(rate $arch fp16 contiguous); best=$(rate $arch fp16 channels_last)
+  if [ -n "$fp32" ] && [ -n "$fp16" ]; then
+    awk -v a="$fp16" -v b="$fp32" -v n=$arch 'BEGIN {printf "%s: fp16 / fp32 (contiguous) %.2fx (goal for resnet50: >= 2x)\n", n, a / b}'
+  fi
+  if [ "$arch" = resnet50 ] && [ -n "$best" ]; then
+    echo "resnet50 fp16 channels-last: $best img/s (goal on an H100: >= 4000)"
+  fi
+done
+join <(key "$tmp/fastcpp") <(key "$tmp/eager") |
+  awk '$6 > 0 {r = $3 / $6; if (!n++ || r < lo) {lo = r; cell = $1}}
+       END {if (n) printf "slowest cell, fastcpp / eager: %.2fx (%s; goal: >= 1.0x in every cell)\n", lo, cell}'

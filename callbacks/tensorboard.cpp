@@ -20,6 +20,9 @@ void TensorBoardLogger::before_fit() {
   events_ = std::make_unique<EventFileWriter>(log_dir_);
   path_ = events_->path();
   losses_written_ = learn().recorder->losses.size();
+  hyper_tags_.clear();
+  for (size_t g = 0; g < learn().opt->n_groups(); ++g)
+    for (const auto& name : Hypers::names()) hyper_tags_.push_back(name + "_" + std::to_string(g));
   steps_.clear();
   hypers_.clear();
 }
@@ -27,11 +30,10 @@ void TensorBoardLogger::before_fit() {
 void TensorBoardLogger::after_batch() {
   if (!events_ || !learn().training) return;
   steps_.push_back(learn().train_iter);
-  std::vector<std::pair<std::string, double>> values;
-  const auto& groups = learn().opt->param_groups();
-  for (size_t g = 0; g < groups.size(); ++g)
-    for (const auto& name : Hypers::names()) values.emplace_back(name + "_" + std::to_string(g), groups[g].hypers.at(name));
-  hypers_.push_back(std::move(values));
+  auto& values = hypers_.emplace_back();
+  values.reserve(hyper_tags_.size());
+  for (const auto& group : learn().opt->param_groups())
+    for (const auto& name : Hypers::names()) values.push_back(group.hypers.at(name));
 }
 
 void TensorBoardLogger::after_epoch() {
@@ -40,7 +42,7 @@ void TensorBoardLogger::after_epoch() {
   const auto& losses = l.recorder->losses;  // read back by the Recorder (order 50) at this epoch's end
   for (size_t i = 0; i < steps_.size(); ++i) {
     if (losses_written_ + i < losses.size()) events_->scalar("train_loss", steps_[i], losses[losses_written_ + i]);
-    for (const auto& [tag, value] : hypers_[i]) events_->scalar(tag, steps_[i], value);
+    for (size_t k = 0; k < hyper_tags_.size(); ++k) events_->scalar(hyper_tags_[k], steps_[i], hypers_[i][k]);
   }
   losses_written_ = losses.size();
   steps_.clear();

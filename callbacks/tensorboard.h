@@ -39,8 +39,9 @@ class TensorBoardLogger : public Callback {
   std::unique_ptr<EventFileWriter> events_;
   std::string path_;
   size_t losses_written_ = 0;
-  std::vector<int64_t> steps_;  // this epoch's training steps, with their groups' hypers
-  std::vector<std::vector<std::pair<std::string, double>>> hypers_;
+  std::vector<std::string> hyper_tags_;  // lr_0, mom_0, ..., made once per fit
+  std::vector<int64_t> steps_;           // this epoch's training steps, with their hypers in hyper_tags_' order
+  std::vector<std::vector<double>> hypers_;
 };
 
 }  // namespace fastcpp

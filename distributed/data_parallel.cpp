@@ -22,12 +22,6 @@ std::vector<torch::Device> every_cuda_device() {
   return devices;
 }
 
-std::string names(const std::vector<std::string>& list) {
-  std::string text;
-  for (const auto& name : list) text += (text.empty() ? "" : ", ") + name;
-  return text;
-}
-
 }  // namespace
 
 DataParallel::DataParallel(std::vector<torch::Device> devices, bool sync_bn)
@@ -55,11 +49,7 @@ void DataParallel::make_replicas() {
   plain_ = l.model;
   Model first = l.model;
   if (sync_bn_) {
-    const auto unreachable = unconvertible_batchnorms(l.model.module());
-    if (!unreachable.empty())
-      throw Error("to_parallel(sync_bn): cannot make these BatchNorm layers synchronized, they are members of modules "
-                  "C++ cannot rebuild: " + names(unreachable) +
-                  ". Build them as distributed::SyncBatchNorm, or pass sync_bn = false to keep per-replica statistics");
+    check_batchnorms_convertible(l.model.module(), "to_parallel", "replica");
     if (auto root = std::dynamic_pointer_cast<torch::nn::SequentialImpl>(l.model.ptr()))
       first = Model(convert_sync_batchnorm(torch::nn::Sequential(root), nullptr));  // shares the model's tensors
   }

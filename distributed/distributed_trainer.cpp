@@ -58,14 +58,7 @@ void DistributedTrainer::move_to_rank_device() {
 
 void DistributedTrainer::synchronize_batchnorm() {
   auto& l = learn();
-  const auto unreachable = unconvertible_batchnorms(l.model.module());
-  if (!unreachable.empty()) {
-    std::string names;
-    for (const auto& name : unreachable) names += (names.empty() ? "" : ", ") + name;
-    throw Error("to_distributed(sync_bn): cannot make these BatchNorm layers synchronized, they are members of "
-                "modules C++ cannot rebuild: " + names +
-                ". Build them as distributed::SyncBatchNorm, or pass sync_bn = false to keep per-rank statistics");
-  }
+  check_batchnorms_convertible(l.model.module(), "to_distributed", "rank");
   auto root = std::dynamic_pointer_cast<torch::nn::SequentialImpl>(l.model.ptr());
   if (root) {
     l.model = Model(convert_sync_batchnorm(torch::nn::Sequential(root), comm_));

@@ -144,4 +144,14 @@ std::vector<std::string> unconvertible_batchnorms(const torch::nn::Module& model
   return names;
 }
 
+void check_batchnorms_convertible(const torch::nn::Module& model, const std::string& who, const std::string& peer) {
+  const auto unreachable = unconvertible_batchnorms(model);
+  if (unreachable.empty()) return;
+  std::string names;
+  for (const auto& name : unreachable) names += (names.empty() ? "" : ", ") + name;
+  throw Error(who + "(sync_bn): cannot make these BatchNorm layers synchronized, they are members of modules C++ "
+              "cannot rebuild: " + names + ". Build them as distributed::SyncBatchNorm, or pass sync_bn = false to "
+              "keep per-" + peer + " statistics");
+}
+
 }  // namespace fastcpp::distributed

@@ -68,4 +68,8 @@ torch::nn::Sequential convert_sync_batchnorm(const torch::nn::Sequential& model,
 // reach: those that are not direct children of the root Sequential.
 std::vector<std::string> unconvertible_batchnorms(const torch::nn::Module& model);
 
+// Throws fastcpp::Error naming those layers, if any: "<who>(sync_bn): cannot make these
+// BatchNorm layers synchronized ... to keep per-<peer> statistics".
+void check_batchnorms_convertible(const torch::nn::Module& model, const std::string& who, const std::string& peer);
+
 }  // namespace fastcpp::distributed

@@ -31,7 +31,7 @@ torch::Tensor GradScaler::scale(const torch::Tensor& loss) {
 }
 
 bool GradScaler::unscale_(Optimizer& opt) {
-  if (unscaled_) return found_inf_.item<float>() > 0;
+  if (unscaled_) return skip_step_;
   // The kernel wants the gradients of one device and dtype per call; found_inf is per device.
   std::map<std::pair<std::string, c10::ScalarType>, std::vector<torch::Tensor>> grads;
   for (auto& group : opt.param_groups())
@@ -50,7 +50,8 @@ bool GradScaler::unscale_(Optimizer& opt) {
   found_inf_ = torch::zeros({1}, scale_.options());
   for (auto& [device, found] : found_per_device) found_inf_ += found.to(scale_.device(), /*non_blocking=*/true);
   unscaled_ = true;
-  return found_inf_.item<float>() > 0;  // one synchronization, as PyTorch's step
+  skip_step_ = found_inf_.item<float>() > 0;  // one synchronization, as PyTorch's step
+  return skip_step_;
 }
 
 bool GradScaler::step(Optimizer& opt) {

@@ -59,6 +59,7 @@ class GradScaler {
   torch::Tensor growth_tracker_;  // int32, shape [1]
   torch::Tensor found_inf_;       // float32 [1] on scale_'s device: this step's verdict
   bool unscaled_ = false;
+  bool skip_step_ = false;        // found_inf_ read back once, for a second unscale_ call
   std::vector<double> history_;
 };
 

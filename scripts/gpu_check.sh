@@ -79,7 +79,7 @@ if [[ " $stages " == *" bench "* ]]; then
     bench/fashion_mnist_vs_python.sh --epochs 5 --data "$bundle/data/fashion-mnist" --build "$build" --python "$python"
   } > "$out/bench.log" 2>&1
   row benchmarks "done in $(since "$start") s (log: bench.log)"
-  { echo; grep -E '^\|' "$out/bench.log"; grep -E 'overhead|to_parallel .*x the|time ratio|accuracy' "$out/bench.log"; } >> "$results"
+  { echo; grep -E '^\|' "$out/bench.log"; grep -E 'overhead|to_parallel .*x the|fp16 / fp32|channels-last:|slowest cell|time ratio|accuracy' "$out/bench.log"; } >> "$results"
 fi
 
 cat "$results"
