@@ -26,6 +26,7 @@
 #include "learner/callback.h"
 #include "learner/checkpoint.h"
 #include "learner/events.h"
+#include "learner/export.h"
 #include "learner/learner.h"
 #include "learner/loss.h"
 #include "learner/lrs.h"
@@ -49,5 +50,6 @@
 #include "vision/export.h"
 #include "vision/image.h"
 #include "vision/image_folder.h"
+#include "vision/predictor.h"
 #include "vision/transforms.h"
 #endif

@@ -2,8 +2,9 @@
 
 #include <torch/torch.h>
 
-#include "data/buffer_pool.h"
 #include "core/error.h"
+#include "core/spec_text.h"
+#include "data/buffer_pool.h"
 
 namespace fastcpp {
 
@@ -64,6 +65,27 @@ torch::Tensor Normalize::operator()(const torch::Tensor& x) const {
   auto mean_t = torch::tensor(mean, options).view(shape).to(input.device(), /*non_blocking=*/true);
   auto std_t = torch::tensor(std, options).view(shape).to(input.device(), /*non_blocking=*/true);
   return (input - mean_t) / std_t;
+}
+
+std::string batch_transform_spec(const BatchTransform& tfm) {
+  if (tfm.target<IntToFloat>()) return "IntToFloat";
+  if (const auto* n = tfm.target<Normalize>())
+    return "Normalize " + spec_text::numbers(n->mean) + " " + spec_text::numbers(n->std);
+  return "";
+}
+
+BatchTransform batch_transform_from_spec(const std::string& spec) {
+  const auto words = spec_text::words(spec);
+  const std::string name = words.empty() ? "" : words[0];
+  if (name == "IntToFloat" && words.size() == 1) return IntToFloat();
+  if (name == "Normalize") {
+    const auto means = words.size() == 3 ? spec_text::to_numbers(words[1]) : std::nullopt;
+    const auto stds = words.size() == 3 ? spec_text::to_numbers(words[2]) : std::nullopt;
+    if (!means || !stds || means->size() != stds->size())
+      throw Error("batch transform '" + spec + "' is not 'Normalize MEANS STDS' with as many of each");
+    return Normalize{*means, *stds};
+  }
+  throw Error("unknown batch transform '" + spec + "' (known: Normalize, IntToFloat)");
 }
 
 }  // namespace fastcpp

@@ -6,6 +6,7 @@
 #include <torch/types.h>
 
 #include <functional>
+#include <string>
 #include <vector>
 
 #include "data/dataset.h"
@@ -30,5 +31,12 @@ struct Normalize {
   // Per-channel statistics of the first max_items items (uint8 read as x/255).
   static Normalize from_data(const Dataset& dataset, size_t max_items = 2048);
 };
+
+// Text forms of the transforms above, which an exported model carries:
+// "IntToFloat", "Normalize 0.485,0.456,0.406 0.229,0.224,0.225". Empty for any other
+// function.
+std::string batch_transform_spec(const BatchTransform& tfm);
+// The transform a text form describes; a fastcpp::Error for one it does not know.
+BatchTransform batch_transform_from_spec(const std::string& spec);
 
 }  // namespace fastcpp

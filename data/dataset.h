@@ -8,6 +8,7 @@
 #include <torch/types.h>
 
 #include <memory>
+#include <string>
 #include <vector>
 
 #include "data/random.h"
@@ -40,6 +41,9 @@ class Dataset {
   // The same items with their training-time random transforms acting (a validation
   // set's augmented twin, for test-time augmentation); nullptr where there are none.
   virtual std::shared_ptr<const Dataset> augmented() const { return nullptr; }
+  // The text forms of the item transforms (vision::item_transform_from_spec reads them),
+  // which an exported model carries to make items of new inputs; none by default.
+  virtual std::vector<std::string> item_transform_specs() const { return {}; }
 };
 
 using DatasetPtr = std::shared_ptr<const Dataset>;

@@ -20,6 +20,7 @@
 #include "data/dataloader.h"
 #include "callbacks/schedule.h"
 #include "learner/callback.h"
+#include "learner/export.h"
 #include "learner/grad_scaler.h"
 #include "learner/loss.h"
 #include "learner/lrs.h"
@@ -49,6 +50,7 @@ struct LearnerOptions {
   Splitter splitter;               // default: one group with every parameter
   bool frozen = false;             // start with every group but the last frozen (as after freeze())
   bool progress = true;            // add a ProgressCallback
+  ModelSpec model_spec;            // the model's architecture and options, for export_learner (vision_learner's)
 };
 
 struct FitOptions {
@@ -149,6 +151,9 @@ class Learner {
   // Model, optimizer state and epoch, written atomically (temporary file + rename).
   void save(const std::string& path, bool with_opt = true) const;
   void load(const std::string& path, bool with_opt = true);
+  // What inference needs, in one file without the data (learner/export.h): fastai's
+  // learn.export (export is a C++ keyword). Read back with vision::load_learner.
+  void export_learner(const std::string& path = "export.pt") const;
 
   void create_opt();
   void freeze_to(int n);  // freeze the first n parameter groups (n < 0: all but the last -n)

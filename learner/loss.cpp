@@ -54,7 +54,7 @@ Loss CrossEntropyLoss(CrossEntropyOptions options) {
     };
   };
   return Loss(with_reduction(torch::kMean), [](const torch::Tensor& pred) { return torch::softmax(pred, -1); },
-              with_reduction(torch::kNone));
+              with_reduction(torch::kNone), "softmax");
 }
 
 Loss MSELoss() {

@@ -1,10 +1,12 @@
 #pragma once
 // Loss: a loss function plus the activation that turns raw model outputs into
 // predictions (softmax for cross-entropy), as fastai's loss functions carry, and
-// optionally its unreduced form (one loss per item, for interpretation).
+// optionally its unreduced form (one loss per item, for interpretation). An activation
+// with a name ("softmax") can travel in an exported model (learner/export.h).
 #include <torch/types.h>
 
 #include <functional>
+#include <string>
 
 namespace fastcpp {
 
@@ -15,20 +17,27 @@ class Loss {
 
   Loss() = default;
   template <class F, class = std::enable_if_t<std::is_constructible_v<Fn, F>>>
-  Loss(F fn, Activation activation = nullptr, Fn per_item = nullptr)  // NOLINT: a lambda is a loss
-      : fn_(std::move(fn)), activation_(std::move(activation)), per_item_(std::move(per_item)) {}
+  Loss(F fn, Activation activation = nullptr, Fn per_item = nullptr,  // NOLINT: a lambda is a loss
+       std::string activation_name = {})
+      : fn_(std::move(fn)),
+        activation_(std::move(activation)),
+        per_item_(std::move(per_item)),
+        activation_name_(std::move(activation_name)) {}
 
   torch::Tensor operator()(const torch::Tensor& pred, const torch::Tensor& target) const { return fn_(pred, target); }
   // Each item's loss, [batch]: the unreduced form when given, else the loss of each
   // item as a batch of one (for losses that average over the batch).
   torch::Tensor per_item(const torch::Tensor& pred, const torch::Tensor& target) const;
   torch::Tensor activation(const torch::Tensor& pred) const { return activation_ ? activation_(pred) : pred; }
+  bool has_activation() const { return static_cast<bool>(activation_); }
+  const std::string& activation_name() const { return activation_name_; }
   explicit operator bool() const { return static_cast<bool>(fn_); }
 
  private:
   Fn fn_;
   Activation activation_;
   Fn per_item_;
+  std::string activation_name_;
 };
 
 struct CrossEntropyOptions {

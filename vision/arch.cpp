@@ -26,6 +26,23 @@ std::vector<std::vector<torch::Tensor>> split_body_and_head(torch::nn::Module& m
   return groups;
 }
 
+using ResNetPtr = ResNet (*)(ResNetOptions);
+using XResNetPtr = torch::nn::Sequential (*)(XResNetOptions);
+
+const std::vector<std::pair<std::string, ResNetPtr>> resnets{
+    {"resnet18", resnet18}, {"resnet34", resnet34}, {"resnet50", resnet50}, {"resnet101", resnet101}};
+const std::vector<std::pair<std::string, XResNetPtr>> xresnets{
+    {"xresnet18", xresnet18}, {"xresnet34", xresnet34}, {"xresnet50", xresnet50}, {"xresnet101", xresnet101}};
+
+// The name of the function `make` holds, if it is one of `known`.
+template <class Fn, class Ptr>
+std::string name_of(const Fn& make, const std::vector<std::pair<std::string, Ptr>>& known) {
+  if (const auto* ptr = make.template target<Ptr>())
+    for (const auto& [name, fn] : known)
+      if (*ptr == fn) return name;
+  return "";
+}
+
 }  // namespace
 
 std::vector<std::vector<torch::Tensor>> resnet_split(torch::nn::Module& model) {
@@ -38,6 +55,7 @@ std::vector<std::vector<torch::Tensor>> xresnet_split(torch::nn::Module& model) 
 
 Arch Arch::from_resnet(ResNetFn make) {
   Arch arch;
+  arch.name_ = name_of(make, resnets);
   arch.body_ = [make = std::move(make)](const BodyOptions& o) {
     auto net = make({.in_channels = o.in_channels, .stem = o.stem, .width = o.width});
     return Body{net->body(), net->num_features(), "conv1.weight", "fc."};
@@ -48,6 +66,7 @@ Arch Arch::from_resnet(ResNetFn make) {
 
 Arch Arch::from_xresnet(XResNetFn make) {
   Arch arch;
+  arch.name_ = name_of(make, xresnets);
   arch.body_ = [make = std::move(make)](const BodyOptions& o) {
     if (o.stem != Stem::imagenet)
       throw Error("vision_learner: an xresnet has fastai's stem of three convs; Stem::cifar is for the ResNets");
@@ -62,6 +81,23 @@ Arch Arch::from_xresnet(XResNetFn make) {
   };
   arch.split_ = xresnet_split;
   return arch;
+}
+
+std::vector<std::string> Arch::names() {
+  std::vector<std::string> out;
+  for (const auto& entry : resnets) out.push_back(entry.first);
+  for (const auto& entry : xresnets) out.push_back(entry.first);
+  return out;
+}
+
+Arch Arch::named(const std::string& name) {
+  for (const auto& [known, fn] : resnets)
+    if (name == known) return from_resnet(fn);
+  for (const auto& [known, fn] : xresnets)
+    if (name == known) return from_xresnet(fn);
+  std::string list;
+  for (const auto& known : names()) list += (list.empty() ? "" : ", ") + known;
+  throw Error("unknown architecture '" + name + "' (known: " + list + ")");
 }
 
 }  // namespace fastcpp::vision

@@ -7,7 +7,8 @@
 //
 // The model functions are Archs as they are: vision::resnet18 ... resnet101 (body:
 // everything before the pooling; resnet_split) and vision::xresnet18 ... xresnet101
-// (body: fastai's cut of the last four layers; xresnet_split).
+// (body: fastai's cut of the last four layers; xresnet_split). They also go by name
+// (Arch::named("resnet34")), which an exported model records.
 #include <torch/nn/modules/container/sequential.h>
 
 #include <functional>
@@ -47,15 +48,22 @@ class Arch {
 
   static Arch from_resnet(ResNetFn make);
   static Arch from_xresnet(XResNetFn make);
+  // resnet18 ... resnet101, xresnet18 ... xresnet101; a fastcpp::Error lists them for
+  // another name.
+  static Arch named(const std::string& name);
+  static std::vector<std::string> names();
 
   explicit operator bool() const { return static_cast<bool>(body_); }
   Body body(const BodyOptions& options) const { return body_(options); }
   // Parameter groups of the body's layers followed by head_* layers.
   const Splitter& split() const { return split_; }
+  // The model function's name when it is one of ours; empty for others (a lambda).
+  const std::string& name() const { return name_; }
 
  private:
   std::function<Body(const BodyOptions&)> body_;
   Splitter split_;
+  std::string name_;
 };
 
 // fastai's splits of a create_vision_model model into three parameter groups:

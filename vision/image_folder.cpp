@@ -92,6 +92,17 @@ DatasetPtr ImageFolder::augmented() const {
   return std::make_shared<ImageFolder>(with_options(std::move(options)));
 }
 
+std::vector<std::string> ImageFolder::item_transform_specs() const {
+  std::vector<std::string> specs;
+  for (size_t i = 0; i < options_.item_tfms.size(); ++i) {
+    specs.push_back(options_.item_tfms[i].spec());
+    if (specs.back().empty())
+      throw Error("ImageFolder: item transform " + std::to_string(i) +
+                  " has no text form (ImageTransform::spec), so an exported model cannot carry it");
+  }
+  return specs;
+}
+
 ImageFolder ImageFolder::subset(const std::vector<int64_t>& indices) const {
   std::vector<std::string> paths;
   std::vector<int64_t> labels;

@@ -43,6 +43,8 @@ class ImageFolder : public Dataset {
   Batch get_batch(const std::vector<int64_t>& indices, uint64_t seed = 0) const override;
   // These files with train = true (nullptr without item transforms).
   DatasetPtr augmented() const override;
+  // Throws fastcpp::Error for a transform without a text form (ImageTransform::spec).
+  std::vector<std::string> item_transform_specs() const override;
 
   const std::vector<std::string>& vocab() const { return vocab_; }
   const std::vector<std::string>& paths() const { return paths_; }

@@ -4,6 +4,7 @@
 #include <opencv2/imgproc.hpp>
 
 #include "core/error.h"
+#include "core/spec_text.h"
 
 namespace fastcpp::vision {
 namespace {
@@ -114,6 +115,87 @@ cv::Mat FlipItem::apply(const cv::Mat& image, Rng& rng, bool train) const {
   cv::Mat out;
   cv::flip(image, out, 1);
   return out;
+}
+
+// ---------------------------------------------------------------- text forms
+
+namespace {
+
+const char* method_name(ResizeMethod method) {
+  switch (method) {
+    case ResizeMethod::Squish: return "squish";
+    case ResizeMethod::Crop: return "crop";
+    case ResizeMethod::Pad: return "pad";
+  }
+  return "";
+}
+
+// The words after a transform's name read as numbers, the first `whole` of them whole
+// numbers; nullopt when there are not `count` of them or one does not fit.
+std::optional<std::vector<double>> arguments(const std::vector<std::string>& words, size_t count, size_t whole = 0) {
+  if (words.size() != count + 1) return std::nullopt;
+  std::vector<double> out;
+  for (size_t i = 1; i < words.size(); ++i) {
+    const auto value = spec_text::to_number(words[i]);
+    if (!value || (i <= whole && *value != std::floor(*value))) return std::nullopt;
+    out.push_back(*value);
+  }
+  return out;
+}
+
+int as_int(double value) { return static_cast<int>(value); }
+
+}  // namespace
+
+std::string Resize::spec() const { return "Resize " + std::to_string(size_) + " " + method_name(method_); }
+
+std::string RandomResizedCrop::spec() const {
+  return "RandomResizedCrop " + std::to_string(size_) + " " + spec_text::number(scale_.first) + " " +
+         spec_text::number(scale_.second) + " " + spec_text::number(ratio_.first) + " " +
+         spec_text::number(ratio_.second);
+}
+
+std::string CenterCrop::spec() const { return "CenterCrop " + std::to_string(size_); }
+
+std::string RandomCrop::spec() const {
+  return "RandomCrop " + std::to_string(size_) + " " + std::to_string(padding_);
+}
+
+std::string FlipItem::spec() const { return "FlipItem " + spec_text::number(p_); }
+
+ItemTransform item_transform_from_spec(const std::string& spec) {
+  const auto words = spec_text::words(spec);
+  const std::string name = words.empty() ? "" : words[0];
+  auto malformed = [&](const std::string& form) {
+    return Error("item transform '" + spec + "' is not '" + form + "'");
+  };
+  if (name == "Resize") {
+    const auto size = words.size() == 3 ? arguments({name, words[1]}, 1, 1) : std::nullopt;
+    for (auto method : {ResizeMethod::Squish, ResizeMethod::Crop, ResizeMethod::Pad})
+      if (size && words[2] == method_name(method)) return Resize(as_int((*size)[0]), method);
+    throw malformed("Resize SIZE crop|squish|pad");
+  }
+  if (name == "RandomResizedCrop") {
+    const auto a = arguments(words, 5, 1);
+    if (!a) throw malformed("RandomResizedCrop SIZE SCALE_MIN SCALE_MAX RATIO_MIN RATIO_MAX");
+    return RandomResizedCrop(as_int((*a)[0]), {(*a)[1], (*a)[2]}, {(*a)[3], (*a)[4]});
+  }
+  if (name == "CenterCrop") {
+    const auto a = arguments(words, 1, 1);
+    if (!a) throw malformed("CenterCrop SIZE");
+    return CenterCrop(as_int((*a)[0]));
+  }
+  if (name == "RandomCrop") {
+    const auto a = arguments(words, 2, 2);
+    if (!a) throw malformed("RandomCrop SIZE PADDING");
+    return RandomCrop(as_int((*a)[0]), as_int((*a)[1]));
+  }
+  if (name == "FlipItem") {
+    const auto a = arguments(words, 1);
+    if (!a) throw malformed("FlipItem P");
+    return FlipItem((*a)[0]);
+  }
+  throw Error("unknown item transform '" + spec + "' (known: Resize, RandomResizedCrop, CenterCrop, RandomCrop, FlipItem)");
 }
 
 }  // namespace fastcpp::vision

@@ -14,6 +14,7 @@
 #include <opencv2/core.hpp>
 
 #include <memory>
+#include <string>
 #include <type_traits>
 #include <utility>
 #include <vector>
@@ -29,6 +30,9 @@ class ImageTransform {
   // The shortest image side this transform needs for full quality (0: no need):
   // lets JPEG decoding skip pixels that would be thrown away.
   virtual int min_input_side() const { return 0; }
+  // The text form an exported model carries ("Resize 224 crop"), which
+  // item_transform_from_spec reads back; empty: the transform has none.
+  virtual std::string spec() const { return ""; }
 };
 
 // A transform held by value in a list: item_tfms = {RandomResizedCrop(224), FlipItem()}.
@@ -39,6 +43,7 @@ class ItemTransform {
       : impl_(std::make_shared<T>(std::move(transform))) {}
   cv::Mat operator()(const cv::Mat& image, Rng& rng, bool train) const { return impl_->apply(image, rng, train); }
   int min_input_side() const { return impl_->min_input_side(); }
+  std::string spec() const { return impl_->spec(); }
 
  private:
   std::shared_ptr<const ImageTransform> impl_;
@@ -51,6 +56,7 @@ class Resize : public ImageTransform {
   explicit Resize(int size, ResizeMethod method = ResizeMethod::Crop);
   cv::Mat apply(const cv::Mat& image, Rng& rng, bool train) const override;
   int min_input_side() const override { return size_; }
+  std::string spec() const override;
 
  private:
   int size_;
@@ -66,6 +72,7 @@ class RandomResizedCrop : public ImageTransform {
   // area, at the widest ratio) at >= size pixels, so that no crop is upscaled more
   // than torchvision's would be: short side >= size * sqrt(ratio.second / scale.first).
   int min_input_side() const override;
+  std::string spec() const override;
   // The crop torchvision would take from a width x height image.
   cv::Rect crop_for(cv::Size image, Rng& rng) const;
 
@@ -78,6 +85,7 @@ class CenterCrop : public ImageTransform {
  public:
   explicit CenterCrop(int size) : size_(size) {}
   cv::Mat apply(const cv::Mat& image, Rng& rng, bool train) const override;
+  std::string spec() const override;
 
  private:
   int size_;
@@ -87,6 +95,7 @@ class RandomCrop : public ImageTransform {
  public:
   explicit RandomCrop(int size, int padding = 0) : size_(size), padding_(padding) {}
   cv::Mat apply(const cv::Mat& image, Rng& rng, bool train) const override;
+  std::string spec() const override;
 
  private:
   int size_, padding_;
@@ -96,9 +105,14 @@ class FlipItem : public ImageTransform {
  public:
   explicit FlipItem(double p = 0.5) : p_(p) {}
   cv::Mat apply(const cv::Mat& image, Rng& rng, bool train) const override;
+  std::string spec() const override;
 
  private:
   double p_;
 };
+
+// The transform a text form describes (as ImageTransform::spec writes it); a
+// fastcpp::Error for one it does not know or a malformed one.
+ItemTransform item_transform_from_spec(const std::string& spec);
 
 }  // namespace fastcpp::vision

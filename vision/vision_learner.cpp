@@ -23,6 +23,12 @@ torch::Tensor adapt_input_channels(const torch::Tensor& rgb, int64_t n_in) {
   return weight;
 }
 
+c10::IValue spec_entry(const ModelSpec& spec, const std::string& key) {
+  auto it = spec.find(key);
+  if (it == spec.end()) throw Error("its architecture record has no '" + key + "'");
+  return it->second;
+}
+
 }  // namespace
 
 torch::nn::Sequential create_vision_model(const Arch& arch, int64_t n_out, const VisionLearnerOptions& o) {
@@ -41,6 +47,45 @@ torch::nn::Sequential create_vision_model(const Arch& arch, int64_t n_out, const
   return model;
 }
 
+ModelSpec vision_model_spec(const Arch& arch, int64_t n_out, const VisionLearnerOptions& o) {
+  ModelSpec spec;
+  if (arch.name().empty()) return spec;
+  spec["arch"] = arch.name();
+  spec["n_out"] = n_out;
+  spec["in_channels"] = o.in_channels;
+  spec["stem"] = std::string(o.stem == Stem::cifar ? "cifar" : "imagenet");
+  spec["width"] = o.width;
+  spec["lin_ftrs"] = c10::List<int64_t>(o.lin_ftrs);
+  spec["ps"] = o.ps;
+  spec["concat_pool"] = o.concat_pool;
+  spec["bn_final"] = o.bn_final;
+  return spec;
+}
+
+torch::nn::Sequential create_vision_model(const ModelSpec& spec, const std::string& source) {
+  auto entry = [&](const std::string& key) { return spec_entry(spec, key); };
+  Arch arch;
+  VisionLearnerOptions o;
+  int64_t n_out = 0;
+  try {
+    arch = Arch::named(entry("arch").toStringRef());
+    n_out = entry("n_out").toInt();
+    o.in_channels = entry("in_channels").toInt();
+    o.stem = entry("stem").toStringRef() == "cifar" ? Stem::cifar : Stem::imagenet;
+    o.width = entry("width").toInt();
+    o.lin_ftrs = entry("lin_ftrs").toIntVector();
+    o.ps = entry("ps").toDouble();
+    o.concat_pool = entry("concat_pool").toBool();
+    o.bn_final = entry("bn_final").toBool();
+  } catch (const c10::Error& e) {
+    throw Error(source + ": an entry of its architecture record has the wrong type (" +
+                std::string(e.what_without_backtrace()).substr(0, 200) + ")");
+  } catch (const Error& e) {
+    throw Error(source + ": " + e.what());
+  }
+  return create_vision_model(arch, n_out, o);
+}
+
 Learner vision_learner(DataLoaders dls, const Arch& arch, std::vector<MetricPtr> metrics, VisionLearnerOptions o,
                        LearnerOptions learner_options) {
   const int64_t n_out = o.n_out > 0 ? o.n_out : static_cast<int64_t>(dls.num_classes());
@@ -48,6 +93,7 @@ Learner vision_learner(DataLoaders dls, const Arch& arch, std::vector<MetricPtr>
   auto model = create_vision_model(arch, n_out, o);
   learner_options.splitter = arch.split();
   learner_options.frozen = !o.pretrained_weights.empty();
+  learner_options.model_spec = vision_model_spec(arch, n_out, o);
   auto loss = o.loss_func ? o.loss_func : CrossEntropyLoss();
   return Learner(std::move(dls), model, std::move(loss), std::move(metrics), std::move(learner_options));
 }

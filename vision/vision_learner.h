@@ -45,6 +45,14 @@ struct VisionLearnerOptions {
 // The body of `arch` followed by a new head, with the pretrained weights loaded.
 torch::nn::Sequential create_vision_model(const Arch& arch, int64_t n_out, const VisionLearnerOptions& options = {});
 
+// How vision_learner built its model, which an exported model records
+// (LearnerOptions::model_spec): {"arch": "resnet34", "n_out", "in_channels", "stem",
+// "width", "lin_ftrs", "ps", "concat_pool", "bn_final"}. Empty for an architecture
+// without a name.
+ModelSpec vision_model_spec(const Arch& arch, int64_t n_out, const VisionLearnerOptions& options);
+// The model such a record describes, with fresh weights; errors name `source`.
+torch::nn::Sequential create_vision_model(const ModelSpec& spec, const std::string& source);
+
 
 // `learner_options`: optimizer, callbacks, device, ... (its splitter and frozen are set here).
 Learner vision_learner(DataLoaders dls, const Arch& arch, std::vector<MetricPtr> metrics = {},

@@ -1,0 +1,54 @@
+// Classifies image files with an exported model (Learner::export_learner), without the
+// training data:
+//
+//   predict MODEL IMAGE|FOLDER... [--top 3] [--bs 64] [--workers 2]
+//
+// e.g. with the model the image_folder example exports:
+//   build/examples/predict image_folder_export.pt photo.jpg more_photos/
+// prints a line per image: its path, then the top classes with their probabilities.
+#include <fastcpp.h>
+
+#include <filesystem>
+#include <iomanip>
+#include <iostream>
+
+using namespace fastcpp;
+
+int main(int argc, char** argv) {
+  std::vector<std::string> inputs;
+  int64_t top = 3, bs = 64;
+  int workers = 2;
+  for (int i = 1; i < argc; ++i) {
+    const std::string arg = argv[i];
+    if ((arg == "--top" || arg == "--bs" || arg == "--workers") && i + 1 < argc) {
+      const auto value = std::stoll(argv[++i]);
+      if (arg == "--top") top = value;
+      else if (arg == "--bs") bs = value;
+      else workers = static_cast<int>(value);
+    } else {
+      inputs.push_back(arg);
+    }
+  }
+  if (inputs.size() < 2) {
+    std::cerr << "usage: predict MODEL IMAGE|FOLDER... [--top 3] [--bs 64] [--workers 2]\n";
+    return 2;
+  }
+  try {
+    const auto predictor = vision::load_learner(inputs[0], {.workers = workers});
+    for (size_t i = 1; i < inputs.size(); ++i) {
+      const auto predictions = std::filesystem::is_directory(inputs[i]) ? predictor.predict_folder(inputs[i], bs)
+                                                                         : std::vector{predictor.predict(inputs[i])};
+      for (const auto& p : predictions) {
+        const auto [probs, indices] = p.probs.topk(std::min<int64_t>(top, p.probs.numel()));
+        std::cout << p.path << ":";
+        for (int64_t j = 0; j < probs.numel(); ++j) {
+          std::cout << (j ? ", " : " ") << predictor.label(indices[j].item<int64_t>()) << " " << std::fixed << std::setprecision(4) << probs[j].item<double>();
+        }
+        std::cout << "\n";
+      }
+    }
+  } catch (const Error& e) {
+    std::cerr << "error: " << e.what() << "\n";
+    return 1;
+  }
+}

@@ -1,0 +1,130 @@
+#include "vision/predictor.h"
+
+#include <torch/torch.h>
+
+#include <algorithm>
+#include <filesystem>
+
+#include "core/device.h"
+#include "core/error.h"
+#include "data/dataloader.h"
+#include "learner/state_dict.h"
+#include "vision/image_folder.h"
+#include "vision/vision_learner.h"
+
+namespace fastcpp::vision {
+namespace fs = std::filesystem;
+namespace {
+
+Model build_model(const ExportedModel& exported, const LoadLearnerOptions& options) {
+  if (options.model) return *options.model;
+  if (exported.spec.empty())
+    throw Error("load_learner: " + exported.source +
+                " records no architecture (its Learner trained a module of the program's own); "
+                "give that model: load_learner(path, {.model = make_model()})");
+  try {
+    return Model(create_vision_model(exported.spec, exported.source));
+  } catch (const Error& e) {
+    throw Error(std::string("load_learner: ") + e.what());
+  }
+}
+
+// Runs `parse` on a text form from the file, naming the file if it is not one we know.
+template <class Parse>
+auto parse_spec(Parse parse, const std::string& spec, const std::string& source) {
+  try {
+    return parse(spec);
+  } catch (const Error& e) {
+    throw Error("load_learner: " + source + ": " + e.what());
+  }
+}
+
+}  // namespace
+
+Predictor::Predictor(ExportedModel exported, LoadLearnerOptions options)
+    : exported_(std::move(exported)),
+      model_(build_model(exported_, options)),
+      device_(options.device.value_or(default_device())),
+      workers_(options.workers) {
+  check_device(device_, "load_learner");
+  if (!exported_.activation.empty() && exported_.activation != "softmax")
+    throw Error("load_learner: " + exported_.source + " names an unknown activation '" + exported_.activation + "'");
+  for (const auto& spec : exported_.batch_tfms)
+    batch_tfms_.push_back(parse_spec(batch_transform_from_spec, spec, exported_.source));
+  for (const auto& spec : exported_.item_tfms)
+    item_tfms_.push_back(parse_spec(item_transform_from_spec, spec, exported_.source));
+  const auto& shape = exported_.item_shape;
+  if (item_tfms_.empty() && shape.size() == 3 && shape[1] == shape[2])
+    item_tfms_.push_back(Resize(static_cast<int>(shape[1]), ResizeMethod::Squish));
+
+  load_state_dict(model_.module(), exported_.state, exported_.source);
+  model_.module().to(device_);
+  model_.module().eval();
+}
+
+torch::Tensor Predictor::forward(torch::Tensor batch) const {
+  torch::NoGradGuard no_grad;
+  auto out = model_(batch);
+  if (exported_.activation == "softmax") out = torch::softmax(out.to(torch::kFloat), -1);
+  return out.to(torch::kCPU);
+}
+
+std::string Predictor::label(int64_t index) const {
+  const auto& vocab = exported_.vocab;
+  return index >= 0 && index < static_cast<int64_t>(vocab.size()) ? vocab[static_cast<size_t>(index)] : std::to_string(index);
+}
+
+Prediction Predictor::decode(const torch::Tensor& probs, std::string path) const {
+  const auto index = probs.flatten().argmax().item<int64_t>();
+  return {std::move(path), label(index), index, probs};
+}
+
+Prediction Predictor::predict(const torch::Tensor& item) const {
+  auto x = item.unsqueeze(0).to(device_);
+  for (const auto& tfm : batch_tfms_) x = tfm(x);
+  return decode(forward(x)[0], "");
+}
+
+ImageFolder Predictor::files(const std::vector<std::string>& image_paths) const {
+  const auto& shape = exported_.item_shape;
+  if (shape.size() != 3 || exported_.item_dtype != torch::kByte)
+    throw Error("Predictor: the items of " + exported_.source + " are not 8-bit images (shape " + c10::str(c10::IntArrayRef(shape)) +
+                ", " + c10::toString(exported_.item_dtype) + "): predict a tensor instead of a file");
+  return ImageFolder(image_paths, std::vector<int64_t>(image_paths.size(), 0), exported_.vocab,
+                     {.channels = static_cast<int>(shape[0]), .item_tfms = item_tfms_, .train = false});
+}
+
+torch::Tensor Predictor::item(const std::string& image_path) const { return files({image_path}).get(0).x; }
+
+Prediction Predictor::predict(const std::string& image_path) const { return predict(std::vector{image_path}, 1)[0]; }
+
+std::vector<Prediction> Predictor::predict(const std::vector<std::string>& image_paths, int64_t bs) const {
+  if (bs < 1) throw Error("Predictor::predict: bs must be positive, got " + std::to_string(bs));
+  std::vector<Prediction> out;
+  if (image_paths.empty()) return out;
+  DataLoader loader(std::make_shared<ImageFolder>(files(image_paths)),
+                    {.bs = bs, .workers = workers_, .batch_tfms = batch_tfms_});
+  loader.to(device_);
+  for (const auto& batch : loader) {
+    const auto probs = forward(batch.x);
+    for (int64_t i = 0; i < probs.size(0); ++i) out.push_back(decode(probs[i], image_paths[out.size()]));
+  }
+  return out;
+}
+
+std::vector<Prediction> Predictor::predict_folder(const std::string& dir, int64_t bs) const {
+  std::error_code ec;
+  if (!fs::is_directory(dir, ec)) throw Error("Predictor::predict_folder: '" + dir + "' not found or not a directory");
+  std::vector<std::string> paths;
+  for (const auto& entry : fs::recursive_directory_iterator(dir))
+    if (entry.is_regular_file() && is_image_file(entry.path().string())) paths.push_back(entry.path().string());
+  std::sort(paths.begin(), paths.end());
+  if (paths.empty()) throw Error("Predictor::predict_folder: no image files under '" + dir + "'");
+  return predict(paths, bs);
+}
+
+Predictor load_learner(const std::string& path, LoadLearnerOptions options) {
+  return Predictor(read_exported(path), std::move(options));
+}
+
+}  // namespace fastcpp::vision

@@ -1,0 +1,81 @@
+#pragma once
+// Predictor: inference with an exported model (Learner::export_learner) and no training
+// data, as fastai's load_learner + predict:
+//
+//   auto predictor = vision::load_learner("export.pt");
+//   auto p = predictor.predict("cat.jpg");             // p.label, p.index, p.probs
+//   for (const auto& q : predictor.predict_folder("photos")) ...
+//
+// An image file becomes an item as the validation set's did: decoded with the items'
+// channel count, through the item transforms in their validation form (a centre crop
+// for RandomResizedCrop, no flip), or, without item transforms, squished to the
+// items' size; then the valid loader's batch transforms run on the
+// predictor's device. Files are decoded on loader workers, a batch at a time.
+//
+// The model is built again from the recorded architecture (vision_learner's models);
+// a model of the program's own is given to load_learner, which loads the weights into
+// it by name (a mismatch lists every missing, unexpected and mis-shaped key).
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "data/batch_transforms.h"
+#include "learner/export.h"
+#include "learner/model.h"
+#include "vision/transforms.h"
+
+namespace fastcpp::vision {
+
+class ImageFolder;
+
+struct Prediction {
+  std::string path;     // the image file (empty for a tensor)
+  std::string label;    // the class name (its index as text when there is no vocab)
+  int64_t index = 0;    // the most probable class
+  torch::Tensor probs;  // the activated output, on the CPU
+};
+
+struct LoadLearnerOptions {
+  std::optional<torch::Device> device;  // default: CUDA when a GPU is there, else the CPU
+  std::optional<Model> model;           // for an export without an architecture: the model to load into
+  int workers = 0;                      // threads decoding a batch of files (0: the caller's)
+};
+
+class Predictor {
+ public:
+  Predictor(ExportedModel exported, LoadLearnerOptions options = {});
+
+  Prediction predict(const std::string& image_path) const;
+  // An item as the dataset gave it (e.g. uint8 CHW); the batch transforms are applied.
+  Prediction predict(const torch::Tensor& item) const;
+  // Batches of `bs` files, in the order given.
+  std::vector<Prediction> predict(const std::vector<std::string>& image_paths, int64_t bs = 64) const;
+  // The image files under `dir` (recursively), sorted by path.
+  std::vector<Prediction> predict_folder(const std::string& dir, int64_t bs = 64) const;
+
+  // The item an image file becomes (before the batch transforms).
+  torch::Tensor item(const std::string& image_path) const;
+  const std::vector<std::string>& vocab() const { return exported_.vocab; }
+  // The class name of an output index (the index as text beyond the vocab).
+  std::string label(int64_t index) const;
+  const Model& model() const { return model_; }
+  torch::Device device() const { return device_; }
+
+ private:
+  // The files as a dataset of items made as the validation set's were.
+  ImageFolder files(const std::vector<std::string>& image_paths) const;
+  Prediction decode(const torch::Tensor& probs, std::string path) const;
+  torch::Tensor forward(torch::Tensor batch) const;
+
+  ExportedModel exported_;
+  Model model_;
+  torch::Device device_;
+  std::vector<BatchTransform> batch_tfms_;
+  std::vector<ItemTransform> item_tfms_;
+  int workers_ = 0;
+};
+
+// Reads an exported model; errors name the file.
+Predictor load_learner(const std::string& path, LoadLearnerOptions options = {});
+
+}  // namespace fastcpp::vision
