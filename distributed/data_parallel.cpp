@@ -2,6 +2,7 @@
 
 #include <ATen/ThreadLocalState.h>
 #include <c10/core/DeviceGuard.h>
+#include <c10/core/StreamGuard.h>
 #include <torch/torch.h>
 
 #include <exception>
@@ -10,6 +11,8 @@
 #include "core/device.h"
 #include "core/error.h"
 #include "distributed/distributed_trainer.h"
+#include "distributed/replica_grads.h"
+#include "distributed/replica_streams.h"
 #include "distributed/sync_batchnorm.h"
 #include "learner/learner.h"
 
@@ -73,6 +76,7 @@ void DataParallel::make_replicas() {
   for (size_t r = 1; r < replicas_.size(); ++r)  // frozen stays frozen
     for (size_t i = 0; i < params_[0].size(); ++i) params_[r][i].set_requires_grad(params_[0][i].requires_grad());
   if (sync_bn_) group_.connect(modules);
+  streams_ = side_streams(devices_);
   l.model = Model(plain_->ptr(), [this](const torch::Tensor& x) { return forward(x); });
 }
 
@@ -97,15 +101,24 @@ torch::Tensor DataParallel::forward(const torch::Tensor& x) {
   group_.start_step(replicas);
   std::vector<torch::Tensor> outputs(static_cast<size_t>(replicas));
   std::vector<std::exception_ptr> errors(static_cast<size_t>(replicas));
+  // Replica r > 0 starts after the caller's work on its device (the parameter copies,
+  // the input) and marks where its output is ready, on its stream.
+  std::vector<std::optional<StreamMark>> ready(static_cast<size_t>(replicas)), done(static_cast<size_t>(replicas));
+  for (int r = 1; r < replicas; ++r) ready[static_cast<size_t>(r)].emplace(devices_[static_cast<size_t>(r)]);
   const at::ThreadLocalState caller_state;  // grad mode, autocast: thread-local, so handed to each thread
   auto run = [&](int r, int64_t start, int64_t count) {
+    const auto k = static_cast<size_t>(r);
     try {
       at::ThreadLocalStateGuard state(caller_state);
-      const auto& device = devices_[static_cast<size_t>(r)];
+      const auto& device = devices_[k];
       c10::DeviceGuard on_device(device);
-      outputs[static_cast<size_t>(r)] = replicas_[static_cast<size_t>(r)](x.narrow(0, start, count).to(device, /*non_blocking=*/true));
+      std::optional<c10::StreamGuard> on_stream;
+      if (streams_[k]) on_stream.emplace(*streams_[k]);
+      if (ready[k]) ready[k]->wait();
+      outputs[k] = replicas_[k](x.narrow(0, start, count).to(device, /*non_blocking=*/true));
+      if (r > 0) done[k].emplace(device);
     } catch (...) {
-      errors[static_cast<size_t>(r)] = std::current_exception();
+      errors[k] = std::current_exception();
       group_.abort();
     }
   };
@@ -121,23 +134,17 @@ torch::Tensor DataParallel::forward(const torch::Tensor& x) {
   for (auto& thread : threads) thread.join();
   for (const auto& error : errors)
     if (error) std::rethrow_exception(error);
+  for (int r = 1; r < replicas; ++r) {
+    done[static_cast<size_t>(r)]->wait();
+    keep_for_current_stream(outputs[static_cast<size_t>(r)]);
+  }
   if (replicas == 1) return outputs[0];
   for (auto& output : outputs) output = output.to(devices_[0], /*non_blocking=*/true);
   return torch::cat(outputs);
 }
 
 void DataParallel::after_backward() {
-  if (replicas_.size() < 2) return;
-  torch::NoGradGuard no_grad;
-  for (int r = 1; r < last_replicas_; ++r)
-    for (size_t i = 0; i < params_[0].size(); ++i) {
-      auto& grad = params_[r][i].mutable_grad();
-      if (!grad.defined()) continue;
-      auto& total = params_[0][i].mutable_grad();
-      if (total.defined()) total.add_(grad.to(total.device(), /*non_blocking=*/true));
-      else total = grad.to(params_[0][i].device(), /*non_blocking=*/false, /*copy=*/true);
-      grad = torch::Tensor();
-    }
+  if (replicas_.size() > 1) reduce_into_first(params_, last_replicas_, nccl_reduces(devices_));
 }
 
 void DataParallel::after_fit() { restore(); }
@@ -149,6 +156,7 @@ void DataParallel::restore() {
   replicas_.clear();
   params_.clear();
   buffers_.clear();
+  streams_.clear();
 }
 
 }  // namespace fastcpp::distributed

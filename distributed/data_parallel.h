@@ -7,16 +7,19 @@
 //   forward         parameters and buffers brought from replica 0 to the others; the batch
 //                   split along dim 0 (as evenly as it goes; a batch of fewer items than
 //                   devices uses that many replicas); each replica's forward on its own
-//                   thread, with the caller's thread-local state (grad mode, autocast); the
+//                   thread, with the caller's thread-local state (grad mode, autocast), on
+//                   a CUDA stream of its own where it shares a GPU (replica_streams.h); the
 //                   outputs gathered on devices[0] in order. Loss, metrics and backward are
 //                   the Learner's own, on the whole batch, so autograd carries the gradient
 //                   into every replica (on CUDA, each device's backward on its own thread)
 //   after_backward  each replica's gradients summed into replica 0's (the Learner's
-//                   model), which the one optimizer steps
+//                   model), which the one optimizer steps: NCCL's reduce on distinct
+//                   GPUs, plain sums elsewhere (replica_grads.h)
 //   after_fit       the Learner's model is the plain one again
 // Replica 0 is the Learner's model itself: checkpoints, the optimizer and its state are
 // those of the plain model. Unlike PyTorch's DataParallel (and libtorch's
 // data_parallel), nothing is copied onto the devices per step but the parameters.
+#include <c10/core/Stream.h>
 #include <torch/types.h>
 
 #include <memory>
@@ -53,6 +56,7 @@ class DataParallel : public Callback {
   std::optional<Model> plain_;  // the Learner's model before the fit
   std::vector<Model> replicas_;  // [0]: the Learner's model (its BatchNorm synchronized)
   std::vector<std::vector<torch::Tensor>> params_, buffers_;  // per replica, in the same order
+  std::vector<std::optional<c10::Stream>> streams_;  // a replica's own CUDA stream where it shares a GPU
   ReplicaGroup group_;
   int last_replicas_ = 0;
 };

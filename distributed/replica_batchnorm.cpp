@@ -8,6 +8,7 @@
 
 #include "core/error.h"
 #include "distributed/batchnorm_math.h"
+#include "distributed/replica_streams.h"
 #include "distributed/sync_batchnorm.h"
 
 namespace fastcpp::distributed {
@@ -68,11 +69,14 @@ struct ReplicaSyncBatchNormFunction : torch::autograd::Function<ReplicaSyncBatch
 
 }  // namespace
 
-// Where the replicas' layer k meets: the inputs of this step, then the outputs.
+// Where the replicas' layer k meets: the inputs of this step, then the outputs. On CUDA
+// the last to arrive computes on its stream after every input is ready on its
+// replica's stream (`ready`), and each replica's stream waits for its output (`done`).
 struct ReplicaGroup::Meeting {
   std::mutex mutex;
   std::condition_variable all_there;
   std::vector<torch::Tensor> xs, ys;
+  std::vector<std::optional<StreamMark>> ready, done;
   std::vector<SyncBatchNormImpl*> layers;
   int arrived = 0;
   uint64_t round = 0;
@@ -84,9 +88,14 @@ struct ReplicaGroup::Meeting {
     const uint64_t my_round = round;
     xs[replica] = x;
     layers[replica] = &layer;
+    ready[replica].emplace(x.device());
     if (++arrived == expected) {
       error = nullptr;
       try {
+        for (int r = 0; r < expected; ++r) {
+          ready[static_cast<size_t>(r)]->wait();
+          keep_for_current_stream(xs[static_cast<size_t>(r)]);
+        }
         std::vector<torch::Tensor> inputs(xs.begin(), xs.begin() + expected), weights, biases;
         for (int r = 0; r < expected; ++r) {
           weights.push_back(layers[static_cast<size_t>(r)]->weight);
@@ -96,6 +105,7 @@ struct ReplicaGroup::Meeting {
         auto outputs = ReplicaSyncBatchNormFunction::apply(at::TensorList(inputs), at::TensorList(weights),
                                                            at::TensorList(biases), layers[0]);
         std::copy(outputs.begin(), outputs.end(), ys.begin());
+        for (size_t r = 0; r < outputs.size(); ++r) done[r].emplace(outputs[r].device());
       } catch (...) {
         error = std::current_exception();
       }
@@ -108,6 +118,8 @@ struct ReplicaGroup::Meeting {
     }
     xs[replica] = torch::Tensor();  // autograd keeps what it needs; nothing else outlives the step
     if (error) std::rethrow_exception(error);
+    done[replica]->wait();
+    keep_for_current_stream(ys[replica]);
     return std::exchange(ys[replica], torch::Tensor());
   }
 
@@ -115,6 +127,10 @@ struct ReplicaGroup::Meeting {
     std::lock_guard<std::mutex> lock(mutex);
     xs.assign(replicas, {});
     ys.assign(replicas, {});
+    ready.clear();  // marks are not copyable: emptied, then sized
+    ready.resize(replicas);
+    done.clear();
+    done.resize(replicas);
     layers.assign(replicas, nullptr);
     arrived = 0;
   }

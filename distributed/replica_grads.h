@@ -1,0 +1,20 @@
+#pragma once
+// to_parallel's gradient reduction: every replica's gradients summed into replica 0's
+// (the Learner's model, which the one optimizer steps). The gradients of each replica
+// are flattened into one buffer per dtype; on distinct CUDA devices NCCL's in-process
+// reduce sums the buffers across the GPUs, elsewhere (CPU replicas, replicas sharing
+// a GPU) they are added on replica 0's device. A parameter gets a gradient when any
+// replica has one (zeros standing in for the others); the replicas' own are cleared.
+#include <torch/types.h>
+
+#include <vector>
+
+namespace fastcpp::distributed {
+
+// True when NCCL can sum over `devices`: all CUDA, no two alike, NCCL compiled in.
+bool nccl_reduces(const std::vector<torch::Device>& devices);
+
+// params[r][i]: parameter i of replica r; the first `replicas` replicas took part.
+void reduce_into_first(const std::vector<std::vector<torch::Tensor>>& params, int replicas, bool nccl);
+
+}  // namespace fastcpp::distributed
