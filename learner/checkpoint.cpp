@@ -32,13 +32,7 @@ std::vector<char> encode(const Learner& learn, bool with_opt) {
 }
 
 void decode_into(Learner& learn, const std::vector<char>& bytes, bool with_opt, const std::string& source) {
-  c10::IValue value;
-  try {
-    value = torch::pickle_load(bytes);
-  } catch (const c10::Error& e) {
-    throw Error("cannot read " + source + ": the file is truncated or not a checkpoint (" +
-                std::string(e.what_without_backtrace()).substr(0, 200) + ")");
-  }
+  const auto value = unpickle(bytes, source, "a checkpoint");
   if (!value.isGenericDict()) throw Error("cannot read " + source + ": not a fastcpp checkpoint");
   auto root = value.toGenericDict();
   auto format = root.find(c10::IValue(std::string("format")));
@@ -93,6 +87,15 @@ std::vector<char> read_file(const std::string& path, const std::string& what) {
   std::ifstream in(path, std::ios::binary);
   if (!in) throw Error(what + " '" + path + "' not found or unreadable");
   return {std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>()};
+}
+
+c10::IValue unpickle(const std::vector<char>& bytes, const std::string& source, const std::string& kind) {
+  try {
+    return torch::pickle_load(bytes);
+  } catch (const c10::Error& e) {
+    throw Error("cannot read " + source + ": the file is truncated or not " + kind + " (" +
+                std::string(e.what_without_backtrace()).substr(0, 200) + ")");
+  }
 }
 
 }  // namespace fastcpp::checkpoint

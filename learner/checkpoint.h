@@ -5,6 +5,8 @@
 // renamed over it, so a crash never leaves a half-written checkpoint.
 // Loading checks everything before changing anything: a mismatch leaves the
 // Learner as it was and names the file and the first mismatched entry.
+#include <ATen/core/ivalue.h>
+
 #include <string>
 #include <vector>
 
@@ -20,6 +22,9 @@ void decode_into(Learner& learn, const std::vector<char>& bytes, bool with_opt, 
 void write_atomically(const std::string& path, const std::vector<char>& bytes);
 // "<what> 'path' not found or unreadable" when it cannot be read.
 std::vector<char> read_file(const std::string& path, const std::string& what = "checkpoint");
+// The value pickled in a file's bytes; "cannot read <source>: the file is truncated or
+// not <kind> (...)" when it holds none.
+c10::IValue unpickle(const std::vector<char>& bytes, const std::string& source, const std::string& kind);
 
 }  // namespace checkpoint
 }  // namespace fastcpp

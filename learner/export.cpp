@@ -88,13 +88,7 @@ ExportedModel read_exported(const std::string& path) {
   exported.source = "exported model '" + path + "'";
   const auto& source = exported.source;
   const auto bytes = checkpoint::read_file(path, "exported model");
-  c10::IValue value;
-  try {
-    value = torch::pickle_load(bytes);
-  } catch (const c10::Error& e) {
-    throw Error("cannot read " + source + ": the file is truncated or not an exported model (" +
-                std::string(e.what_without_backtrace()).substr(0, 200) + ")");
-  }
+  const auto value = checkpoint::unpickle(bytes, source, "an exported model");
   const auto not_exported = "cannot read " + source + ": not an exported model (written by Learner::export_learner)";
   if (!value.isGenericDict()) throw Error(not_exported);
   const auto root = value.toGenericDict();
