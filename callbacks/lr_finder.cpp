@@ -69,20 +69,42 @@ LrFindResult suggest_lrs(const std::vector<double>& all_lrs, const std::vector<d
   result.steep = lrs[steep_at];
 
   // The longest decreasing run of losses (a longest-decreasing-subsequence search),
-  // then a point a little past its middle.
+  // then a point a little past its middle. As in fastai, the run's start is taken when
+  // it first becomes the longest, inside the inner loop.
   std::vector<size_t> run(n, 1);
   size_t max_start = 0, max_end = 0;
   for (size_t i = 1; i < n; ++i) {
-    for (size_t j = 0; j < i; ++j)
+    for (size_t j = 0; j < i; ++j) {
       if (losses[i] < losses[j] && run[i] < run[j] + 1) run[i] = run[j] + 1;
-    if (run[max_end] < run[i]) {
-      max_end = i;
-      max_start = max_end - run[max_end];
+      if (run[max_end] < run[i]) {
+        max_end = i;
+        max_start = max_end - run[max_end];
+      }
     }
   }
   const double sections = static_cast<double>(max_end - max_start) / 3;
   const size_t idx = max_start + static_cast<size_t>(sections) + static_cast<size_t>(sections / 2);
   result.valley = lrs[std::min(idx, n - 1)];
+
+  // Slide: windows of 15 points moved left from the end until the slope (numpy's
+  // gradient) at both ends differs by at most 0.005; the lr at the window's left end.
+  constexpr size_t window = 15;
+  constexpr double thresh = 0.005;
+  std::vector<double> slope(n);
+  for (size_t i = 0; i < n; ++i)
+    slope[i] = i == 0 ? losses[1] - losses[0]
+               : i + 1 == n ? losses[i] - losses[i - 1]
+                            : (losses[i + 1] - losses[i - 1]) / 2;
+  result.slide = lrs.front();
+  if (n > window) {
+    size_t right = n - 1, left = right - window;
+    result.slide = lrs[left];
+    while (std::abs(slope[right] - slope[left]) > thresh) {
+      result.slide = lrs[left];
+      if (left == 0) break;
+      --right, --left;
+    }
+  }
   return result;
 }
 

@@ -80,6 +80,14 @@ struct FlatCosOptions {
   int start_epoch = 0;
 };
 
+struct SgdrOptions {
+  int cycle_mult = 2;  // each cycle this many times longer than the one before
+  std::optional<double> wd;
+  std::vector<CallbackPtr> cbs;
+  bool reset_opt = false;
+  int start_epoch = 0;
+};
+
 struct FineTuneOptions {
   double base_lr = 2e-3;
   int freeze_epochs = 1;
@@ -102,6 +110,7 @@ struct LrFindResult {
   double valley = 0;   // the suggestion (fastai's default)
   double minimum = 0;  // lr at the loss minimum, divided by 10
   double steep = 0;    // lr where the loss falls fastest
+  double slide = 0;    // the interval slide rule: where the loss's slope stops changing
   std::vector<double> lrs, losses;
 };
 
@@ -129,6 +138,9 @@ class Learner {
   void fit(int n_epoch, Lrs lr = {}, FitOptions options = {});
   void fit_one_cycle(int n_epoch, Lrs lr_max = {}, OneCycleOptions options = {});
   void fit_flat_cos(int n_epoch, Lrs lr = {}, FlatCosOptions options = {});
+  // fastai's SGDR: n_cycles cosine annealings from lr_max to 0, the first cycle_len
+  // epochs long, each next one cycle_mult times longer (warm restarts).
+  void fit_sgdr(int n_cycles, int cycle_len, Lrs lr_max = {}, SgdrOptions options = {});
   void fine_tune(int epochs, FineTuneOptions options = {});
   LrFindResult lr_find(LrFindOptions options = {});
 

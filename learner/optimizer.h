@@ -57,6 +57,7 @@ class Optimizer {
   void load_state_dict(const c10::impl::GenericDict& state, const std::string& source);
 
  protected:
+  friend class Lookahead;  // runs the update of the optimizer it wraps
   virtual void update(torch::Tensor& param, const torch::Tensor& grad, ParamState& state,
                       const Hypers& hypers, bool do_wd) = 0;
 

@@ -2,7 +2,8 @@
 # Gathers, into .gpu_bundle/ (ignored by git), what a GPU machine without Debian's
 # packages needs to build and check fastcpp with scripts/gpu_check.sh: doctest's single
 # header, Gloo's headers (c10d's Gloo backend includes them; the torch wheel ships none),
-# zlib's headers, and the Fashion-MNIST files. About 31 MB.
+# zlib's headers, the Fashion-MNIST files, and the fixtures of the fastai suite (made
+# here with the venv's fastai, which the GPU machines lack). About 31 MB.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bundle=.gpu_bundle
@@ -12,4 +13,5 @@ cp /usr/include/doctest/doctest.h "$bundle/include/doctest/"
 cp -r /usr/include/gloo "$bundle/include/"
 cp /usr/include/zlib.h /usr/include/zconf.h "$bundle/include/"
 cp /usr/share/datasets/fashion-mnist/*.gz "$bundle/data/fashion-mnist/"
+.venv/bin/python tests/fixtures/fastai_reference.py "$bundle/fastai_fixtures"
 du -sh "$bundle"

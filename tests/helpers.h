@@ -103,10 +103,12 @@ inline bool all_equal(const std::vector<torch::Tensor>& a, const std::vector<tor
   return true;
 }
 
-// A fixture of tests/fixtures (written by make_fixtures.py): lines "key: v1 v2 ...".
-inline std::map<std::string, std::vector<double>> read_fixture(const std::string& name) {
-  std::ifstream in(std::string(FASTCPP_FIXTURES) + "/" + name);
-  REQUIRE_MESSAGE(in.good(), "missing fixture " << name << ": run tests/fixtures/make_fixtures.py");
+// A fixture of tests/fixtures (written by make_fixtures.py), or of another folder of
+// generated ones: lines "key: v1 v2 ...".
+inline std::map<std::string, std::vector<double>> read_fixture(const std::string& name,
+                                                               const std::string& dir = FASTCPP_FIXTURES) {
+  std::ifstream in(dir + "/" + name);
+  REQUIRE_MESSAGE(in.good(), "missing fixture " << dir << "/" << name << ": run its generator in tests/fixtures");
   std::map<std::string, std::vector<double>> values;
   for (std::string line; std::getline(in, line);) {
     const auto colon = line.find(':');

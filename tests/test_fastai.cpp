@@ -1,0 +1,157 @@
+// fastcpp against real fastai: the fixtures of tests/fixtures/fastai_reference.py (run by
+// ctest's fastai_fixtures entry with the venv's fastai) for schedules, lr_find, the
+// optimizers and the label-smoothing losses.
+#include "helpers.h"
+
+using namespace fastcpp;
+using namespace fastcpp::testing;
+
+namespace {
+
+const std::string kDir = FASTCPP_FASTAI_FIXTURES;
+
+std::map<std::string, std::vector<double>> fixture(const std::string& name) { return read_fixture(name, kDir); }
+
+// Every parameter group's hyper-parameters before each training batch, after the
+// ParamScheduler (order 60) has set them, as the fixture's recorder does.
+class HyperRecorder : public Callback {
+ public:
+  HyperRecorder() { order = 70; }
+  void before_batch() override {
+    if (!learn().training) return;
+    const auto& groups = learn().opt->param_groups();
+    for (size_t g = 0; g < groups.size(); ++g)
+      for (const auto& name : Hypers::names()) rows[name + "." + std::to_string(g)].push_back(groups[g].hypers.at(name));
+  }
+  std::map<std::string, std::vector<double>> rows;
+};
+
+// |actual - expected| <= rtol * scale at each index, the scale being the largest
+// expected value's size (or each value's own, with per_value).
+void check_close(const std::vector<double>& actual, const std::vector<double>& expected, double rtol,
+                 bool per_value = true, const std::vector<size_t>& skip = {}) {
+  REQUIRE(actual.size() == expected.size());
+  double largest = 0;
+  for (double value : expected) largest = std::max(largest, std::abs(value));
+  for (size_t i = 0; i < actual.size(); ++i) {
+    if (std::find(skip.begin(), skip.end(), i) != skip.end()) continue;
+    INFO("index " << i << ": " << actual[i] << " vs fastai's " << expected[i]);
+    CHECK(std::abs(actual[i] - expected[i]) <= rtol * (per_value ? std::abs(expected[i]) : largest) + 1e-15);
+  }
+}
+
+// 16 training items of 4 features in batches of 4, two parameter groups (the first
+// linear layer, the rest), fastai's Adam: the fixture's learner.
+void check_schedule(const std::string& run, const std::function<void(Learner&)>& fit,
+                    const std::vector<size_t>& skip = {}) {
+  auto recorder = std::make_shared<HyperRecorder>();
+  Learner learn(synthetic_dls(16, 8, 4), tiny_model(), CrossEntropyLoss(), {},
+                quiet({.opt_func = adam(), .cbs = {recorder}, .splitter = two_groups}));
+  silence(learn);
+  fit(learn);
+  const auto expected = fixture("schedules.txt");
+  for (const auto& name : Hypers::names())
+    for (const char* group : {"0", "1"}) {
+      const auto key = name + "." + group;
+      CAPTURE(run + "." + key);
+      // fastai's combine_scheds rounds the position to float32 (a torch tensor), ours is a
+      // double: equal to 1e-6 of the run's largest value.
+      check_close(recorder->rows[key], expected.at(run + "." + key), 1e-6, /*per_value=*/false, skip);
+    }
+}
+
+}  // namespace
+
+TEST_SUITE("fastai") {
+  TEST_CASE("fit_one_cycle, fit_flat_cos, fine_tune and fit_sgdr set fastai's hyper-parameters at every batch") {
+    check_schedule("one_cycle", [](Learner& l) { l.fit_one_cycle(2, slice(1e-4, 1e-2)); });
+    check_schedule("flat_cos", [](Learner& l) { l.fit_flat_cos(2, slice(1e-4, 1e-2)); });
+    check_schedule("fine_tune", [](Learner& l) { l.fine_tune(2, {.base_lr = 2e-3, .freeze_epochs = 1}); });
+    // fit_sgdr, but for batch 12, the first of the third cycle (position 3/7): fastai's
+    // float32 position falls just short of its float32 cycle boundary, so fastai takes the
+    // second cycle's last value (~0) where we restart at lr_max.
+    check_schedule("sgdr", [](Learner& l) { l.fit_sgdr(3, 1, slice(1e-4, 1e-2)); }, {12});
+    const auto expected = fixture("schedules.txt");
+    CHECK(expected.at("sgdr.lr.1")[12] < 1e-12);
+    CHECK(expected.at("sgdr.lr.1")[13] == doctest::Approx(1e-2).epsilon(0.02));  // the restart, a batch late
+  }
+
+  TEST_CASE("fit_sgdr restarts at lr_max on the first batch of each cycle") {
+    auto recorder = std::make_shared<HyperRecorder>();
+    Learner learn(synthetic_dls(16, 8, 4), tiny_model(), CrossEntropyLoss(), {}, quiet({.cbs = {recorder}}));
+    silence(learn);
+    learn.fit_sgdr(3, 1, 1e-2);
+    const auto& lrs = recorder->rows["lr.0"];
+    REQUIRE(lrs.size() == 28);  // 1 + 2 + 4 epochs of 4 batches
+    for (size_t first : {0, 4, 12}) CHECK(lrs[first] == doctest::Approx(1e-2).epsilon(1e-12));
+    CHECK(lrs[2] == doctest::Approx(5e-3).epsilon(1e-12));   // half-way down the first cycle
+    CHECK(lrs[20] == doctest::Approx(5e-3).epsilon(1e-12));  // and the third
+  }
+
+  TEST_CASE("fit_sgdr: cycles of 1, 2 and 4 epochs, and bad arguments") {
+    Learner learn(synthetic_dls(8, 4, 4), tiny_model(), CrossEntropyLoss(), {}, quiet());
+    silence(learn);
+    learn.fit_sgdr(3, 1, 1e-2);
+    CHECK(learn.n_epoch == 7);
+    CHECK_THROWS_WITH_AS(learn.fit_sgdr(0, 1), "fit_sgdr: n_cycles, cycle_len and cycle_mult must be at least 1, got 0, 1 and 2",
+                         Error);
+  }
+
+  TEST_CASE("lr_find on fastai's weights and data: the same lrs, losses, stop and suggestions") {
+    const auto data = read_torch_file(checkpoint::read_file(kDir + "/lr_find_data.pt")).toGenericDict();
+    auto x = data.at(c10::IValue(std::string("x"))).toTensor(), y = data.at(c10::IValue(std::string("y"))).toTensor();
+    auto model = tiny_model();
+    load_state_dict(*model, kDir + "/lr_find_init.pt");
+    auto valid = synthetic_dataset(8, 4, 3, 2);
+    Learner learn({DataLoader(std::make_shared<TensorDataset>(x, y), {.bs = 8}), DataLoader(valid, {.bs = 8})}, model,
+                  CrossEntropyLoss(), {}, quiet());
+    silence(learn);
+    const auto found = learn.lr_find({.plot = ""});
+
+    const auto expected = fixture("lr_find.txt");
+    CHECK(found.lrs.size() == static_cast<size_t>(expected.at("iterations")[0]));
+    check_close(found.lrs, expected.at("lrs"), 1e-12);
+    // The losses follow fastai's to float precision while the lr is sane; the last ones,
+    // where the loss diverges, amplify the last bits.
+    const auto& losses = expected.at("losses");
+    for (size_t i = 0; i < std::min(found.losses.size(), losses.size()) - 8; ++i) {
+      INFO("iteration " << i);
+      CHECK(found.losses[i] == doctest::Approx(losses[i]).epsilon(1e-4));
+    }
+    // From fastai's own record, our suggestions are fastai's.
+    const auto suggested = suggest_lrs(expected.at("lrs"), losses, 100);
+    check_close({suggested.valley, suggested.minimum, suggested.steep, suggested.slide}, expected.at("suggestions"), 1e-6);
+  }
+
+  TEST_CASE("every optimizer takes fastai's steps on the same parameters and gradients") {
+    const auto fx = fixture("optimizers.txt");
+    const std::map<std::string, std::pair<OptFunc, double>> optimizers{
+        {"sgd", {sgd({.mom = 0.9, .wd = 0.01}), 0.1}},   {"adam", {adam({.wd = 0.01}), 0.05}},
+        {"radam", {radam({.wd = 0.01}), 0.05}},          {"qhadam", {qhadam({.wd = 0.01}), 0.05}},
+        {"larc", {larc({.wd = 0.01}), 0.5}},             {"lars", {lars({.wd = 0.01}), 0.5}},
+        {"lamb", {lamb({.wd = 0.01}), 0.05}},            {"ranger", {ranger(), 0.05}}};
+    for (const auto& [name, make] : optimizers) {
+      CAPTURE(name);
+      auto param = torch::tensor(fx.at("init"), torch::kFloat).requires_grad_(true);
+      auto opt = make.first({ParamGroup{{param}, {}, {}}});
+      opt->set_hyper("lr", make.second);
+      for (int k = 0; k < 7; ++k) {
+        opt->set_hyper("mom", fx.at("mom")[static_cast<size_t>(k)]);
+        param.mutable_grad() = torch::tensor(fx.at("grad." + std::to_string(k)), torch::kFloat);
+        opt->step();
+        const auto expected = torch::tensor(fx.at(name + "." + std::to_string(k)), torch::kFloat);
+        CAPTURE(k);
+        CHECK(torch::allclose(param.detach(), expected, /*rtol=*/1e-6, /*atol=*/1e-6));
+      }
+    }
+  }
+
+  TEST_CASE("CrossEntropyLoss with label smoothing equals LabelSmoothingCrossEntropy and CrossEntropyLossFlat's") {
+    const auto fx = fixture("losses.txt");
+    const auto output = torch::tensor(fx.at("output"), torch::kFloat).view({6, 5});
+    const auto target = torch::tensor(fx.at("target"), torch::kFloat).to(torch::kLong);
+    const double loss = CrossEntropyLoss({.label_smoothing = 0.1})(output, target).item<double>();
+    CHECK(loss == doctest::Approx(fx.at("label_smoothing_ce")[0]).epsilon(1e-6));
+    CHECK(loss == doctest::Approx(fx.at("ce_flat_smoothing")[0]).epsilon(1e-6));
+  }
+}
