@@ -19,7 +19,8 @@ bool contains(const std::string& text, const char* word) { return text.find(word
 
 TrackerCallback::TrackerCallback(TrackerOptions options)
     : options_(std::move(options)),
-      lower_is_better_(contains(options_.monitor, "loss") || contains(options_.monitor, "error")) {
+      lower_is_better_(options_.comp == Comp::infer ? contains(options_.monitor, "loss") || contains(options_.monitor, "error")
+                                                    : options_.comp == Comp::lower) {
   order = 60;
 }
 
@@ -43,7 +44,7 @@ void TrackerCallback::after_epoch() {
 }
 
 SaveModel::SaveModel(SaveModelOptions options)
-    : TrackerCallback({options.monitor, options.min_delta}), save_options_(std::move(options)) {
+    : TrackerCallback({options.monitor, options.min_delta, options.comp}), save_options_(std::move(options)) {
   order = 61;
 }
 
@@ -74,7 +75,7 @@ void SaveModel::after_fit() {
 }
 
 EarlyStopping::EarlyStopping(EarlyStoppingOptions options)
-    : TrackerCallback({options.monitor, options.min_delta}), patience_(options.patience) {
+    : TrackerCallback({options.monitor, options.min_delta, options.comp}), patience_(options.patience) {
   order = 63;
 }
 
@@ -96,7 +97,7 @@ void EarlyStopping::after_epoch() {
 }
 
 ReduceLROnPlateau::ReduceLROnPlateau(ReduceLROnPlateauOptions options)
-    : TrackerCallback({options.monitor, options.min_delta}), reduce_options_(options) {
+    : TrackerCallback({options.monitor, options.min_delta, options.comp}), reduce_options_(options) {
   order = 62;
 }
 

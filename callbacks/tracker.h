@@ -1,7 +1,8 @@
 #pragma once
 // Callbacks that watch a monitored value (a column of the epoch table, default
 // valid_loss) after each epoch. "Better" is lower for names containing "loss" or
-// "error", higher otherwise, by more than min_delta.
+// "error", higher otherwise (or as `comp` says: fastai's comp=np.less / np.greater),
+// by more than min_delta.
 //
 // SaveModel (order 61): saves <model_dir>/<fname>.pt when the value improves (or every
 //   epoch as <fname>_<epoch>.pt); loads the best back at the end of the fit.
@@ -14,9 +15,13 @@
 
 namespace fastcpp {
 
+// Which way a monitored value gets better.
+enum class Comp { infer, lower, higher };
+
 struct TrackerOptions {
   std::string monitor = "valid_loss";
   double min_delta = 0.0;
+  Comp comp = Comp::infer;
 };
 
 class TrackerCallback : public Callback {
@@ -40,6 +45,7 @@ class TrackerCallback : public Callback {
 struct SaveModelOptions {
   std::string monitor = "valid_loss";
   double min_delta = 0.0;
+  Comp comp = Comp::infer;
   std::string fname = "model";
   std::string model_dir = "models";
   bool every_epoch = false;
@@ -61,6 +67,7 @@ class SaveModel : public TrackerCallback {
 struct EarlyStoppingOptions {
   std::string monitor = "valid_loss";
   double min_delta = 0.0;
+  Comp comp = Comp::infer;
   int patience = 1;
 };
 
@@ -78,6 +85,7 @@ class EarlyStopping : public TrackerCallback {
 struct ReduceLROnPlateauOptions {
   std::string monitor = "valid_loss";
   double min_delta = 0.0;
+  Comp comp = Comp::infer;
   int patience = 1;
   double factor = 10.0;
   double min_lr = 0.0;

@@ -47,6 +47,19 @@ TEST_SUITE("callbacks") {
     CHECK(t.lines.back() == "No improvement since epoch 1: early stopping");
   }
 
+  TEST_CASE("EarlyStopping on any value with comp: a 'loss' that should grow, with Comp::higher") {
+    // Inferred from the name, 0.5 -> 0.6 -> 0.7 gets worse; told that higher is better, it improves.
+    Tracked inferred({0.5, 0.6, 0.7, 0.8}, {std::make_shared<EarlyStopping>(
+                                               EarlyStoppingOptions{.monitor = "scripted_loss", .patience = 1})});
+    inferred.learn.fit(4);
+    CHECK(inferred.learn.recorder->values.size() == 2);
+    Tracked higher({0.5, 0.6, 0.7, 0.65, 0.6}, {std::make_shared<EarlyStopping>(EarlyStoppingOptions{
+                                                    .monitor = "scripted_loss", .comp = Comp::higher, .patience = 1})});
+    higher.learn.fit(5);
+    CHECK(higher.learn.recorder->values.size() == 4);
+    CHECK(higher.lines.back() == "No improvement since epoch 2: early stopping");
+  }
+
   TEST_CASE("ReduceLROnPlateau divides the lr by factor on each plateau") {
     Tracked t({0.5, 0.6, 0.4, 0.7, 0.8},
               {std::make_shared<ReduceLROnPlateau>(ReduceLROnPlateauOptions{.monitor = "scripted_loss", .patience = 1, .factor = 10})});

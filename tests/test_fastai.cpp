@@ -146,6 +146,21 @@ TEST_SUITE("fastai") {
     }
   }
 
+  TEST_CASE("fastai's own XResNet-18 and -50 state dicts load into ours strictly and compute the same outputs") {
+    for (const std::string arch : {"xresnet18", "xresnet50"}) {
+      CAPTURE(arch);
+      const vision::XResNetOptions options{.n_out = 10, .widen = 0.25};
+      auto model = arch == "xresnet18" ? vision::xresnet18(options) : vision::xresnet50(options);
+      load_state_dict(*model, kDir + "/" + arch + ".pth");  // strict: every name and shape fastai's
+      model->eval();
+      const auto io = read_torch_file(checkpoint::read_file(kDir + "/" + arch + "_io.pt")).toGenericDict();
+      torch::NoGradGuard no_grad;
+      const auto expected = io.at(c10::IValue(std::string("output"))).toTensor();
+      const auto output = model->forward(io.at(c10::IValue(std::string("input"))).toTensor());
+      CHECK((output - expected).abs().max().item<double>() < 1e-4 * expected.abs().max().item<double>());
+    }
+  }
+
   TEST_CASE("CrossEntropyLoss with label smoothing equals LabelSmoothingCrossEntropy and CrossEntropyLossFlat's") {
     const auto fx = fixture("losses.txt");
     const auto output = torch::tensor(fx.at("output"), torch::kFloat).view({6, 5});
