@@ -60,9 +60,103 @@ void check_schedule(const std::string& run, const std::function<void(Learner&)>&
     }
 }
 
+// Records every event it sees, and throws at one: (event, epoch, iter or -1, training).
+class ScriptedEvents : public Callback {
+ public:
+  struct At {
+    std::string event;
+    int epoch = 0;
+    int iter = -1;  // -1: an event outside the batches
+    bool training = true;
+  };
+  ScriptedEvents(std::optional<At> at, std::function<void()> raise) : at_(std::move(at)), raise_(std::move(raise)) {}
+  std::vector<std::string> events;
+
+#define FASTCPP_SCRIPTED(name) \
+  void name() override { seen(#name); }
+  FASTCPP_SCRIPTED(before_fit)
+  FASTCPP_SCRIPTED(before_epoch)
+  FASTCPP_SCRIPTED(before_train)
+  FASTCPP_SCRIPTED(before_batch)
+  FASTCPP_SCRIPTED(after_pred)
+  FASTCPP_SCRIPTED(after_loss)
+  FASTCPP_SCRIPTED(before_backward)
+  FASTCPP_SCRIPTED(after_cancel_backward)
+  FASTCPP_SCRIPTED(after_backward)
+  FASTCPP_SCRIPTED(before_step)
+  FASTCPP_SCRIPTED(after_cancel_step)
+  FASTCPP_SCRIPTED(after_step)
+  FASTCPP_SCRIPTED(after_cancel_batch)
+  FASTCPP_SCRIPTED(after_batch)
+  FASTCPP_SCRIPTED(after_cancel_train)
+  FASTCPP_SCRIPTED(after_train)
+  FASTCPP_SCRIPTED(before_validate)
+  FASTCPP_SCRIPTED(after_cancel_validate)
+  FASTCPP_SCRIPTED(after_validate)
+  FASTCPP_SCRIPTED(after_cancel_epoch)
+  FASTCPP_SCRIPTED(after_epoch)
+  FASTCPP_SCRIPTED(after_cancel_fit)
+  FASTCPP_SCRIPTED(after_fit)
+#undef FASTCPP_SCRIPTED
+
+ private:
+  void seen(const std::string& event) {
+    events.push_back(event);
+    const auto& l = learn();
+    if (!at_ || event != at_->event || l.epoch != at_->epoch) return;
+    if (at_->iter >= 0 && (static_cast<int>(l.iter) != at_->iter || l.training != at_->training)) return;
+    raise_();
+  }
+  std::optional<At> at_;
+  std::function<void()> raise_;
+};
+
+template <class E>
+std::function<void()> raise() {
+  return [] { throw E(); };
+}
+
+std::vector<std::string> words_of(const std::string& line) {
+  std::istringstream in(line);
+  std::vector<std::string> out;
+  for (std::string word; in >> word;) out.push_back(word);
+  return out;
+}
+
 }  // namespace
 
 TEST_SUITE("fastai") {
+  TEST_CASE("the events of a fit, plain, with each cancel exception and with an error, are fastai's") {
+    using At = ScriptedEvents::At;
+    const std::map<std::string, std::pair<std::optional<At>, std::function<void()>>> runs{
+        {"plain", {std::nullopt, nullptr}},
+        {"cancel_batch", {At{"before_step", 0, 1}, raise<CancelBatchException>()}},
+        {"cancel_step", {At{"before_step", 0, 0}, raise<CancelStepException>()}},
+        {"cancel_backward", {At{"before_backward", 1, 2}, raise<CancelBackwardException>()}},
+        {"cancel_train", {At{"after_batch", 0, 1}, raise<CancelTrainException>()}},
+        {"cancel_validate", {At{"before_validate", 1}, raise<CancelValidException>()}},
+        {"cancel_epoch", {At{"after_batch", 1, 0}, raise<CancelEpochException>()}},
+        {"cancel_fit", {At{"after_epoch", 0}, raise<CancelFitException>()}},
+        {"error", {At{"after_loss", 0, 1}, [] { throw std::runtime_error("scripted"); }}}};
+    std::map<std::string, std::vector<std::string>> expected;
+    std::ifstream in(kDir + "/events.txt");
+    for (std::string line; std::getline(in, line);)
+      expected[line.substr(0, line.find(':'))] = words_of(line.substr(line.find(':') + 1));
+    REQUIRE(expected.size() == runs.size());
+    for (const auto& [name, run] : runs) {
+      CAPTURE(name);
+      auto script = std::make_shared<ScriptedEvents>(run.first, run.second);
+      Learner learn(synthetic_dls(12, 4, 4), tiny_model(), CrossEntropyLoss(), {}, quiet({.cbs = {script}}));
+      silence(learn);
+      try {
+        learn.fit(2, 1e-3);
+      } catch (const Error&) {
+        CHECK(name == "error");
+      }
+      CHECK(script->events == expected.at(name));
+    }
+  }
+
   TEST_CASE("fit_one_cycle, fit_flat_cos, fine_tune and fit_sgdr set fastai's hyper-parameters at every batch") {
     check_schedule("one_cycle", [](Learner& l) { l.fit_one_cycle(2, slice(1e-4, 1e-2)); });
     check_schedule("flat_cos", [](Learner& l) { l.fit_flat_cos(2, slice(1e-4, 1e-2)); });
