@@ -5,6 +5,7 @@
 #include "callbacks/fp16.h"
 #include "callbacks/logging.h"
 #include "callbacks/memory.h"
+#include "callbacks/mixup.h"
 #include "callbacks/lr_finder.h"
 #include "callbacks/progress.h"
 #include "callbacks/resume.h"

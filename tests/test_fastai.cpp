@@ -255,6 +255,45 @@ TEST_SUITE("fastai") {
     }
   }
 
+  TEST_CASE("MixUp and CutMix after the same seed: fastai's images, lam, shuffled targets and loss") {
+    const auto fx = fixture("mixup.txt");
+    const auto x = torch::tensor(fx.at("x"), torch::kFloat).view({4, 3, 8, 8});
+    const auto y = torch::tensor(fx.at("y"), torch::kFloat).to(torch::kLong);
+    const auto pred = torch::tensor(fx.at("pred"), torch::kFloat).view({4, 3});
+    const std::vector<std::pair<std::string, std::shared_ptr<MixHandler>>> handlers{
+        {"mixup", std::make_shared<MixUp>()}, {"cutmix", std::make_shared<CutMix>()}};
+    for (const auto& [name, cb] : handlers) {
+      CAPTURE(name);
+      Learner learn(synthetic_dls(), tiny_model(), CrossEntropyLoss(), {}, quiet({.cbs = {cb}}));
+      learn.xb = x.clone();
+      learn.yb = y.clone();
+      learn.training = true;
+      cb->before_train();
+      torch::manual_seed(5);
+      cb->before_batch();
+      CHECK(torch::allclose(learn.xb, torch::tensor(fx.at(name + ".x"), torch::kFloat).view({4, 3, 8, 8}), 1e-6, 1e-6));
+      CHECK(torch::allclose(cb->lam, torch::tensor(fx.at(name + ".lam"), torch::kFloat), 1e-6, 1e-7));
+      CHECK(learn.loss_func(pred, y).item<double>() == doctest::Approx(fx.at(name + ".loss")[0]).epsilon(1e-6));
+      cb->after_train();  // the plain loss again
+      CHECK(learn.loss_func(pred, y).item<double>() == doctest::Approx(CrossEntropyLoss()(pred, y).item<double>()));
+    }
+  }
+
+  TEST_CASE("MixUp and CutMix train a model, and leave validation batches alone") {
+    for (const auto& cb : std::vector<CallbackPtr>{std::make_shared<MixUp>(), std::make_shared<CutMix>()}) {
+      auto images = std::make_shared<TensorDataset>(torch::randn({16, 3, 8, 8}), torch::randint(3, {16}, torch::kLong));
+      auto model = torch::nn::Sequential(torch::nn::Flatten(), torch::nn::Linear(192, 3));
+      Learner learn({DataLoader(images, {.bs = 4}), DataLoader(images, {.bs = 4})}, model, CrossEntropyLoss(), {},
+                    quiet({.cbs = {cb}}));
+      silence(learn);
+      const auto before = learn.validate()[0];
+      learn.fit(3, 1e-2);
+      CHECK(learn.validate()[0] < before);
+      CHECK(learn.recorder->values.size() == 3);
+    }
+    CHECK_THROWS_WITH_AS(MixUp(0), "MixUp/CutMix: alpha must be positive, got 0.000000", Error);
+  }
+
   TEST_CASE("CrossEntropyLoss with label smoothing equals LabelSmoothingCrossEntropy and CrossEntropyLossFlat's") {
     const auto fx = fixture("losses.txt");
     const auto output = torch::tensor(fx.at("output"), torch::kFloat).view({6, 5});

@@ -1,0 +1,53 @@
+#pragma once
+// MixUp and CutMix (fastai's): each training batch blended with a shuffled copy of
+// itself. Validation batches are left alone.
+//   MixUp   x = lerp(x_shuffled, x, lam), one lam per item drawn from Beta(alpha, alpha)
+//           and taken as max(lam, 1 - lam)
+//   CutMix  a box of the shuffled images pasted into the batch (its size from one
+//           Beta(alpha, alpha) draw, its centre uniform); lam = the share of pixels kept
+// With class-index targets the loss becomes, per item, lerp(loss(pred, y_shuffled),
+// loss(pred, y), lam), averaged; other targets are blended as x is. The draws come from
+// libtorch's default generator in fastai's order, so torch::manual_seed(s) gives the
+// batches fastai gives after torch.manual_seed(s) (tested).
+#include <optional>
+
+#include "learner/callback.h"
+#include "learner/loss.h"
+
+namespace fastcpp {
+
+class MixHandler : public Callback {
+ public:
+  explicit MixHandler(double alpha);
+  void before_train() override;
+  void after_train() override;
+  void after_cancel_train() override { after_train(); }
+  void after_cancel_fit() override { after_train(); }
+
+  torch::Tensor lam;  // this batch's weight of the original items: [bs] (MixUp) or [1] (CutMix)
+
+ protected:
+  // n draws of Beta(alpha, alpha), as torch.distributions.Beta samples them.
+  torch::Tensor sample_beta(int64_t n) const;
+  // The shuffled targets kept for the loss (class indices), or the targets blended.
+  void mix_targets(const torch::Tensor& shuffle);
+
+ private:
+  double alpha_;
+  torch::Tensor shuffled_y_;
+  std::optional<Loss> plain_loss_;
+};
+
+class MixUp : public MixHandler {
+ public:
+  explicit MixUp(double alpha = 0.4) : MixHandler(alpha) {}
+  void before_batch() override;
+};
+
+class CutMix : public MixHandler {
+ public:
+  explicit CutMix(double alpha = 1.0) : MixHandler(alpha) {}
+  void before_batch() override;
+};
+
+}  // namespace fastcpp
