@@ -81,4 +81,8 @@ void ProgressCallback::after_epoch() {
   if (l.logging) l.logger(table_row(l.recorder->log, l.recorder->metric_names()));
 }
 
+void ShowGraph::after_epoch() {
+  if (learn().rank == 0) learn().recorder->plot_loss(path_, /*skip_start=*/0);
+}
+
 }  // namespace fastcpp

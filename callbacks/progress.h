@@ -4,7 +4,12 @@
 // When stdout is not a terminal (CI logs, files) only the table's lines are printed,
 // one per epoch. Rows go through learn.logger; nothing is printed while
 // learn.logging is off (lr_find).
+//
+// ShowGraph (order 65): fastai's live loss graph, as a PNG rewritten after every epoch
+// (the smoothed training loss per batch and the validation loss per epoch), so it can
+// be watched in an image viewer while the fit runs.
 #include <chrono>
+#include <string>
 
 #include "learner/callback.h"
 
@@ -32,6 +37,15 @@ class ProgressCallback : public Callback {
   bool live_;
   std::chrono::steady_clock::time_point phase_start_, last_draw_;
   bool drawn_ = false;
+};
+
+class ShowGraph : public Callback {
+ public:
+  explicit ShowGraph(std::string path = "loss.png") : path_(std::move(path)) { order = 65; }
+  void after_epoch() override;
+
+ private:
+  std::string path_;
 };
 
 }  // namespace fastcpp

@@ -127,6 +127,28 @@ TEST_SUITE("callbacks") {
     for (double norm : probe->norms) CHECK(norm == doctest::Approx(0.5).epsilon(1e-5));
   }
 
+  TEST_CASE("ShowGraph rewrites its PNG after every epoch") {
+    const auto path = temp_path("show_graph.png");
+    std::filesystem::remove(path);
+    struct Watch : Callback {  // the file as each epoch left it
+      explicit Watch(std::string p) : path(std::move(p)) { order = 70; }
+      void after_epoch() override {
+        std::ifstream in(path, std::ios::binary);
+        seen.emplace_back(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
+      }
+      std::string path;
+      std::vector<std::string> seen;
+    };
+    auto watch = std::make_shared<Watch>(path);
+    Learner learn(synthetic_dls(), tiny_model(), CrossEntropyLoss(), {},
+                  quiet({.cbs = {std::make_shared<ShowGraph>(path), watch}}));
+    silence(learn);
+    learn.fit(2, 1e-2);
+    REQUIRE(watch->seen.size() == 2);
+    for (const auto& png : watch->seen) CHECK(png.rfind("\x89PNG\r\n\x1a\n", 0) == 0);
+    CHECK(watch->seen[0] != watch->seen[1]);  // a second epoch's losses drawn
+  }
+
   TEST_CASE("CSVLogger writes the header and one row per epoch") {
     const auto path = (std::filesystem::temp_directory_path() / ("fastcpp_hist_" + std::to_string(::getpid()) + ".csv")).string();
     Learner learn(synthetic_dls(), tiny_model(), CrossEntropyLoss(), {metrics::accuracy()},
