@@ -164,6 +164,48 @@ TEST_SUITE("callbacks") {
     std::filesystem::remove(path);
   }
 
+  TEST_CASE("CSVLogger in append mode adds a second fit's rows under the first's header") {
+    const auto path = temp_path("history_append.csv");
+    std::filesystem::remove(path);
+    for (int fit = 0; fit < 2; ++fit) {
+      Learner learn(synthetic_dls(), tiny_model(), CrossEntropyLoss(), {},
+                    quiet({.cbs = {std::make_shared<CSVLogger>(path, /*append=*/true)}}));
+      silence(learn);
+      learn.fit(2);
+    }
+    std::ifstream in(path);
+    std::vector<std::string> rows;
+    for (std::string line; std::getline(in, line);) rows.push_back(line);
+    REQUIRE(rows.size() == 5);  // one header, 2 + 2 rows
+    CHECK(rows[0] == "epoch,train_loss,valid_loss,time");
+    CHECK(rows[2].rfind("1,", 0) == 0);
+    CHECK(rows[3].rfind("0,", 0) == 0);
+    CHECK(rows[4].rfind("1,", 0) == 0);
+  }
+
+  TEST_CASE("SaveModel every_epoch writes one checkpoint per epoch, each that epoch's weights") {
+    const auto dir = temp_path("save_every");
+    std::filesystem::remove_all(dir);
+    struct KeepWeights : Callback {
+      KeepWeights() { order = 70; }
+      void after_epoch() override { per_epoch.push_back(snapshot(learn().model.module())); }
+      std::vector<std::vector<torch::Tensor>> per_epoch;
+    };
+    auto keep = std::make_shared<KeepWeights>();
+    Learner learn(synthetic_dls(), tiny_model(), CrossEntropyLoss(), {},
+                  quiet({.cbs = {std::make_shared<SaveModel>(SaveModelOptions{.model_dir = dir, .every_epoch = true}), keep}}));
+    silence(learn);
+    learn.fit(3, 1e-2);
+    for (int epoch = 0; epoch < 3; ++epoch) {
+      CAPTURE(epoch);
+      Learner reloaded(synthetic_dls(), tiny_model(), CrossEntropyLoss(), {}, quiet());
+      reloaded.load(dir + "/model_" + std::to_string(epoch) + ".pt", /*with_opt=*/false);
+      CHECK(all_equal(snapshot(reloaded.model.module()), keep->per_epoch[static_cast<size_t>(epoch)]));
+    }
+    CHECK_FALSE(std::filesystem::exists(dir + "/model.pt"));
+    std::filesystem::remove_all(dir);
+  }
+
   TEST_CASE("the progress table: a header and one row per epoch when not on a terminal") {
     Learner learn(synthetic_dls(), tiny_model(), CrossEntropyLoss(), {metrics::accuracy()},
                   quiet({.cbs = {std::make_shared<ProgressCallback>(false)}}));
