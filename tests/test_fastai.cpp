@@ -294,6 +294,33 @@ TEST_SUITE("fastai") {
     CHECK_THROWS_WITH_AS(MixUp(0), "MixUp/CutMix: alpha must be positive, got 0.000000", Error);
   }
 
+  TEST_CASE("create_head: fastai's layers in fastai's order, the same outputs from fastai's weights") {
+    const auto heads = read_torch_file(checkpoint::read_file(kDir + "/head.pt")).toGenericDict();
+    const std::map<std::string, vision::HeadOptions> options{
+        {"default", {}}, {"deep", {.lin_ftrs = {32, 16}, .ps = 0.25, .bn_final = true}}};
+    for (const auto& [name, o] : options) {
+      CAPTURE(name);
+      const auto fx = heads.at(c10::IValue(name)).toGenericDict();
+      auto field = [&](const char* key) { return fx.at(c10::IValue(std::string(key))); };
+      auto head = vision::create_head(64, 10, o);
+      auto params = head->parameters();
+      auto buffers = head->buffers();
+      const auto fastai_params = field("params").toList(), fastai_buffers = field("buffers").toList();
+      REQUIRE(params.size() == fastai_params.size());
+      REQUIRE(buffers.size() == fastai_buffers.size());
+      torch::NoGradGuard no_grad;
+      for (size_t i = 0; i < params.size(); ++i) {
+        const auto theirs = fastai_params.get(i).toTensor();
+        REQUIRE(params[i].sizes() == theirs.sizes());
+        params[i].copy_(theirs);
+      }
+      for (size_t i = 0; i < buffers.size(); ++i) buffers[i].copy_(fastai_buffers.get(i).toTensor());
+      head->eval();
+      const auto output = head->forward(field("input").toTensor());
+      CHECK(torch::allclose(output, field("output").toTensor(), 1e-5, 1e-6));
+    }
+  }
+
   TEST_CASE("CrossEntropyLoss with label smoothing equals LabelSmoothingCrossEntropy and CrossEntropyLossFlat's") {
     const auto fx = fixture("losses.txt");
     const auto output = torch::tensor(fx.at("output"), torch::kFloat).view({6, 5});
