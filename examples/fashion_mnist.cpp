@@ -3,6 +3,7 @@
 //   fashion_mnist [--epochs 5] [--bs 128] [--lr 1e-2] [--threads N] [--data DIR]
 //                 [--precision fp32|bf16|fp16]   (fp16 needs a GPU; bf16 runs on the CPU too)
 //                 [--parallel all|DEVICE,DEVICE...]  (to_parallel: every GPU, or e.g. cuda:0,cuda:1 or cpu,cpu)
+//                 [--memory-format contiguous|channels-last]
 //
 // The data are the idx files that Debian's dataset-fashion-mnist package installs.
 // Prints the epoch table (with a live progress bar on a terminal) and the final test
@@ -23,7 +24,7 @@ int main(int argc, char** argv) {
   int epochs = 5, threads = static_cast<int>(std::thread::hardware_concurrency());
   int64_t bs = 128;
   double lr = 1e-2;
-  std::string data = "/usr/share/datasets/fashion-mnist", precision = "fp32", parallel;
+  std::string data = "/usr/share/datasets/fashion-mnist", precision = "fp32", parallel, memory_format = "contiguous";
   for (int i = 1; i + 1 < argc; i += 2) {
     const std::string flag = argv[i], value = argv[i + 1];
     if (flag == "--epochs") epochs = std::stoi(value);
@@ -33,6 +34,7 @@ int main(int argc, char** argv) {
     else if (flag == "--data") data = value;
     else if (flag == "--precision") precision = value;
     else if (flag == "--parallel") parallel = value;
+    else if (flag == "--memory-format") memory_format = value;
     else {
       std::cerr << "unknown flag " << flag << "\n";
       return 2;
@@ -55,6 +57,7 @@ int main(int argc, char** argv) {
     Learner learn(dls, make_model(), CrossEntropyLoss(), {metrics::accuracy()});
     if (precision == "bf16") learn.to_bf16();
     if (precision == "fp16") learn.to_fp16();
+    if (memory_format == "channels-last") learn.to_channels_last();
     if (!parallel.empty()) learn.to_parallel(parse_devices(parallel));
     learn.fit_one_cycle(epochs, lr);
 
