@@ -115,7 +115,9 @@ torch::Tensor DataParallel::forward(const torch::Tensor& x) {
       std::optional<c10::StreamGuard> on_stream;
       if (streams_[k]) on_stream.emplace(*streams_[k]);
       if (ready[k]) ready[k]->wait();
-      outputs[k] = replicas_[k](x.narrow(0, start, count).to(device, /*non_blocking=*/true));
+      const auto input = x.narrow(0, start, count).to(device, /*non_blocking=*/true);
+      if (r > 0) keep_for_current_stream(input);  // the caller's batch, read on this replica's stream
+      outputs[k] = replicas_[k](input);
       if (r > 0) done[k].emplace(device);
     } catch (...) {
       errors[k] = std::current_exception();
