@@ -1,6 +1,8 @@
 #include "learner/checkpoint.h"
 
 #include <fcntl.h>
+#include <caffe2/serialize/inline_container.h>
+#include <torch/csrc/jit/serialization/import_read.h>
 #include <torch/serialize.h>
 #include <torch/torch.h>
 #include <unistd.h>
@@ -13,6 +15,7 @@
 #include "core/error.h"
 #include "learner/learner.h"
 #include "learner/state_dict.h"
+#include "learner/torch_file.h"
 
 namespace fastcpp::checkpoint {
 
@@ -91,7 +94,9 @@ std::vector<char> read_file(const std::string& path, const std::string& what) {
 
 c10::IValue unpickle(const std::vector<char>& bytes, const std::string& source, const std::string& kind) {
   try {
-    return torch::pickle_load(bytes);
+    // torch::pickle_load, with reads that stop at the end of the bytes (torch_file.h).
+    const auto archive = open_archive(bytes);
+    return torch::jit::readArchiveAndTensors("data", "", "", std::nullopt, std::nullopt, std::nullopt, *archive);
   } catch (const c10::Error& e) {
     throw Error("cannot read " + source + ": the file is truncated or not " + kind + " (" +
                 std::string(e.what_without_backtrace()).substr(0, 200) + ")");

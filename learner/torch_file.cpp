@@ -1,9 +1,10 @@
 #include "learner/torch_file.h"
 
-#include <caffe2/serialize/in_memory_adapter.h>
 #include <caffe2/serialize/inline_container.h>
+#include <caffe2/serialize/read_adapter_interface.h>
 #include <torch/torch.h>
 
+#include <algorithm>
 #include <cstring>
 #include <functional>
 #include <map>
@@ -60,15 +61,15 @@ class Unpickler {
         case 'X': push(text(little<uint32_t>())); break;
         case 0x8c: push(text(static_cast<uint8_t>(byte()))); break;
         case 'c': global(); break;
-        case 'q': memo_[static_cast<uint8_t>(byte())] = stack_.back(); break;
-        case 'r': memo_[little<uint32_t>()] = stack_.back(); break;
+        case 'q': memo_[static_cast<uint8_t>(byte())] = top(); break;
+        case 'r': memo_[little<uint32_t>()] = top(); break;
         case 0x94: {  // MEMOIZE
           const auto index = static_cast<uint32_t>(memo_.size());
-          memo_[index] = stack_.back();
+          memo_[index] = top();
           break;
         }
-        case 'h': stack_.push_back(memo_.at(static_cast<uint8_t>(byte()))); break;
-        case 'j': stack_.push_back(memo_.at(little<uint32_t>())); break;
+        case 'h': stack_.push_back(memo(static_cast<uint8_t>(byte()))); break;
+        case 'j': stack_.push_back(memo(little<uint32_t>())); break;
         case ')': push(c10::ivalue::Tuple::create({})); break;
         case 0x85: tuple(1); break;
         case 0x86: tuple(2); break;
@@ -78,22 +79,22 @@ class Unpickler {
         case ']': push(c10::impl::GenericList(c10::AnyType::get())); break;
         case 'a': {
           auto v = pop().data;
-          append(stack_.back().data, {v});
+          append(top().data, {v});
           break;
         }
         case 'e': {
           auto vs = values_since_mark();
-          append(stack_.back().data, vs);
+          append(top().data, vs);
           break;
         }
         case 's': {
           auto v = pop().data, k = pop().data;
-          set_items(stack_.back().data, {k, v});
+          set_items(top().data, {k, v});
           break;
         }
         case 'u': {
           auto kvs = values_since_mark();
-          set_items(stack_.back().data, kvs);
+          set_items(top().data, kvs);
           break;
         }
         case 'Q': push(persistent_load(pop().data)); break;         // BINPERSID
@@ -158,6 +159,15 @@ class Unpickler {
   }
 
   void push(c10::IValue v) { stack_.push_back({false, std::move(v)}); }
+  Item& top() {
+    if (stack_.empty()) throw Error("malformed pickle (stack underflow)");
+    return stack_.back();
+  }
+  const Item& memo(uint32_t key) const {
+    const auto it = memo_.find(key);
+    if (it == memo_.end()) throw Error("malformed pickle (memo entry " + std::to_string(key) + " was never stored)");
+    return it->second;
+  }
   Item pop() {
     if (stack_.empty()) throw Error("malformed pickle (stack underflow)");
     auto item = std::move(stack_.back());
@@ -214,10 +224,13 @@ class Unpickler {
     const auto dtype = storage_dtypes().find(type);
     if (dtype == storage_dtypes().end()) throw Error("unsupported storage type " + type);
     const int64_t numel = id[4].toInt();
-    auto storage = torch::empty({numel}, dtype->second);
     const auto [data, size] = archive_.getRecord("data/" + key);
-    if (size < static_cast<size_t>(storage.nbytes())) throw Error("the record data/" + key + " is cut short");
-    std::memcpy(storage.data_ptr(), data.get(), storage.nbytes());
+    // Checked before allocating: a damaged file may claim any number of elements.
+    if (numel < 0 || static_cast<uint64_t>(numel) > size / c10::elementSize(dtype->second))
+      throw Error("the record data/" + key + " is cut short (" + std::to_string(size) + " bytes for " +
+                  std::to_string(numel) + " elements)");
+    auto storage = torch::empty({numel}, dtype->second);
+    if (numel > 0) std::memcpy(storage.data_ptr(), data.get(), storage.nbytes());
     storages_[key] = storage;
     return storage;
   }
@@ -230,16 +243,39 @@ class Unpickler {
   std::unordered_map<std::string, torch::Tensor> storages_;
 };
 
+// Bytes in memory, read no further than their end.
+class BoundedReader final : public caffe2::serialize::ReadAdapterInterface {
+ public:
+  explicit BoundedReader(const std::vector<char>& bytes) : bytes_(bytes) {}
+  size_t size() const override { return bytes_.size(); }
+  size_t read(uint64_t pos, void* buf, size_t n, const char* /*what*/) const override {
+    if (pos >= bytes_.size() || n == 0) return 0;  // n == 0: miniz may pass a null buffer
+    n = std::min<size_t>(n, bytes_.size() - pos);
+    std::memcpy(buf, bytes_.data() + pos, n);
+    return n;
+  }
+
+ private:
+  const std::vector<char>& bytes_;
+};
+
 }  // namespace
+
+std::unique_ptr<caffe2::serialize::PyTorchStreamReader> open_archive(const std::vector<char>& bytes) {
+  return std::make_unique<caffe2::serialize::PyTorchStreamReader>(std::make_shared<BoundedReader>(bytes));
+}
 
 c10::IValue read_torch_file(const std::vector<char>& bytes) {
   try {
-    caffe2::serialize::PyTorchStreamReader archive(
-        std::make_shared<caffe2::serialize::MemoryReadAdapter>(bytes.data(), static_cast<off_t>(bytes.size())));
-    const auto [pickle, size] = archive.getRecord("data.pkl");
-    return Unpickler(static_cast<const char*>(pickle.get()), size, archive).run();
+    const auto archive = open_archive(bytes);
+    const auto [pickle, size] = archive->getRecord("data.pkl");
+    return Unpickler(static_cast<const char*>(pickle.get()), size, *archive).run();
+  } catch (const Error&) {
+    throw;
   } catch (const c10::Error& e) {
     throw Error(std::string(e.what_without_backtrace()).substr(0, 200));
+  } catch (const std::exception& e) {  // e.g. an argument tuple too short for its function
+    throw Error(std::string("malformed pickle (") + e.what() + ")");
   }
 }
 

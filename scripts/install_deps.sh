@@ -12,6 +12,7 @@ packages=(
   libgloo-dev            # only its headers: the wheel's libtorch has Gloo built in but ships none
   libopencv-dev
   doctest-dev
+  clang libclang-rt-14-dev  # libFuzzer, for tests/fuzz
   dataset-fashion-mnist
 )
 

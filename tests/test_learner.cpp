@@ -125,6 +125,17 @@ TEST_SUITE("learner") {
     CHECK(error_of([&] { a.load(path); }) == "checkpoint '" + path + "' not found or unreadable");
   }
 
+  TEST_CASE("an archive whose directory points past its end is an error, not a crash (found by fuzzing)") {
+    // tests/fixtures/damaged_archive.zip: a torch.save file damaged by libFuzzer so that
+    // libtorch's own in-memory readers copied from past the end of the bytes.
+    const auto damaged = std::string(FASTCPP_FIXTURES) + "/damaged_archive.zip";
+    const auto bytes = checkpoint::read_file(damaged);
+    CHECK_THROWS_AS(read_torch_file(bytes), Error);
+    Learner learn(synthetic_dls(), tiny_model(), CrossEntropyLoss(), {}, quiet());
+    CHECK(error_of([&] { learn.load(damaged); }).rfind("cannot read checkpoint '" + damaged + "': the file is truncated or not a checkpoint (", 0) == 0);
+    CHECK_THROWS_AS(load_state_dict(*tiny_model(), damaged), Error);
+  }
+
   TEST_CASE("labels outside [0, n_classes) are an error naming the batch, not an abort") {
     auto x = torch::randn({6, 4});
     auto y = torch::tensor({0, 1, 2, 1, 12, 0}, torch::kLong);
