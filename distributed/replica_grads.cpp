@@ -5,8 +5,6 @@
 #include <algorithm>
 #include <map>
 
-#include "core/error.h"
-
 #if FASTCPP_HAS_NCCL
 #include <torch/csrc/cuda/nccl.h>
 #endif
@@ -23,8 +21,12 @@ bool nccl_reduces(const std::vector<torch::Device>& devices) {
 #endif
 }
 
-void reduce_into_first(const std::vector<std::vector<torch::Tensor>>& params, int replicas, bool nccl) {
-  torch::NoGradGuard no_grad;
+namespace {
+
+#if FASTCPP_HAS_NCCL
+// One flat buffer per replica and dtype, summed into replica 0's by one NCCL reduce
+// across the GPUs, then split back into replica 0's gradients.
+void reduce_with_nccl(const std::vector<std::vector<torch::Tensor>>& params, int replicas) {
   auto any_grad = [&](size_t i) {
     for (int r = 0; r < replicas; ++r)
       if (params[static_cast<size_t>(r)][i].grad().defined()) return true;
@@ -33,7 +35,6 @@ void reduce_into_first(const std::vector<std::vector<torch::Tensor>>& params, in
   std::map<c10::ScalarType, std::vector<size_t>> by_dtype;
   for (size_t i = 0; i < params[0].size(); ++i)
     if (any_grad(i)) by_dtype[params[0][i].scalar_type()].push_back(i);
-
   for (const auto& [dtype, indices] : by_dtype) {
     std::vector<torch::Tensor> flat;
     for (int r = 0; r < replicas; ++r) {
@@ -44,13 +45,7 @@ void reduce_into_first(const std::vector<std::vector<torch::Tensor>>& params, in
       }
       flat.push_back(torch::cat(grads));
     }
-    if (nccl) {
-#if FASTCPP_HAS_NCCL
-      torch::cuda::nccl::reduce(flat, /*root=*/0);  // into flat[0]
-#endif
-    } else {
-      for (size_t r = 1; r < flat.size(); ++r) flat[0].add_(flat[r].to(flat[0].device(), /*non_blocking=*/true));
-    }
+    torch::cuda::nccl::reduce(flat, /*root=*/0);
     int64_t offset = 0;
     for (auto i : indices) {
       const auto& p = params[0][i];
@@ -59,9 +54,29 @@ void reduce_into_first(const std::vector<std::vector<torch::Tensor>>& params, in
       auto& grad = p.mutable_grad();
       if (grad.defined()) grad.copy_(sum);
       else grad = sum.clone();
-      for (int r = 1; r < replicas; ++r) params[static_cast<size_t>(r)][i].mutable_grad() = torch::Tensor();
     }
   }
+}
+#endif
+
+}  // namespace
+
+void reduce_into_first(const std::vector<std::vector<torch::Tensor>>& params, int replicas, bool nccl) {
+  torch::NoGradGuard no_grad;
+#if FASTCPP_HAS_NCCL
+  if (nccl) reduce_with_nccl(params, replicas);
+#endif
+  for (int r = 1; r < replicas; ++r)
+    for (size_t i = 0; i < params[0].size(); ++i) {
+      auto& grad = params[static_cast<size_t>(r)][i].mutable_grad();
+      if (!grad.defined()) continue;
+      if (!nccl) {  // each gradient added where it lies: no flat copies
+        auto& total = params[0][i].mutable_grad();
+        if (total.defined()) total.add_(grad.to(total.device(), /*non_blocking=*/true));
+        else total = grad.to(params[0][i].device(), /*non_blocking=*/false, /*copy=*/true);
+      }
+      grad = torch::Tensor();
+    }
 }
 
 }  // namespace fastcpp::distributed

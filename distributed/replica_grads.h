@@ -1,10 +1,10 @@
 #pragma once
 // to_parallel's gradient reduction: every replica's gradients summed into replica 0's
-// (the Learner's model, which the one optimizer steps). The gradients of each replica
-// are flattened into one buffer per dtype; on distinct CUDA devices NCCL's in-process
-// reduce sums the buffers across the GPUs, elsewhere (CPU replicas, replicas sharing
-// a GPU) they are added on replica 0's device. A parameter gets a gradient when any
-// replica has one (zeros standing in for the others); the replicas' own are cleared.
+// (the Learner's model, which the one optimizer steps). On distinct CUDA devices the
+// gradients of each replica are flattened into one buffer per dtype and NCCL's
+// in-process reduce sums the buffers across the GPUs; elsewhere (CPU replicas, replicas
+// sharing a GPU) each gradient is added to replica 0's where it lies. A parameter gets
+// a gradient when any replica has one; the replicas' own are cleared.
 #include <torch/types.h>
 
 #include <vector>

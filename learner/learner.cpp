@@ -258,14 +258,13 @@ void Learner::fit_sgdr(int n_cycles, int cycle_len, Lrs lr_max, SgdrOptions o) {
   if (n_cycles < 1 || cycle_len < 1 || o.cycle_mult < 1)
     throw Error("fit_sgdr: n_cycles, cycle_len and cycle_mult must be at least 1, got " + std::to_string(n_cycles) +
                 ", " + std::to_string(cycle_len) + " and " + std::to_string(o.cycle_mult));
-  std::vector<int> cycle_epochs;
+  std::vector<double> pcts;  // each cycle's share of the epochs
   int n_epoch_ = 0;
   for (int i = 0, len = cycle_len; i < n_cycles; ++i, len *= o.cycle_mult) {
-    cycle_epochs.push_back(len);
+    pcts.push_back(len);
     n_epoch_ += len;
   }
-  std::vector<double> pcts;
-  for (int epochs : cycle_epochs) pcts.push_back(static_cast<double>(epochs) / n_epoch_);
+  for (auto& pct : pcts) pct /= n_epoch_;
   ParamScheduler::Scheds scheds;
   for (double lr : group_lrs(lr_max))
     scheds["lr"].push_back(combine_scheds(pcts, std::vector<Schedule>(static_cast<size_t>(n_cycles), SchedCos(lr, 0))));

@@ -26,6 +26,18 @@ torch::Tensor& average_sqr_grad(ParamState& state, const torch::Tensor& grad, do
   return buffer(state, "sqr_avg", grad).mul_(sqr_mom).addcmul_(grad, grad, 1 - sqr_mom);
 }
 
+// Adam's two averages and its step count, one step on.
+struct Moments {
+  const torch::Tensor& grad_avg;
+  const torch::Tensor& sqr_avg;
+  double step;
+};
+Moments adam_moments(ParamState& state, const torch::Tensor& grad, const Hypers& hypers) {
+  const auto& grad_avg = average_grad(state, grad, hypers.mom, true);
+  const auto& sqr_avg = average_sqr_grad(state, grad, hypers.sqr_mom);  // map entries keep their address
+  return {grad_avg, sqr_avg, static_cast<double>(++state.step)};
+}
+
 // sqrt(v / (1 - sqr_mom^t)) + eps, Adam's denominator.
 torch::Tensor adam_denominator(const torch::Tensor& sqr_avg, const Hypers& hypers, double step) {
   return sqr_avg.div(1 - std::pow(hypers.sqr_mom, step)).sqrt_().add_(hypers.eps);
@@ -47,18 +59,14 @@ void SGD::update(torch::Tensor& param, const torch::Tensor& grad, ParamState& st
 void Adam::update(torch::Tensor& param, const torch::Tensor& grad, ParamState& state, const Hypers& hypers,
                   bool do_wd) {
   decay_weights(param, hypers, do_wd);
-  const auto& grad_avg = average_grad(state, grad, hypers.mom, true);
-  const auto& sqr_avg = average_sqr_grad(state, grad, hypers.sqr_mom);
-  const auto step = static_cast<double>(++state.step);
+  const auto [grad_avg, sqr_avg, step] = adam_moments(state, grad, hypers);
   param.addcdiv_(grad_avg, adam_denominator(sqr_avg, hypers, step), -hypers.lr / (1 - std::pow(hypers.mom, step)));
 }
 
 void RAdam::update(torch::Tensor& param, const torch::Tensor& grad, ParamState& state, const Hypers& hypers,
                    bool do_wd) {
   decay_weights(param, hypers, do_wd);
-  const auto& grad_avg = average_grad(state, grad, hypers.mom, true);
-  const auto& sqr_avg = average_sqr_grad(state, grad, hypers.sqr_mom);
-  const auto step = static_cast<double>(++state.step);
+  const auto [grad_avg, sqr_avg, step] = adam_moments(state, grad, hypers);
   const double debias1 = 1 - std::pow(hypers.mom, step);
   const double r_inf = 2 / (1 - hypers.sqr_mom) - 1;
   const double r = r_inf - 2 * step * std::pow(hypers.sqr_mom, step) / (1 - std::pow(hypers.sqr_mom, step));
@@ -75,9 +83,7 @@ void RAdam::update(torch::Tensor& param, const torch::Tensor& grad, ParamState& 
 void QHAdam::update(torch::Tensor& param, const torch::Tensor& grad, ParamState& state, const Hypers& hypers,
                     bool do_wd) {
   decay_weights(param, hypers, do_wd);
-  const auto& grad_avg = average_grad(state, grad, hypers.mom, true);
-  const auto& sqr_avg = average_sqr_grad(state, grad, hypers.sqr_mom);
-  const auto step = static_cast<double>(++state.step);
+  const auto [grad_avg, sqr_avg, step] = adam_moments(state, grad, hypers);
   const double debias1 = 1 - std::pow(hypers.mom, step), debias2 = 1 - std::pow(hypers.sqr_mom, step);
   const auto numerator = grad * (1 - nu_1_) + grad_avg * (nu_1_ / debias1);
   const auto denom = (grad.square() * (1 - nu_2_) + sqr_avg * (nu_2_ / debias2)).sqrt_().add_(hypers.eps);
@@ -98,9 +104,7 @@ void Larc::update(torch::Tensor& param, const torch::Tensor& grad, ParamState& s
 void Lamb::update(torch::Tensor& param, const torch::Tensor& grad, ParamState& state, const Hypers& hypers,
                   bool do_wd) {
   decay_weights(param, hypers, do_wd);
-  const auto& grad_avg = average_grad(state, grad, hypers.mom, true);
-  const auto& sqr_avg = average_sqr_grad(state, grad, hypers.sqr_mom);
-  const auto step = static_cast<double>(++state.step);
+  const auto [grad_avg, sqr_avg, step] = adam_moments(state, grad, hypers);
   const auto direction = grad_avg.div(1 - std::pow(hypers.mom, step)).div_(adam_denominator(sqr_avg, hypers, step));
   const auto r1 = param.square().mean().sqrt(), r2 = direction.square().mean().sqrt();
   const auto trust = torch::where(r1.eq(0).logical_or(r2.eq(0)), torch::ones_like(r1), (r1 / r2).clamp_max(10));
