@@ -1,14 +1,18 @@
 // fastcpp-launch: starts one process per device on this node with the variables
 // torchrun sets, and supervises them.
 //
-//   fastcpp-launch --nproc-per-node N [--max-restarts K] [--master-addr A]
-//                  [--master-port P] [--] PROGRAM [ARGS...]
+//   fastcpp-launch --nproc-per-node N [--nnodes M --node-rank R] [--max-restarts K]
+//                  [--master-addr A] [--master-port P] [--] PROGRAM [ARGS...]
 //
-// Every worker gets RANK, LOCAL_RANK, WORLD_SIZE, LOCAL_WORLD_SIZE, MASTER_ADDR,
-// MASTER_PORT and TORCHELASTIC_RESTART_COUNT. SIGINT/SIGTERM are forwarded. When a
-// worker fails, the others are stopped (SIGTERM, then SIGKILL after 10 s) and the
-// whole group is started again, up to K times; the exit status is the failed
-// worker's, or 0.
+// Every worker gets RANK, LOCAL_RANK, GROUP_RANK, WORLD_SIZE, LOCAL_WORLD_SIZE,
+// MASTER_ADDR, MASTER_PORT and TORCHELASTIC_RESTART_COUNT. With M nodes, one launcher
+// runs on each (node ranks 0..M-1, the same N everywhere) and node R's workers are
+// ranks R*N .. R*N+N-1; rank 0, on node 0, serves the rendezvous at A:P, so A must be
+// node 0's address. SIGINT/SIGTERM are forwarded. When a worker fails, the others on
+// this node are stopped (after 3 s, SIGTERM, then SIGKILL after 10 s) and this node's group is
+// started again, up to K times; workers on other nodes fail with it and their
+// launchers restart them, and a lost node is started again by its scheduler: the new
+// groups meet at the same address. The exit status is the failed worker's, or 0.
 #include <signal.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -36,48 +40,66 @@ void on_signal(int signal) {
 
 int usage() {
   std::fprintf(stderr,
-               "usage: fastcpp-launch --nproc-per-node N [--max-restarts K] [--master-addr A] [--master-port P] "
-               "[--] PROGRAM [ARGS...]\n");
+               "usage: fastcpp-launch --nproc-per-node N [--nnodes M --node-rank R] [--max-restarts K] "
+               "[--master-addr A] [--master-port P] [--] PROGRAM [ARGS...]\n");
   return 2;
 }
 
-pid_t start_worker(char** program, int rank, int world, const std::string& addr, int port, int restart) {
+struct Job {
+  int nproc = 0, nnodes = 1, node_rank = 0, max_restarts = 0, port = 29500;
+  std::string addr = "127.0.0.1";
+  char** program = nullptr;
+
+  int rank_of(int local_rank) const { return node_rank * nproc + local_rank; }
+};
+
+pid_t start_worker(const Job& job, int local_rank, int restart) {
   const pid_t pid = fork();
   if (pid != 0) return pid;
-  setenv("RANK", std::to_string(rank).c_str(), 1);
-  setenv("LOCAL_RANK", std::to_string(rank).c_str(), 1);
-  setenv("WORLD_SIZE", std::to_string(world).c_str(), 1);
-  setenv("LOCAL_WORLD_SIZE", std::to_string(world).c_str(), 1);
-  setenv("MASTER_ADDR", addr.c_str(), 1);
-  setenv("MASTER_PORT", std::to_string(port).c_str(), 1);
+  setenv("RANK", std::to_string(job.rank_of(local_rank)).c_str(), 1);
+  setenv("LOCAL_RANK", std::to_string(local_rank).c_str(), 1);
+  setenv("GROUP_RANK", std::to_string(job.node_rank).c_str(), 1);
+  setenv("WORLD_SIZE", std::to_string(job.nnodes * job.nproc).c_str(), 1);
+  setenv("LOCAL_WORLD_SIZE", std::to_string(job.nproc).c_str(), 1);
+  setenv("MASTER_ADDR", job.addr.c_str(), 1);
+  setenv("MASTER_PORT", std::to_string(job.port).c_str(), 1);
   setenv("TORCHELASTIC_RESTART_COUNT", std::to_string(restart).c_str(), 1);
-  execvp(program[0], program);
-  std::fprintf(stderr, "fastcpp-launch: cannot run %s: %s\n", program[0], std::strerror(errno));
+  execvp(job.program[0], job.program);
+  std::fprintf(stderr, "fastcpp-launch: cannot run %s: %s\n", job.program[0], std::strerror(errno));
   _exit(127);
 }
 
 int exit_code(int status) { return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status); }
 
-// Stops the workers still running: SIGTERM, then SIGKILL after the grace period.
+// Stops the workers still running after one failed. They first get a few seconds to
+// end on their own: a worker blocked in a collective with the failed one fails at once
+// and says which rank it lost. Then SIGTERM, and SIGKILL 10 s later.
 void stop_all(std::vector<pid_t>& running) {
-  for (pid_t pid : running) kill(pid, SIGTERM);
-  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+  using clock = std::chrono::steady_clock;
+  const auto start = clock::now();
+  const auto terminate_at = start + std::chrono::seconds(3), kill_at = terminate_at + std::chrono::seconds(10);
+  bool terminated = false;
   while (!running.empty()) {
     for (size_t i = 0; i < running.size();) {
       int status = 0;
       if (waitpid(running[i], &status, WNOHANG) != 0) running.erase(running.begin() + static_cast<std::ptrdiff_t>(i));
       else ++i;
     }
-    if (std::chrono::steady_clock::now() > deadline)
+    const auto now = clock::now();
+    if (!terminated && now > terminate_at) {
+      for (pid_t pid : running) kill(pid, SIGTERM);
+      terminated = true;
+    }
+    if (now > kill_at)
       for (pid_t pid : running) kill(pid, SIGKILL);
     std::this_thread::sleep_for(std::chrono::milliseconds(20));
   }
 }
 
-// Runs one attempt of the group; returns 0 or the first failure's exit code.
-int run_group(char** program, int n, const std::string& addr, int port, int restart, int* failed_rank) {
+// Runs one attempt of this node's group; returns 0 or the first failure's exit code.
+int run_group(const Job& job, int restart, int* failed_local_rank) {
   g_children.clear();
-  for (int rank = 0; rank < n; ++rank) g_children.push_back(start_worker(program, rank, n, addr, port, restart));
+  for (int local = 0; local < job.nproc; ++local) g_children.push_back(start_worker(job, local, restart));
   std::vector<pid_t> running = g_children;
   while (!running.empty()) {
     int status = 0;
@@ -88,8 +110,8 @@ int run_group(char** program, int n, const std::string& addr, int port, int rest
     }
     running.erase(std::remove(running.begin(), running.end(), pid), running.end());
     if (exit_code(status) != 0) {
-      for (int rank = 0; rank < n; ++rank)
-        if (g_children[static_cast<size_t>(rank)] == pid) *failed_rank = rank;
+      for (int local = 0; local < job.nproc; ++local)
+        if (g_children[static_cast<size_t>(local)] == pid) *failed_local_rank = local;
       stop_all(running);
       return exit_code(status);
     }
@@ -97,11 +119,18 @@ int run_group(char** program, int n, const std::string& addr, int port, int rest
   return 0;
 }
 
+// "worker 1", and on several nodes "worker 1 (rank 3, node 1)".
+std::string worker_name(const Job& job, int local_rank) {
+  std::string name = "worker " + std::to_string(local_rank);
+  if (job.nnodes > 1)
+    name += " (rank " + std::to_string(job.rank_of(local_rank)) + ", node " + std::to_string(job.node_rank) + ")";
+  return name;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
-  int nproc = 0, max_restarts = 0, port = 29500;
-  std::string addr = "127.0.0.1";
+  Job job;
   int i = 1;
   for (; i < argc; ++i) {
     const std::string arg = argv[i];
@@ -112,28 +141,37 @@ int main(int argc, char** argv) {
     if (arg.rfind("--", 0) != 0) break;
     if (i + 1 >= argc) return usage();
     const char* value = argv[++i];
-    if (arg == "--nproc-per-node" || arg == "--nproc_per_node") nproc = std::atoi(value);
-    else if (arg == "--max-restarts" || arg == "--max_restarts") max_restarts = std::atoi(value);
-    else if (arg == "--master-port" || arg == "--master_port") port = std::atoi(value);
-    else if (arg == "--master-addr" || arg == "--master_addr") addr = value;
+    if (arg == "--nproc-per-node" || arg == "--nproc_per_node") job.nproc = std::atoi(value);
+    else if (arg == "--nnodes") job.nnodes = std::atoi(value);
+    else if (arg == "--node-rank" || arg == "--node_rank") job.node_rank = std::atoi(value);
+    else if (arg == "--max-restarts" || arg == "--max_restarts") job.max_restarts = std::atoi(value);
+    else if (arg == "--master-port" || arg == "--master_port") job.port = std::atoi(value);
+    else if (arg == "--master-addr" || arg == "--master_addr") job.addr = value;
     else return usage();
   }
-  if (nproc < 1 || i >= argc) return usage();
+  if (job.nproc < 1 || i >= argc) return usage();
+  if (job.nnodes < 1 || job.node_rank < 0 || job.node_rank >= job.nnodes) {
+    std::fprintf(stderr, "fastcpp-launch: --node-rank %d is outside the %d nodes of --nnodes\n", job.node_rank,
+                 job.nnodes);
+    return 2;
+  }
+  job.program = argv + i;
   struct sigaction action {};
   action.sa_handler = on_signal;
   sigaction(SIGINT, &action, nullptr);
   sigaction(SIGTERM, &action, nullptr);
 
   for (int attempt = 0;; ++attempt) {
-    int failed_rank = -1;
-    const int code = run_group(argv + i, nproc, addr, port, attempt, &failed_rank);
+    int failed = -1;
+    const int code = run_group(job, attempt, &failed);
     if (code == 0) return 0;
     if (g_stop_signal) return 128 + g_stop_signal;
-    if (attempt >= max_restarts) {
-      std::fprintf(stderr, "fastcpp-launch: worker %d failed with exit code %d; no restarts left\n", failed_rank, code);
+    const auto name = worker_name(job, failed);
+    if (attempt >= job.max_restarts) {
+      std::fprintf(stderr, "fastcpp-launch: %s failed with exit code %d; no restarts left\n", name.c_str(), code);
       return code;
     }
-    std::fprintf(stderr, "fastcpp-launch: worker %d failed with exit code %d; restarting the group (%d of %d)\n",
-                 failed_rank, code, attempt + 1, max_restarts);
+    std::fprintf(stderr, "fastcpp-launch: %s failed with exit code %d; restarting the group (%d of %d)\n",
+                 name.c_str(), code, attempt + 1, job.max_restarts);
   }
 }

@@ -4,6 +4,8 @@
 #include <torch/csrc/distributed/c10d/PrefixStore.hpp>
 #include <torch/csrc/distributed/c10d/TCPStore.hpp>
 #include <torch/torch.h>
+
+#include <cstdlib>
 #if FASTCPP_HAS_GLOO
 #include <torch/csrc/distributed/c10d/ProcessGroupGloo.hpp>
 #endif
@@ -14,6 +16,8 @@
 
 #include "core/device.h"
 #include "core/error.h"
+#include "distributed/network.h"
+#include "distributed/peer_directory.h"
 
 namespace fastcpp::distributed {
 
@@ -22,6 +26,7 @@ struct Communicator::Impl {
   c10::intrusive_ptr<c10d::Backend> gloo;  // CPU tensors, and CUDA ones with backend "gloo"
   c10::intrusive_ptr<c10d::Backend> nccl;  // CUDA tensors with backend "auto" or "nccl"
   std::chrono::milliseconds timeout;
+  PeerDirectory peers;
 
   c10d::Backend& backend_for(const torch::Tensor& tensor) {
     if (tensor.is_cuda() && nccl) return *nccl;
@@ -122,11 +127,15 @@ Communicator::Communicator(const DistEnv& env, ProcessGroupOptions options)
     store_options.numWorkers = static_cast<size_t>(env.world_size);
     store_options.waitWorkers = true;
     store_options.timeout = options.timeout;
+    // Only the master address listens: torch's store would listen on every interface.
+    if (store_options.isServer) store_options.masterListenFd = listen_on(env.master_addr, env.master_port);
     c10::intrusive_ptr<c10d::Store> store = c10::make_intrusive<c10d::TCPStore>(env.master_addr, store_options);
     // Under torchrun the store outlives restarts: each attempt keeps to its own keys, as torch does.
     if (env.agent_store)
       store = c10::make_intrusive<c10d::PrefixStore>("/worker/attempt_" + std::to_string(env.restart_count), store);
     impl_->store = store;
+  } catch (const Error&) {
+    throw;
   } catch (const std::exception& e) {
     throw Error("rank " + std::to_string(env.rank) + " of " + std::to_string(env.world_size) +
                 ": cannot rendezvous at the master " + where + " within " +
@@ -135,9 +144,15 @@ Communicator::Communicator(const DistEnv& env, ProcessGroupOptions options)
                 "); check MASTER_ADDR/MASTER_PORT, that rank 0 runs, and WORLD_SIZE on every rank");
   }
   check_world_size(*impl_->store, env);
+  const auto address = local_address_towards(env.master_addr, env.master_port);
+  impl_->peers = PeerDirectory::exchange(*impl_->store, env.rank, env.world_size, host_name(), address);
 #if FASTCPP_HAS_GLOO
+  // Gloo uses the interface GLOO_SOCKET_IFNAME names, as in torch, or else the one
+  // through which this host reaches the master.
+  const char* interface = std::getenv("GLOO_SOCKET_IFNAME");
   auto gloo_options = c10d::ProcessGroupGloo::Options::create(options.timeout);
-  gloo_options->devices.push_back(c10d::ProcessGroupGloo::createDeviceForHostname(env.master_addr));
+  gloo_options->devices.push_back(interface && *interface ? c10d::ProcessGroupGloo::createDeviceForInterface(interface)
+                                                          : c10d::ProcessGroupGloo::createDeviceForHostname(address));
   try {
     auto store = c10::make_intrusive<c10d::PrefixStore>("gloo", impl_->store);
     impl_->gloo = c10::make_intrusive<c10d::ProcessGroupGloo>(store, env.rank, env.world_size, gloo_options);
@@ -167,45 +182,44 @@ void Communicator::require(const ProcessGroupOptions& options) {
 Communicator::~Communicator() = default;
 
 
-namespace {
-
-void wait(const c10::intrusive_ptr<c10d::Work>& work, const char* what, int rank) {
+void Communicator::wait(const c10::intrusive_ptr<c10d::Work>& work, const std::string& what) const {
   try {
     work->wait();
   } catch (const std::exception& e) {
-    throw Error(std::string(what) + " failed on rank " + std::to_string(rank) + " (a peer died or timed out?): " +
-                std::string(e.what()).substr(0, 300));
+    const std::string error = e.what();
+    const auto lost = impl_->peers.unreachable(rank_, std::chrono::seconds(2));
+    throw Error(what + " failed on rank " + std::to_string(rank_) + " (host " + host_name() + "): " +
+                (lost.empty() ? "a peer died or timed out" : "lost " + lost) + ": " +
+                error.substr(0, error.find('\n')).substr(0, 300));
   }
 }
-
-}  // namespace
 
 c10::intrusive_ptr<c10d::Work> Communicator::all_reduce_async(torch::Tensor& tensor) {
   std::vector<torch::Tensor> tensors{tensor};
   return impl_->backend_for(tensor).allreduce(tensors);
 }
 
-void Communicator::all_reduce_sum(torch::Tensor& tensor) { wait(all_reduce_async(tensor), "all_reduce", rank_); }
+void Communicator::all_reduce_sum(torch::Tensor& tensor) { wait(all_reduce_async(tensor), "all_reduce"); }
 
 void Communicator::broadcast(torch::Tensor& tensor, int root) {
   std::vector<torch::Tensor> tensors{tensor};
   c10d::BroadcastOptions options;
   options.rootRank = root;
-  wait(impl_->backend_for(tensor).broadcast(tensors, options), "broadcast", rank_);
+  wait(impl_->backend_for(tensor).broadcast(tensors, options), "broadcast");
 }
 
 std::vector<torch::Tensor> Communicator::all_gather(const torch::Tensor& tensor) {
   std::vector<std::vector<torch::Tensor>> outputs(1);
   for (int r = 0; r < world_size_; ++r) outputs[0].push_back(torch::empty_like(tensor));
   std::vector<torch::Tensor> inputs{tensor.contiguous()};
-  wait(impl_->backend_for(tensor).allgather(outputs, inputs), "all_gather", rank_);
+  wait(impl_->backend_for(tensor).allgather(outputs, inputs), "all_gather");
   return outputs[0];
 }
 
 void Communicator::barrier() {
   // Through NCCL when there is one, so that the barrier orders NCCL work too.
   auto& backend = impl_->nccl ? *impl_->nccl : impl_->backend_for(torch::empty({0}));
-  wait(backend.barrier(), "barrier", rank_);
+  wait(backend.barrier(), "barrier");
 }
 
 }  // namespace fastcpp::distributed

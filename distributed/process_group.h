@@ -49,6 +49,9 @@ class Communicator {
 
   // Starts an all-reduce (sum) of `tensor` in place; wait on the returned work (the DDP reducer).
   c10::intrusive_ptr<c10d::Work> all_reduce_async(torch::Tensor& tensor);
+  // Waits for `work`; a failure is an Error naming `what`, this rank and host, and the
+  // rank and host it lost when the transport says which.
+  void wait(const c10::intrusive_ptr<c10d::Work>& work, const std::string& what) const;
 
  private:
   struct Impl;

@@ -101,12 +101,7 @@ void Reducer::finalize() {
   launch_ready();
   const double world = comm_->world_size();
   for (auto& bucket : buckets_) {
-    try {
-      bucket->work->wait();
-    } catch (const std::exception& e) {
-      throw Error("gradient all-reduce failed on rank " + std::to_string(comm_->rank()) +
-                  " (a peer died or timed out?): " + std::string(e.what()).substr(0, 300));
-    }
+    comm_->wait(bucket->work, "gradient all-reduce");
     bucket->flat.div_(world);
     for (size_t k : bucket->params) {
       auto average = bucket->flat.narrow(0, static_cast<int64_t>(offset_of_[k]), params_[k].numel()).view_as(params_[k]);

@@ -13,6 +13,7 @@ packages=(
   libopencv-dev
   doctest-dev
   clang libclang-rt-14-dev  # libFuzzer, for tests/fuzz
+  iproute2 ethtool          # test hosts in network namespaces, for tests/multinode.sh
   dataset-fashion-mnist
 )
 

@@ -2,7 +2,7 @@
 // BatchNorm) trained in one process with batch 8, or in two processes
 // (to_distributed, BatchNorm made SyncBatchNorm) with batch 4 each.
 //
-//   dist_worker single|single_bs4|ddp|unused|resume|single_acc|ddp_acc|syncbn_single|syncbn|rank0_first OUT
+//   dist_worker single|single_bs4|ddp|unused|resume|checkpointed|single_acc|ddp_acc|syncbn_single|syncbn|rank0_first OUT
 //
 // On the CPU unless FASTCPP_WORKER_DEVICE names a device (cuda:0); FASTCPP_WORKER_BACKEND
 // (gloo, nccl; default auto) picks the process group's backend, and with gloo every rank
@@ -12,10 +12,13 @@
 // Writes OUT (OUT.<rank> when distributed): the final parameters (on the CPU), then
 // [valid_loss, accuracy], the epoch the run resumed from, and the number of
 // gradient all-reduces, pickled. *_acc accumulate gradients over 2 batches. `resume` is ddp with a ResumeFromCheckpoint at
-// OUT.ckpt, and rank 1 of the first attempt kills itself after epoch 0.
+// OUT.ckpt, and rank 1 of the first attempt kills itself after epoch 0; `checkpointed`
+// is the same without the kill (tests/multinode.sh kills whole hosts). FASTCPP_WORKER_STEP_MS
+// adds a pause after each training batch, so that a test can act mid-epoch.
 #include <fastcpp.h>
 
 #include <csignal>
+#include <cstdio>
 #include <cstdlib>
 #include <fstream>
 #include <iostream>
@@ -66,6 +69,15 @@ struct CrashOnce : Callback {
     const char* restart = std::getenv("TORCHELASTIC_RESTART_COUNT");
     if (learn().epoch == 0 && learn().rank == 1 && restart && std::string(restart) == "0") std::raise(SIGKILL);
   }
+};
+
+// Sleeps after each training batch.
+struct SlowSteps : Callback {
+  explicit SlowSteps(int ms) : ms(ms) {}
+  void after_batch() override {
+    if (learn().training) std::this_thread::sleep_for(std::chrono::milliseconds(ms));
+  }
+  int ms;
 };
 
 torch::Device worker_device() {
@@ -168,10 +180,10 @@ int main(int argc, char** argv) {
     }
     if (accumulate) learn.add_cb(GradientAccumulation(2 * (two_rank_batches ? 2 : 1) * kLocalBs));
     std::shared_ptr<ResumeFromCheckpoint> resume;
-    if (mode == "resume") {
+    if (mode == "resume" || mode == "checkpointed")
       resume = learn.add_cb(ResumeFromCheckpoint(std::string(argv[2]) + ".ckpt"));
-      learn.add_cb(CrashOnce());
-    }
+    if (mode == "resume") learn.add_cb(CrashOnce());
+    if (const char* ms = std::getenv("FASTCPP_WORKER_STEP_MS")) learn.add_cb(SlowSteps(std::atoi(ms)));
     learn.fit(3, 0.05);
     const auto valid = learn.validate();
 
@@ -186,7 +198,8 @@ int main(int argc, char** argv) {
     const auto bytes = torch::pickle_save(result);
     std::ofstream(out, std::ios::binary).write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
   } catch (const std::exception& e) {
-    std::cerr << "dist_worker " << mode << ": " << e.what() << "\n";
+    const auto line = "dist_worker " + mode + ": " + e.what() + "\n";
+    std::fputs(line.c_str(), stderr);  // one write: ranks share the log
     return 1;
   }
 }

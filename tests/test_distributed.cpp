@@ -10,6 +10,7 @@
 
 #include "helpers.h"
 #include "worker_process.h"
+#include "distributed/network.h"
 
 using namespace fastcpp;
 using namespace fastcpp::testing;
@@ -164,7 +165,8 @@ TEST_SUITE("distributed") {
     CHECK(std::chrono::steady_clock::now() - start < std::chrono::seconds(60));  // the group's timeout, at most
     std::ifstream in(log);
     const std::string output((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-    CHECK_MESSAGE(output.find("failed on rank 0 (a peer died or timed out?)") != std::string::npos, output);
+    const auto expected = "failed on rank 0 (host " + distributed::host_name() + "): lost rank 1 (host " + distributed::host_name() + ", 127.0.0.1): ";
+    CHECK_MESSAGE(output.find(expected) != std::string::npos, output);
     for (const auto* suffix : {".log", ".ckpt", ".0", ".1"}) std::filesystem::remove(base + suffix);
   }
 

@@ -1,0 +1,208 @@
+#!/usr/bin/env bash
+# Multi-node training on one machine: three hosts (network namespaces with their own
+# host names, tests/multinode/hosts.sh) on one switch. Ranks 0-1 run on node0, ranks 2-3
+# on node1; outsider is a host outside the job. Every run must end with the parameters
+# and metrics of the same 4-process job on one host.
+#
+#   tests/multinode.sh BUILD_DIR PYTHON
+#
+#  1. fastcpp-launch on each node (--nnodes 2 --node-rank R --master-addr node0):
+#     the store listens on node0's address alone (ss), and an outsider feeding the store
+#     port garbage neither crashes nor stalls rank 0;
+#  2. torchrun's multi-node form (static rendezvous);
+#  3. node1 killed mid-epoch with restarts: node0's launcher restarts its group, node1
+#     comes back, and the job resumes from the last checkpoint;
+#  4. without restarts: killing node1 (then, in a second job, node0) makes every
+#     surviving rank exit non-zero within the timeout, naming the lost rank and host;
+#  5. 50 ms of latency and 1% loss each way on node1's link: equal results, and the
+#     slowdown printed.
+# Needs root and iproute2; exits 77 (skipped) without them. Bounded: every job runs
+# under a timeout and the hosts are removed on exit.
+set -euo pipefail
+build=$(cd "$1" && pwd)
+python=$2
+here=$(cd "$(dirname "$0")" && pwd)
+launch="$build/fastcpp-launch"
+worker="$build/tests/dist_worker"
+work=$(mktemp -d)
+
+if [ "$(id -u)" -ne 0 ] || ! command -v ip >/dev/null || ! ip netns add "fcmn-probe$$" 2>/dev/null; then
+  echo "multinode: skipped (needs root and iproute2 to make network namespaces)"
+  exit 77
+fi
+ip netns del "fcmn-probe$$"
+
+HOSTS_PYTHON=$python
+source "$here/multinode/hosts.sh"
+finish() {
+  hosts_destroy
+  rm -rf "$work"
+}
+trap finish EXIT
+hosts_create node0 node1 outsider
+master=node0  # by name: the store resolves it to the one address it listens on
+master_address=$(host_address node0)
+port=29400
+failures=0
+
+check() {  # DESCRIPTION COMMAND...: runs the command, prints ok/FAILED
+  local what=$1
+  shift
+  if "$@"; then
+    echo "ok: $what"
+  else
+    echo "FAILED: $what"
+    failures=$((failures + 1))
+  fi
+}
+
+same_as_reference() {  # RESULT_BASE
+  "$python" "$here/multinode/same_results.py" "$work/reference" "$1" 4
+}
+
+# Starts fastcpp-launch for a 2x2 job on HOST in the background; its pid in $!.
+launch_on() {  # HOST NODE_RANK LOG PORT [LAUNCHER ARGS...] -- MODE OUT
+  local host=$1 node_rank=$2 log=$3 job_port=$4
+  shift 4
+  on "$host" timeout 120 "$launch" --nnodes 2 --node-rank "$node_rank" --nproc-per-node 2 \
+    --master-addr "$master" --master-port "$job_port" "$@" >"$log" 2>&1 &
+}
+
+# Waits for background pids; sets `codes` to their exit statuses, joined.
+wait_all() {
+  local pid code
+  codes=""
+  for pid in "$@"; do
+    code=0
+    wait "$pid" || code=$?
+    codes="$codes$code"
+  done
+}
+
+seconds_since() { awk "BEGIN { printf \"%.1f\", $(date +%s.%N) - $1 }"; }
+
+echo "== reference: the 4-process job on one host"
+on node0 timeout 120 "$launch" --nproc-per-node 4 --master-port "$port" "$worker" ddp "$work/reference"
+
+echo "== 1. fastcpp-launch on two nodes; an outsider writes garbage to the store port"
+port=$((port + 1))
+FASTCPP_WORKER_STEP_MS=300 launch_on node0 0 "$work/launch0.log" "$port" -- "$worker" checkpointed "$work/launch"
+node0=$!
+FASTCPP_WORKER_STEP_MS=300 launch_on node1 1 "$work/launch1.log" "$port" -- "$worker" checkpointed "$work/launch"
+node1=$!
+for _ in $(seq 100); do
+  on node0 ss -Hltn "sport = :$port" | grep -q . && break
+  sleep 0.1
+done
+listeners=$(on node0 ss -Hltn)
+echo "$listeners" | sed 's/^/  node0 listens: /'
+check "the store listens on $master_address:$port" grep -q "$master_address:$port " <<<"$listeners"
+check "nothing on node0 listens on every interface (0.0.0.0, [::], *)" \
+  bash -c '! grep -Eq "(0\.0\.0\.0|\[::\]|\*):[0-9]+ " <<<"$1"' _ "$listeners"
+elsewhere="$(on node1 ss -Hltn "sport = :$port")$(on outsider ss -Hltn "sport = :$port")"
+check "no listener for port $port on node1 or the outsider" [ -z "$elsewhere" ]
+on outsider timeout 60 "$python" "$here/multinode/store_garbage.py" "$master_address" "$port" >"$work/garbage.log" 2>&1 &
+garbage=$!
+wait_all $node0 $node1
+kill $garbage 2>/dev/null || true
+sed 's/^/  /' "$work/garbage.log"
+check "both nodes end with exit status 0 (got $codes)" [ "$codes" = "00" ]
+check "fastcpp-launch on two nodes: results equal the one-host run" same_as_reference "$work/launch"
+
+echo "== 2. torchrun's multi-node form"
+port=$((port + 1))
+for rank in 0 1; do
+  on "node$rank" timeout 120 "$python" -m torch.distributed.run --nnodes 2 --node-rank $rank --nproc-per-node 2 \
+    --master-addr "$master" --master-port "$port" --no-python "$worker" ddp "$work/torchrun" \
+    >"$work/torchrun$rank.log" 2>&1 &
+  eval "torchrun$rank=\$!"
+done
+wait_all "$torchrun0" "$torchrun1"
+check "torchrun on two nodes ends with exit status 0 (got $codes)" [ "$codes" = "00" ]
+check "torchrun on two nodes: results equal the one-host run" same_as_reference "$work/torchrun"
+
+echo "== 3. node1 killed mid-epoch, restarts allowed"
+port=$((port + 1))
+FASTCPP_WORKER_STEP_MS=300 launch_on node0 0 "$work/restart0.log" "$port" --max-restarts 1 -- "$worker" checkpointed "$work/restart"
+node0=$!
+FASTCPP_WORKER_STEP_MS=300 launch_on node1 1 "$work/restart1.log" "$port" --max-restarts 1 -- "$worker" checkpointed "$work/restart"
+for _ in $(seq 300); do [ -e "$work/restart.ckpt" ] && break; sleep 0.1; done
+sleep 0.3  # into epoch 1
+hosts_kill node1
+echo "  killed every process on node1 after the epoch-0 checkpoint"
+for _ in $(seq 300); do grep -q "restarting the group" "$work/restart0.log" && break; sleep 0.1; done
+echo "  node1 comes back"
+FASTCPP_WORKER_STEP_MS=300 launch_on node1 1 "$work/restart1b.log" "$port" --max-restarts 1 -- "$worker" checkpointed "$work/restart"
+node1=$!
+wait_all $node0 $node1
+grep "fastcpp-launch" "$work/restart0.log" | sed 's/^/  node0: /'
+check "both nodes end with exit status 0 (got $codes)" [ "$codes" = "00" ]
+check "node0's launcher restarted its group" grep -q "restarting the group (1 of 1)" "$work/restart0.log"
+check "the resumed job's results equal the one-host run" same_as_reference "$work/restart"
+check "the job resumed from a checkpoint (epoch >= 1)" \
+  bash -c '"$1" "$2/multinode/same_results.py" "$3/reference" "$3/restart" 4 | grep -q "resumed from epoch [12]"' \
+  _ "$python" "$here" "$work"
+
+lost_host_check() {  # KILLED SURVIVOR LOST_RANKS
+  local killed=$1 survivor=$2 lost=$3 started code elapsed
+  port=$((port + 1))
+  rm -f "$work/lost.ckpt"
+  FASTCPP_WORKER_STEP_MS=300 launch_on node0 0 "$work/lost0.log" "$port" -- "$worker" checkpointed "$work/lost"
+  local pid0=$!
+  FASTCPP_WORKER_STEP_MS=300 launch_on node1 1 "$work/lost1.log" "$port" -- "$worker" checkpointed "$work/lost"
+  local pid1=$!
+  for _ in $(seq 300); do [ -e "$work/lost.ckpt" ] && break; sleep 0.1; done
+  sleep 0.5
+  started=$(date +%s.%N)
+  hosts_kill "$killed"
+  local survivor_pid=$pid0
+  [ "$survivor" = node1 ] && survivor_pid=$pid1
+  wait_all "$survivor_pid"
+  code=$codes
+  elapsed=$(seconds_since "$started")
+  wait 2>/dev/null || true
+  local log="$work/lost${survivor#node}.log"
+  grep -E "failed on rank|fastcpp-launch" "$log" | sed "s/^/  $survivor: /"
+  check "$survivor exits non-zero (got $code) within the 60 s timeout (${elapsed} s)" \
+    awk "BEGIN { exit !($code != 0 && $elapsed < 60) }"
+  local rank
+  for rank in $( [ "$survivor" = node0 ] && echo "0 1" || echo "2 3"); do
+    check "rank $rank names the lost $lost on $killed" \
+      grep -Eq "failed on rank $rank \(host $survivor\): lost $lost \(host $killed, $(host_address "$killed")\)( and .*)?: " "$log"
+  done
+}
+
+echo "== 4. a node lost without restarts"
+lost_host_check node1 node0 "ranks 2, 3"
+lost_host_check node0 node1 "ranks 0, 1"
+
+echo "== 5. 50 ms latency and 1% loss each way on node1's link"
+port=$((port + 1))
+started=$(date +%s.%N)
+launch_on node0 0 "$work/clear0.log" "$port" -- "$worker" ddp "$work/clear"
+pid0=$!
+launch_on node1 1 "$work/clear1.log" "$port" -- "$worker" ddp "$work/clear"
+pid1=$!
+wait_all $pid0 $pid1
+clear_codes=$codes
+clear_time=$(seconds_since "$started")
+link_impair node1 50 0.01
+port=$((port + 1))
+started=$(date +%s.%N)
+launch_on node0 0 "$work/slow0.log" "$port" -- "$worker" ddp "$work/slow"
+pid0=$!
+launch_on node1 1 "$work/slow1.log" "$port" -- "$worker" ddp "$work/slow"
+pid1=$!
+wait_all $pid0 $pid1
+slow_time=$(seconds_since "$started")
+link_restore node1
+check "both jobs end with exit status 0 (got $clear_codes, $codes)" [ "$clear_codes$codes" = "0000" ]
+check "with latency and loss: results equal the one-host run" same_as_reference "$work/slow"
+echo "multinode: 50 ms + 1% loss each way on node1's link ($HOSTS_IMPAIRMENT): ${slow_time} s against ${clear_time} s on a clear link, slowdown $(awk "BEGIN { printf \"%.1f\", $slow_time / $clear_time }")x"
+
+if [ "$failures" -gt 0 ]; then
+  echo "multinode: $failures checks FAILED (logs: $work, kept)"
+  trap hosts_destroy EXIT
+  exit 1
+fi
+echo "multinode: all checks passed"
