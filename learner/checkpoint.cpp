@@ -1,8 +1,6 @@
 #include "learner/checkpoint.h"
 
 #include <fcntl.h>
-#include <caffe2/serialize/inline_container.h>
-#include <torch/csrc/jit/serialization/import_read.h>
 #include <torch/serialize.h>
 #include <torch/torch.h>
 #include <unistd.h>
@@ -11,6 +9,7 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <optional>
 
 #include "core/error.h"
 #include "learner/learner.h"
@@ -38,26 +37,34 @@ void decode_into(Learner& learn, const std::vector<char>& bytes, bool with_opt, 
   const auto value = unpickle(bytes, source, "a checkpoint");
   if (!value.isGenericDict()) throw Error("cannot read " + source + ": not a fastcpp checkpoint");
   auto root = value.toGenericDict();
+  auto entry = [&](const std::string& key, bool (c10::IValue::*is)() const, bool required) -> std::optional<c10::IValue> {
+    auto it = root.find(c10::IValue(key));
+    if (it == root.end() && !required) return std::nullopt;
+    if (it == root.end() || !(it->value().*is)())
+      throw Error("cannot read " + source + ": its '" + key + "' entry is missing or of the wrong type");
+    return it->value();
+  };
   auto format = root.find(c10::IValue(std::string("format")));
   if (format == root.end() || !format->value().isString() || format->value().toStringRef() != kFormat)
     throw Error("cannot read " + source + ": not a fastcpp checkpoint (no '" + kFormat + "' marker)");
 
-  // Check every entry first, so that a mismatch changes nothing.
+  // Check every entry first, so that a bad file changes nothing.
   const auto entries = named_state(learn.model.module());
-  const auto loaded = match_state(entries, root.at(c10::IValue(std::string("model"))).toGenericDict(), source);
-  auto opt = root.find(c10::IValue(std::string("opt")));
-  const bool load_opt = with_opt && opt != root.end();
-  if (load_opt && !learn.opt) learn.create_opt();
+  const auto loaded = match_state(entries, entry("model", &c10::IValue::isGenericDict, true)->toGenericDict(), source);
+  const auto epoch = entry("epoch", &c10::IValue::isInt, true)->toInt();
+  const auto opt = with_opt ? entry("opt", &c10::IValue::isGenericDict, false) : std::nullopt;
+  const auto scaler = with_opt ? entry("scaler", &c10::IValue::isGenericDict, false) : std::nullopt;
+  if (scaler) GradScaler().load_state_dict(scaler->toGenericDict(), source);  // only to check it
+  if (opt && !learn.opt) learn.create_opt();
 
   torch::NoGradGuard no_grad;
-  if (load_opt) learn.opt->load_state_dict(opt->value().toGenericDict(), source);  // checks its own shape before writing
-  auto scaler = root.find(c10::IValue(std::string("scaler")));
-  if (with_opt && scaler != root.end()) {
+  if (opt) learn.opt->load_state_dict(opt->toGenericDict(), source);  // checks everything before writing
+  if (scaler) {
     if (!learn.scaler) learn.scaler = std::make_shared<GradScaler>();
-    learn.scaler->load_state_dict(scaler->value().toGenericDict());
+    learn.scaler->load_state_dict(scaler->toGenericDict(), source);
   }
   for (size_t i = 0; i < entries.size(); ++i) entries[i].second.copy_(loaded[i]);
-  learn.epoch = static_cast<int>(root.at(c10::IValue(std::string("epoch"))).toInt());
+  learn.epoch = static_cast<int>(epoch);
 }
 
 void write_atomically(const std::string& path, const std::vector<char>& bytes) {
@@ -93,13 +100,13 @@ std::vector<char> read_file(const std::string& path, const std::string& what) {
 }
 
 c10::IValue unpickle(const std::vector<char>& bytes, const std::string& source, const std::string& kind) {
+  // fastcpp's own reader, not torch::pickle_load: libtorch's unpickler sizes its memo
+  // from the file and so allocates whatever a damaged file claims (found by fuzzing).
   try {
-    // torch::pickle_load, with reads that stop at the end of the bytes (torch_file.h).
-    const auto archive = open_archive(bytes);
-    return torch::jit::readArchiveAndTensors("data", "", "", std::nullopt, std::nullopt, std::nullopt, *archive);
-  } catch (const c10::Error& e) {
+    return read_torch_file(bytes);
+  } catch (const Error& e) {
     throw Error("cannot read " + source + ": the file is truncated or not " + kind + " (" +
-                std::string(e.what_without_backtrace()).substr(0, 200) + ")");
+                std::string(e.what()).substr(0, 200) + ")");
   }
 }
 

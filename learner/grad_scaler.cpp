@@ -78,17 +78,24 @@ c10::impl::GenericDict GradScaler::state_dict() const {
   return dict;
 }
 
-void GradScaler::load_state_dict(const c10::impl::GenericDict& state) {
-  auto get = [&](const char* key) {
+void GradScaler::load_state_dict(const c10::impl::GenericDict& state, const std::string& source) {
+  auto get = [&](const char* key, bool (c10::IValue::*is)() const) {
     auto it = state.find(c10::IValue(std::string(key)));
-    if (it == state.end()) throw Error(std::string("GradScaler state has no '") + key + "'");
+    if (it == state.end() || !(it->value().*is)())
+      throw Error(source + ": GradScaler state has no '" + key + "' of the right type");
     return it->value();
   };
-  scale_.fill_(get("scale").toDouble());
-  growth_tracker_.fill_(get("growth_tracker").toInt());
-  options_.growth_factor = get("growth_factor").toDouble();
-  options_.backoff_factor = get("backoff_factor").toDouble();
-  options_.growth_interval = get("growth_interval").toInt();
+  // Read and checked before anything changes.
+  const auto scale = get("scale", &c10::IValue::isDouble).toDouble();
+  const auto growth_tracker = get("growth_tracker", &c10::IValue::isInt).toInt();
+  const auto growth_factor = get("growth_factor", &c10::IValue::isDouble).toDouble();
+  const auto backoff_factor = get("backoff_factor", &c10::IValue::isDouble).toDouble();
+  const auto growth_interval = get("growth_interval", &c10::IValue::isInt).toInt();
+  scale_.fill_(scale);
+  growth_tracker_.fill_(growth_tracker);
+  options_.growth_factor = growth_factor;
+  options_.backoff_factor = backoff_factor;
+  options_.growth_interval = growth_interval;
   unscaled_ = false;
 }
 

@@ -49,7 +49,8 @@ class GradScaler {
   const std::vector<double>& history() const { return history_; }
 
   c10::impl::GenericDict state_dict() const;
-  void load_state_dict(const c10::impl::GenericDict& state);
+  // Checks every entry before changing anything; errors name `source`.
+  void load_state_dict(const c10::impl::GenericDict& state, const std::string& source = "GradScaler");
 
  private:
   // The scale and growth tracker moved to `device` (where the first gradients or loss are).

@@ -81,33 +81,46 @@ void Optimizer::load_state_dict(const c10::impl::GenericDict& dict, const std::s
     if (it == dict.end()) throw Error(source + ": optimizer state has no entry '" + key + "'");
     return it->value();
   };
-  const auto n_groups = get("n_groups").toInt();
+  auto typed = [&](const std::string& key, bool (c10::IValue::*is)() const, const char* type) {
+    auto value = get(key);
+    if (!(value.*is)()) throw Error(source + ": optimizer state entry '" + key + "' is not " + type);
+    return value;
+  };
+  const auto n_groups = typed("n_groups", &c10::IValue::isInt, "an integer").toInt();
   if (n_groups != static_cast<int64_t>(groups_.size()))
     throw Error(source + ": optimizer state has " + std::to_string(n_groups) + " parameter groups, the learner has " +
                 std::to_string(groups_.size()));
+  // Everything is read and checked into these first, so that a bad file changes nothing.
+  std::vector<std::map<std::string, double>> hypers(groups_.size());
+  std::vector<std::vector<ParamState>> states(groups_.size());
   for (size_t g = 0; g < groups_.size(); ++g) {
     const auto prefix = std::to_string(g) + ".";
-    const auto n_params = get(prefix + "n_params").toInt();
+    const auto n_params = typed(prefix + "n_params", &c10::IValue::isInt, "an integer").toInt();
     if (n_params != static_cast<int64_t>(groups_[g].params.size()))
       throw Error(source + ": optimizer group " + std::to_string(g) + " has " + std::to_string(n_params) +
                   " params in the file, " + std::to_string(groups_[g].params.size()) + " in the learner");
-  }
-  // Everything fits: now overwrite.
-  for (size_t g = 0; g < groups_.size(); ++g) {
-    const auto prefix = std::to_string(g) + ".";
-    for (const auto& name : Hypers::names()) groups_[g].hypers.at(name) = get(prefix + name).toDouble();
-    for (size_t i = 0; i < state_[g].size(); ++i) {
+    for (const auto& name : Hypers::names())
+      hypers[g][name] = typed(prefix + name, &c10::IValue::isDouble, "a number").toDouble();
+    for (size_t i = 0; i < groups_[g].params.size(); ++i) {
       const auto param_prefix = prefix + std::to_string(i) + ".";
+      const auto& param = groups_[g].params[i];
       ParamState state;
-      state.step = get(param_prefix + "step").toInt();
+      state.step = typed(param_prefix + "step", &c10::IValue::isInt, "an integer").toInt();
       for (const auto& entry : dict) {
+        if (!entry.key().isString()) throw Error(source + ": optimizer state has a key that is not a string");
         const auto& key = entry.key().toStringRef();
         if (key.rfind(param_prefix, 0) != 0 || key == param_prefix + "step") continue;
-        const auto& param = groups_[g].params[i];
+        if (!entry.value().isTensor() || entry.value().toTensor().sizes() != param.sizes())
+          throw Error(source + ": optimizer state '" + key + "' is not a tensor of its parameter's shape " +
+                      c10::str(param.sizes()));
         state.buffers[key.substr(param_prefix.size())] = entry.value().toTensor().to(param.device());
       }
-      state_[g][i] = std::move(state);
+      states[g].push_back(std::move(state));
     }
+  }
+  for (size_t g = 0; g < groups_.size(); ++g) {
+    for (const auto& [name, value] : hypers[g]) groups_[g].hypers.at(name) = value;
+    state_[g] = std::move(states[g]);
   }
 }
 

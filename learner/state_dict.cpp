@@ -1,5 +1,7 @@
 #include "learner/state_dict.h"
 
+#include <torch/serialize.h>
+#include <torch/torch.h>
 
 #include <algorithm>
 #include <set>

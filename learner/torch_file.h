@@ -25,4 +25,8 @@ std::unique_ptr<caffe2::serialize::PyTorchStreamReader> open_archive(const std::
 // Throws fastcpp::Error for a file that is not a torch.save archive or is cut short.
 c10::IValue read_torch_file(const std::vector<char>& bytes);
 
+// The integers of a list or tuple, whether read_torch_file made it (a generic list) or
+// libtorch did (an int list); c10::Error for anything else.
+std::vector<int64_t> int_vector(const c10::IValue& value);
+
 }  // namespace fastcpp

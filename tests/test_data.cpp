@@ -120,6 +120,19 @@ TEST_SUITE("data") {
           "'" + dir + "/short-images-idx3-ubyte' has 25 bytes, its header promises 28 (truncated or corrupt)");
     write_raw(dir + "/bad", {1, 2, 3, 4, 5});
     CHECK(error_of([&] { vision::read_idx(dir + "/bad"); }) == "'" + dir + "/bad' is not an idx file (bad magic number)");
+    auto longer = images;
+    longer.push_back(7);
+    write_raw(dir + "/long", longer);
+    CHECK(error_of([&] { vision::read_idx(dir + "/long"); }) ==
+          "'" + dir + "/long' has more than 28 bytes, its header promises 28 (truncated or corrupt)");
+    // Found by fuzzing: dimensions whose product overflowed 64 bits, and a zero dimension
+    // beside ones whose strides overflow (torch::empty threw its own error).
+    for (const auto* name : {"overflowing_dims.idx", "zero_dim_huge_strides.idx", "zero_dim_empty.idx"}) {
+      const auto path = std::string(FASTCPP_FIXTURES) + "/../fuzz/corpus/idx/" + name;
+      CHECK(error_of([&] { vision::read_idx(path); }) == "'" + path + "': its header promises more than 1 TiB of data (corrupt)");
+    }
+    write_raw(dir + "/empty", {0, 0, 8, 2, 0, 0, 0, 0, 0, 0, 0, 5});
+    CHECK((vision::read_idx(dir + "/empty").sizes() == torch::IntArrayRef{0, 5}));
     CHECK(error_of([&] { vision::idx_image_dataset(dir, "t10k"); }) ==
           "idx file '" + dir + "/t10k-images-idx3-ubyte[.gz]' not found");
     std::filesystem::remove_all(dir);

@@ -136,6 +136,52 @@ TEST_SUITE("learner") {
     CHECK_THROWS_AS(load_state_dict(*tiny_model(), damaged), Error);
   }
 
+  TEST_CASE("a checkpoint with a missing or mistyped entry is an error naming it, and changes nothing (found by fuzzing)") {
+    const auto path = temp_path("entries.pt");
+    Learner a(synthetic_dls(), tiny_model(), CrossEntropyLoss(), {}, quiet());
+    a.fit(1, 0.01);
+    a.save(path);
+    const auto saved = read_torch_file(checkpoint::read_file(path)).toGenericDict();
+    Learner b(synthetic_dls(), tiny_model(), CrossEntropyLoss(), {}, quiet());
+    b.fit(1, 0.01);
+    const auto weights = snapshot(b.model.module());
+    const auto lr = b.opt->param_groups()[0].hypers.at("lr");
+    auto load_edited = [&](const std::function<void(c10::impl::GenericDict&)>& edit) {
+      auto root = saved.copy();
+      edit(root);
+      const auto bytes = torch::pickle_save(root);
+      std::ofstream(path, std::ios::binary).write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
+      return error_of([&] { b.load(path); });
+    };
+    CHECK(load_edited([](auto& root) { root.erase(c10::IValue(std::string("epoch"))); }) ==
+          "cannot read checkpoint '" + path + "': its 'epoch' entry is missing or of the wrong type");
+    CHECK(load_edited([](auto& root) { root.insert_or_assign(c10::IValue(std::string("model")), c10::IValue(3)); }) ==
+          "cannot read checkpoint '" + path + "': its 'model' entry is missing or of the wrong type");
+    auto edit_opt = [&](const std::string& key, const c10::IValue& value) {
+      return load_edited([&](auto& root) {
+        auto opt = root.at(c10::IValue(std::string("opt"))).toGenericDict().copy();
+        opt.insert_or_assign(c10::IValue(key), value);
+        root.insert_or_assign(c10::IValue(std::string("opt")), opt);
+      });
+    };
+    CHECK(edit_opt("0.lr", c10::IValue(std::string("fast"))) ==
+          "checkpoint '" + path + "': optimizer state entry '0.lr' is not a number");
+    CHECK(edit_opt("0.0.grad_avg", c10::IValue(torch::zeros({2}))) ==
+          "checkpoint '" + path + "': optimizer state '0.0.grad_avg' is not a tensor of its parameter's shape [8, 4]");
+    CHECK(all_equal(weights, snapshot(b.model.module())));
+    CHECK(b.opt->param_groups()[0].hypers.at("lr") == lr);
+    std::filesystem::remove(path);
+  }
+
+  TEST_CASE("a checkpoint whose pickle claims a huge memo is an error, not a 27 GB allocation (found by fuzzing)") {
+    // tests/fixtures/checkpoint_huge_memo.zip: a checkpoint of tests/fuzz/checkpoint_fuzz.cpp's
+    // learner with libFuzzer's data.pkl (tests/fuzz/corpus/checkpoint/huge_memo_pickle.bin),
+    // whose memo index made libtorch's unpickler size its memo table to 1.7e9 entries.
+    const auto damaged = std::string(FASTCPP_FIXTURES) + "/checkpoint_huge_memo.zip";
+    Learner learn(synthetic_dls(), tiny_model(), CrossEntropyLoss(), {}, quiet());
+    CHECK(error_of([&] { learn.load(damaged); }).rfind("cannot read checkpoint '" + damaged + "': the file is truncated or not a checkpoint (", 0) == 0);
+  }
+
   TEST_CASE("labels outside [0, n_classes) are an error naming the batch, not an abort") {
     auto x = torch::randn({6, 4});
     auto y = torch::tensor({0, 1, 2, 1, 12, 0}, torch::kLong);

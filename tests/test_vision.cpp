@@ -86,7 +86,14 @@ TEST_SUITE("vision") {
     CHECK(error_of([&] { vision::read_image(dir + "/truncated.jpg"); }) ==
           "cannot decode image '" + dir + "/truncated.jpg': truncated JPEG (no end-of-image marker)");
     CHECK(error_of([&] { vision::read_image(dir + "/garbage.png"); }) ==
-          "cannot decode image '" + dir + "/garbage.png': not an image, or corrupt or truncated");
+          "cannot decode image '" + dir + "/garbage.png': not a JPEG, PNG, BMP, TIFF, WebP or PNM image");
+    std::ofstream(dir + "/damaged.png", std::ios::binary) << "\x89PNG\r\n\x1a\n and then garbage";
+    CHECK(error_of([&] { vision::read_image(dir + "/damaged.png"); }) ==
+          "cannot decode image '" + dir + "/damaged.png': not an image, or corrupt or truncated");
+    // Found by fuzzing: OpenCV handed this file to its DICOM decoder, which aborted the process.
+    const auto dicom = std::string(FASTCPP_FIXTURES) + "/../fuzz/corpus/image/gdcm_abort.bin";
+    CHECK(error_of([&] { vision::read_image(dicom); }) ==
+          "cannot decode image '" + dicom + "': not a JPEG, PNG, BMP, TIFF, WebP or PNM image");
     CHECK(error_of([&] { vision::read_image(dir + "/empty.png"); }) ==
           "cannot decode image '" + dir + "/empty.png': the file is empty");
     CHECK(error_of([&] { vision::read_image(dir + "/missing.png"); }) == "cannot open image '" + dir + "/missing.png'");
@@ -206,7 +213,7 @@ TEST_SUITE("vision") {
                       {.bs = 5, .workers = 2});
     CHECK(error_of([&] {
             for (const auto& b : loader) (void)b;
-          }) == "item 4: cannot decode image '" + root + "/dog/broken.png': not an image, or corrupt or truncated (batch 0 of epoch 0)");
+          }) == "item 4: cannot decode image '" + root + "/dog/broken.png': not a JPEG, PNG, BMP, TIFF, WebP or PNM image (batch 0 of epoch 0)");
     auto lenient = vision::ImageFolder::scan(root, {.skip_bad = true});
     CHECK(lenient.size() == 4);
     fs::create_directories(root + "/empty_class");
@@ -234,6 +241,18 @@ TEST_SUITE("vision") {
     std::ofstream(dir + "/short.bin", std::ios::binary) << "abc";
     CHECK(error_of([&] { vision::read_cifar_file(dir + "/short.bin"); }) ==
           "'" + dir + "/short.bin' is not a CIFAR-10 binary batch: 3 bytes is not a multiple of 3073");
+    // Found by fuzzing: labels beyond the classes were read as they were.
+    records[2][0] = 10;
+    std::ofstream(dir + "/label10.bin", std::ios::binary)
+        .write(reinterpret_cast<const char*>(records.data_ptr<uint8_t>()), records.numel());
+    CHECK(error_of([&] { vision::read_cifar_file(dir + "/label10.bin"); }) ==
+          "'" + dir + "/label10.bin': image 2 has label 10, outside the 10 classes of CIFAR-10 (not a CIFAR batch, or corrupt)");
+    auto hundred = torch::cat({torch::tensor({{19, 99}, {20, 5}}, torch::kUInt8), torch::zeros({2, 3072}, torch::kUInt8)}, 1);
+    std::ofstream(dir + "/coarse.bin", std::ios::binary)
+        .write(reinterpret_cast<const char*>(hundred.data_ptr<uint8_t>()), hundred.numel());
+    CHECK(error_of([&] { vision::read_cifar_file(dir + "/coarse.bin", vision::Cifar::hundred); }) ==
+          "'" + dir + "/coarse.bin': image 1 has coarse label 20, outside the 20 classes of CIFAR-100 (not a CIFAR batch, or corrupt)");
+    records[2][0] = 9;
 
     std::vector<std::string> vocab;
     for (int i = 0; i < 10; ++i) vocab.push_back(i == 3 ? "cat/kitten" : "class" + std::to_string(i));

@@ -2,7 +2,9 @@
 
 #include <torch/torch.h>
 
+#include <algorithm>
 #include <fstream>
+#include <initializer_list>
 #include <opencv2/imgcodecs.hpp>
 #include <opencv2/imgproc.hpp>
 
@@ -12,6 +14,20 @@ namespace fastcpp::vision {
 namespace {
 
 bool is_jpeg(const std::vector<uint8_t>& b) { return b.size() > 3 && b[0] == 0xFF && b[1] == 0xD8 && b[2] == 0xFF; }
+
+bool starts_with(const std::vector<uint8_t>& b, std::initializer_list<uint8_t> prefix, size_t at = 0) {
+  return b.size() >= at + prefix.size() && std::equal(prefix.begin(), prefix.end(), b.begin() + static_cast<std::ptrdiff_t>(at));
+}
+
+// The formats the loader decodes, by their signatures. OpenCV would otherwise hand any
+// file to whichever of its decoders claims it (DICOM, JPEG 2000, OpenEXR, ...), and
+// some of those abort the process on a damaged file rather than fail.
+bool is_decodable_format(const std::vector<uint8_t>& b) {
+  return is_jpeg(b) || starts_with(b, {0x89, 'P', 'N', 'G', 0x0D, 0x0A, 0x1A, 0x0A}) || starts_with(b, {'B', 'M'}) ||
+         starts_with(b, {'I', 'I', 0x2A, 0x00}) || starts_with(b, {'M', 'M', 0x00, 0x2A}) ||  // TIFF
+         (starts_with(b, {'R', 'I', 'F', 'F'}) && starts_with(b, {'W', 'E', 'B', 'P'}, 8)) ||
+         (b.size() > 2 && b[0] == 'P' && b[1] >= '1' && b[1] <= '6');  // PBM, PGM, PPM
+}
 
 // The end-of-image marker FF D9, allowing for a little padding after it.
 bool has_jpeg_end(const std::vector<uint8_t>& b) {
@@ -58,6 +74,8 @@ cv::Mat decode_image(const std::vector<uint8_t>& bytes, const std::string& path,
   if (options.channels != 1 && options.channels != 3)
     throw Error("decode_image: channels must be 1 or 3, got " + std::to_string(options.channels));
   const bool gray = options.channels == 1;
+  if (!is_decodable_format(bytes))
+    throw Error("cannot decode image '" + path + "': not a JPEG, PNG, BMP, TIFF, WebP or PNM image");
   if (is_jpeg(bytes) && !has_jpeg_end(bytes))  // libjpeg would only warn and grey out the rest
     throw Error("cannot decode image '" + path + "': truncated JPEG (no end-of-image marker)");
   int factor = 1;

@@ -3,6 +3,7 @@
 #include "core/error.h"
 #include "learner/sequential.h"
 #include "learner/state_dict.h"
+#include "learner/torch_file.h"
 
 namespace fastcpp::vision {
 namespace {
@@ -73,7 +74,7 @@ torch::nn::Sequential create_vision_model(const ModelSpec& spec, const std::stri
     o.in_channels = entry("in_channels").toInt();
     o.stem = entry("stem").toStringRef() == "cifar" ? Stem::cifar : Stem::imagenet;
     o.width = entry("width").toInt();
-    o.lin_ftrs = entry("lin_ftrs").toIntVector();
+    o.lin_ftrs = int_vector(entry("lin_ftrs"));
     o.ps = entry("ps").toDouble();
     o.concat_pool = entry("concat_pool").toBool();
     o.bn_final = entry("bn_final").toBool();

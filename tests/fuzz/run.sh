@@ -1,36 +1,68 @@
 #!/usr/bin/env bash
-# Fuzzes the torch.save reader (learner/torch_file.cpp) with libFuzzer under ASan and
-# UBSan for SECONDS (default 30), starting from the committed corpus, on a copy of it.
-# Exits non-zero on a finding; the input that caused it is left in OUT_DIR.
+# Fuzzes one of fastcpp's readers of untrusted files with libFuzzer under ASan and UBSan
+# for SECONDS, starting from the committed corpus (tests/fuzz/corpus/TARGET), on a copy.
+# Exits non-zero on a finding (a crash, a hang over 10 s, an exception other than
+# fastcpp::Error); the input that caused it is left in OUT_DIR.
 #
-#   tests/fuzz/run.sh [SECONDS] [OUT_DIR]
+#   tests/fuzz/run.sh TARGET SECONDS BUILD_DIR [OUT_DIR]
 #
-# Needs clang with libFuzzer (Debian: clang, libclang-rt-14-dev) and the venv's torch.
+# TARGET: torch_file (torch.save archives), idx, cifar, image, checkpoint. The reader's
+# own sources are compiled here with clang and instrumentation; the rest of fastcpp is
+# linked from BUILD_DIR's libfastcpp.a, with the libraries and definitions the build
+# itself used (read from its ninja file).
+# Needs clang with libFuzzer (Debian: clang, libclang-rt-14-dev); exits 77 without.
 # Leak detection is off: libtorch's PyTorchStreamReader leaks a few hundred bytes of its
 # zip reader when it rejects a damaged archive (its constructor throws), which is not
 # ours to fix.
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 root=$(cd "$here/../.." && pwd)
-seconds=${1:-30}
-out=${2:-$(mktemp -d)}
-python=${FASTCPP_PYTHON:-$root/.venv/bin/python}
-torch=$("$python" -c 'import os, torch; print(os.path.dirname(torch.__file__))')
-mkdir -p "$out/corpus"
+target=$1
+seconds=$2
+build=$(cd "$3" && pwd)
+out=${4:-$(mktemp -d)}
+mkdir -p "$out/corpus" "$out/objects"
+case "$target" in
+  torch_file) sources=(learner/torch_file.cpp) ;;
+  idx) sources=(vision/idx.cpp) ;;
+  cifar) sources=(vision/cifar.cpp) ;;
+  image) sources=(vision/image.cpp) ;;
+  checkpoint) sources=(learner/checkpoint.cpp learner/torch_file.cpp learner/state_dict.cpp learner/optimizer.cpp
+                       learner/grad_scaler.cpp) ;;
+  *) echo "unknown fuzz target '$target': torch_file, idx, cifar, image or checkpoint" >&2; exit 2 ;;
+esac
 if ! echo 'extern "C" int LLVMFuzzerTestOneInput(const char*, unsigned long) { return 0; }' |
     clang++ -x c++ -fsanitize=fuzzer,address,undefined - -o "$out/probe" 2>/dev/null; then
   echo "skipped: clang++ with libFuzzer not found (Debian: clang, libclang-rt-14-dev)"
   exit 77
 fi
-cp "$here"/corpus/torch_file/* "$out/corpus/"
-clang++ -std=c++17 -g -O1 -fsanitize=fuzzer,address,undefined -D_GLIBCXX_USE_CXX11_ABI=1 \
-  -I"$root" -I"$torch/include" -I"$torch/include/torch/csrc/api/include" \
-  "$root/learner/torch_file.cpp" "$here/torch_file_fuzz.cpp" -o "$out/torch_file_fuzz" \
-  -L"$torch/lib" -Wl,-rpath,"$torch/lib" -ltorch -ltorch_cpu -lc10
+
+# How the build compiles fastcpp (definitions, include paths) and links a program with it.
+compile=$(cd "$build" && ninja -t commands CMakeFiles/fastcpp.dir/learner/torch_file.cpp.o | tail -1)
+flags=$(grep -oE -- '(-D|-I)[^ ]+|-isystem [^ ]+' <<<"$compile" | tr '\n' ' ')
+link=$(cd "$build" && ninja -t commands tests/dist_worker | tail -1 | sed -e 's/.* -o tests\/dist_worker //' -e 's/ *&& *:.*//')
+link=${link//\"/}  # its quotes around paths, which word splitting would keep
+
+cp "$here/corpus/$target"/* "$out/corpus/"
+objects=()
+for source in "${sources[@]}" "tests/fuzz/${target}_fuzz.cpp"; do
+  object="$out/objects/$(basename "$source" .cpp).o"
+  # shellcheck disable=SC2086
+  clang++ -std=gnu++20 -g -O1 -fsanitize=fuzzer-no-link,address,undefined -w $flags -I"$root" \
+    -c "$root/$source" -o "$object"
+  objects+=("$object")
+done
+# Linked from the build folder: the link line names libfastcpp.a relative to it.
+# shellcheck disable=SC2086
+(cd "$build" && clang++ -fsanitize=fuzzer,address,undefined "${objects[@]}" -o "$out/${target}_fuzz" $link)
+
 cd "$out"
 status=0
-ASAN_OPTIONS=detect_leaks=0 UBSAN_OPTIONS=halt_on_error=1:abort_on_error=1:print_stacktrace=1 ./torch_file_fuzz corpus -max_total_time="$seconds" \
-  -detect_leaks=0 -rss_limit_mb=4096 -max_len=65536 -print_final_stats=1 > fuzz.log 2>&1 || status=$?
-grep -E "stat::number_of_executed_units|ERROR|SUMMARY|runtime error" fuzz.log || true
-if [ $status -ne 0 ]; then echo "torch_file fuzzing: a finding (exit $status); see $out"; tail -40 fuzz.log; fi
+ASAN_OPTIONS=detect_leaks=0 UBSAN_OPTIONS=halt_on_error=1:abort_on_error=1:print_stacktrace=1 \
+  "./${target}_fuzz" corpus -max_total_time="$seconds" -timeout=10 -error_exitcode=1 -timeout_exitcode=1 -detect_leaks=0 -rss_limit_mb=4096 \
+  -max_len=65536 -print_final_stats=1 >fuzz.log 2>&1 || status=$?
+runs=$(grep -oE "stat::number_of_executed_units: *[0-9]+" fuzz.log | grep -oE "[0-9]+$" || echo 0)
+echo "$target fuzzing: $runs inputs in $seconds s, corpus $(ls corpus | wc -l) files"
+grep -E "ERROR|SUMMARY|runtime error" fuzz.log || true
+if [ $status -ne 0 ]; then echo "$target fuzzing: a finding (exit $status); see $out"; tail -40 fuzz.log; fi
 exit $status
