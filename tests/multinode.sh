@@ -61,7 +61,7 @@ same_as_reference() {  # RESULT_BASE
 }
 
 # Starts fastcpp-launch for a 2x2 job on HOST in the background; its pid in $!.
-launch_on() {  # HOST NODE_RANK LOG PORT [LAUNCHER ARGS...] -- MODE OUT
+launch_on() {  # HOST NODE_RANK LOG PORT [LAUNCHER ARGS...] -- PROGRAM ARGS...
   local host=$1 node_rank=$2 log=$3 job_port=$4
   shift 4
   on "$host" timeout 120 "$launch" --nnodes 2 --node-rank "$node_rank" --nproc-per-node 2 \
@@ -81,15 +81,33 @@ wait_all() {
 
 seconds_since() { awk "BEGIN { printf \"%.1f\", $(date +%s.%N) - $1 }"; }
 
+# Starts the 2x2 job on node0 and node1 on a new port, in the background: its pids in
+# node_pids, its logs NAME0.log and NAME1.log, its results NAME.<rank>.
+start_job() {  # NAME MODE [LAUNCHER ARGS...]
+  local name=$1 mode=$2 rank
+  shift 2
+  port=$((port + 1))
+  node_pids=()
+  for rank in 0 1; do
+    launch_on "node$rank" "$rank" "$work/$name$rank.log" "$port" "$@" -- "$worker" "$mode" "$work/$name"
+    node_pids+=($!)
+  done
+}
+
+# Runs the job to its end: `codes` and `job_seconds` set.
+timed_job() {  # NAME MODE
+  local started
+  started=$(date +%s.%N)
+  start_job "$@"
+  wait_all "${node_pids[@]}"
+  job_seconds=$(seconds_since "$started")
+}
+
 echo "== reference: the 4-process job on one host"
 on node0 timeout 120 "$launch" --nproc-per-node 4 --master-port "$port" "$worker" ddp "$work/reference"
 
 echo "== 1. fastcpp-launch on two nodes; an outsider writes garbage to the store port"
-port=$((port + 1))
-FASTCPP_WORKER_STEP_MS=300 launch_on node0 0 "$work/launch0.log" "$port" -- "$worker" checkpointed "$work/launch"
-node0=$!
-FASTCPP_WORKER_STEP_MS=300 launch_on node1 1 "$work/launch1.log" "$port" -- "$worker" checkpointed "$work/launch"
-node1=$!
+FASTCPP_WORKER_STEP_MS=300 start_job launch checkpointed
 for _ in $(seq 100); do
   on node0 ss -Hltn "sport = :$port" | grep -q . && break
   sleep 0.1
@@ -103,7 +121,7 @@ elsewhere="$(on node1 ss -Hltn "sport = :$port")$(on outsider ss -Hltn "sport = 
 check "no listener for port $port on node1 or the outsider" [ -z "$elsewhere" ]
 on outsider timeout 60 "$python" "$here/multinode/store_garbage.py" "$master_address" "$port" >"$work/garbage.log" 2>&1 &
 garbage=$!
-wait_all $node0 $node1
+wait_all "${node_pids[@]}"
 kill $garbage 2>/dev/null || true
 sed 's/^/  /' "$work/garbage.log"
 check "both nodes end with exit status 0 (got $codes)" [ "$codes" = "00" ]
@@ -122,10 +140,8 @@ check "torchrun on two nodes ends with exit status 0 (got $codes)" [ "$codes" = 
 check "torchrun on two nodes: results equal the one-host run" same_as_reference "$work/torchrun"
 
 echo "== 3. node1 killed mid-epoch, restarts allowed"
-port=$((port + 1))
-FASTCPP_WORKER_STEP_MS=300 launch_on node0 0 "$work/restart0.log" "$port" --max-restarts 1 -- "$worker" checkpointed "$work/restart"
-node0=$!
-FASTCPP_WORKER_STEP_MS=300 launch_on node1 1 "$work/restart1.log" "$port" --max-restarts 1 -- "$worker" checkpointed "$work/restart"
+FASTCPP_WORKER_STEP_MS=300 start_job restart checkpointed --max-restarts 1
+node0=${node_pids[0]}
 for _ in $(seq 300); do [ -e "$work/restart.ckpt" ] && break; sleep 0.1; done
 sleep 0.3  # into epoch 1
 hosts_kill node1
@@ -145,19 +161,13 @@ check "the job resumed from a checkpoint (epoch >= 1)" \
 
 lost_host_check() {  # KILLED SURVIVOR LOST_RANKS
   local killed=$1 survivor=$2 lost=$3 started code elapsed
-  port=$((port + 1))
   rm -f "$work/lost.ckpt"
-  FASTCPP_WORKER_STEP_MS=300 launch_on node0 0 "$work/lost0.log" "$port" -- "$worker" checkpointed "$work/lost"
-  local pid0=$!
-  FASTCPP_WORKER_STEP_MS=300 launch_on node1 1 "$work/lost1.log" "$port" -- "$worker" checkpointed "$work/lost"
-  local pid1=$!
+  FASTCPP_WORKER_STEP_MS=300 start_job lost checkpointed
   for _ in $(seq 300); do [ -e "$work/lost.ckpt" ] && break; sleep 0.1; done
   sleep 0.5
   started=$(date +%s.%N)
   hosts_kill "$killed"
-  local survivor_pid=$pid0
-  [ "$survivor" = node1 ] && survivor_pid=$pid1
-  wait_all "$survivor_pid"
+  wait_all "${node_pids[${survivor#node}]}"
   code=$codes
   elapsed=$(seconds_since "$started")
   wait 2>/dev/null || true
@@ -177,24 +187,11 @@ lost_host_check node1 node0 "ranks 2, 3"
 lost_host_check node0 node1 "ranks 0, 1"
 
 echo "== 5. 50 ms latency and 1% loss each way on node1's link"
-port=$((port + 1))
-started=$(date +%s.%N)
-launch_on node0 0 "$work/clear0.log" "$port" -- "$worker" ddp "$work/clear"
-pid0=$!
-launch_on node1 1 "$work/clear1.log" "$port" -- "$worker" ddp "$work/clear"
-pid1=$!
-wait_all $pid0 $pid1
-clear_codes=$codes
-clear_time=$(seconds_since "$started")
+timed_job clear ddp
+clear_codes=$codes clear_time=$job_seconds
 link_impair node1 50 0.01
-port=$((port + 1))
-started=$(date +%s.%N)
-launch_on node0 0 "$work/slow0.log" "$port" -- "$worker" ddp "$work/slow"
-pid0=$!
-launch_on node1 1 "$work/slow1.log" "$port" -- "$worker" ddp "$work/slow"
-pid1=$!
-wait_all $pid0 $pid1
-slow_time=$(seconds_since "$started")
+timed_job slow ddp
+slow_time=$job_seconds
 link_restore node1
 check "both jobs end with exit status 0 (got $clear_codes, $codes)" [ "$clear_codes$codes" = "0000" ]
 check "with latency and loss: results equal the one-host run" same_as_reference "$work/slow"
