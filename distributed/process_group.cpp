@@ -6,6 +6,7 @@
 #include <torch/torch.h>
 
 #include <cstdlib>
+#include <thread>
 #if FASTCPP_HAS_GLOO
 #include <torch/csrc/distributed/c10d/ProcessGroupGloo.hpp>
 #endif
@@ -187,7 +188,12 @@ void Communicator::wait(const c10::intrusive_ptr<c10d::Work>& work, const std::s
     work->wait();
   } catch (const std::exception& e) {
     const std::string error = e.what();
-    const auto lost = impl_->peers.unreachable(rank_, std::chrono::seconds(2));
+    // A dying peer's sockets close one after another: give its probe socket a moment to follow.
+    std::string lost;
+    for (int attempt = 0; attempt < 5 && lost.empty(); ++attempt) {
+      if (attempt > 0) std::this_thread::sleep_for(std::chrono::milliseconds(200));
+      lost = impl_->peers.unreachable(rank_, std::chrono::seconds(2));
+    }
     throw Error(what + " failed on rank " + std::to_string(rank_) + " (host " + host_name() + "): " +
                 (lost.empty() ? "a peer died or timed out" : "lost " + lost) + ": " +
                 error.substr(0, error.find('\n')).substr(0, 300));
