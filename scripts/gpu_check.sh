@@ -58,7 +58,8 @@ fi
 if [[ " $stages " == *" test "* ]]; then
   export FASTCPP_FASHION_MNIST="$bundle/data/fashion-mnist"  # the install test trains on it
   start=$(now)
-  (cd "$build" && ctest --output-on-failure -j 4 --timeout 400) > "$out/tests.log" 2>&1
+  # Not the fuzzing and multi-host entries: CPU-only, checked by CI, minutes of device time.
+  (cd "$build" && ctest --output-on-failure -j 4 --timeout 400 -E '^(fuzz_|multinode$)') > "$out/tests.log" 2>&1
   row tests "$(grep -E 'tests passed|tests failed' "$out/tests.log" | tail -1) in $(since "$start") s (log: tests.log)"
   row "gpu suite" "$(grep -A3 -E '^ *[0-9]+/[0-9]+ Test +#[0-9]+: gpu ' "$out/tests.log" | head -1 | sed 's/  */ /g')"
   grep -E '\(Failed\)|\(Skipped\)|\(Timeout\)|\(SEGFAULT\)' "$out/tests.log" | while read -r line; do row "not passed" "$line"; done
