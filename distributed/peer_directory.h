@@ -36,8 +36,6 @@ class PeerDirectory {
   // by host, other hosts first: "ranks 2, 3 (host node1, 10.0.0.2)"; empty when all answer.
   std::string unreachable(int self, std::chrono::milliseconds timeout) const;
 
-  const std::vector<Peer>& peers() const { return peers_; }
-
  private:
   std::vector<Peer> peers_;
   int probe_fd_ = -1;

@@ -108,17 +108,19 @@ on node0 timeout 120 "$launch" --nproc-per-node 4 --master-port "$port" "$worker
 
 echo "== 1. fastcpp-launch on two nodes; an outsider writes garbage to the store port"
 FASTCPP_WORKER_STEP_MS=300 start_job launch checkpointed
-for _ in $(seq 100); do
-  on node0 ss -Hltn "sport = :$port" | grep -q . && break
-  sleep 0.1
+# Once both nodes' ranks have formed the group: each has a Gloo listener and a probe
+# socket, node0 the store as well. None may listen on every interface.
+for host in node0 node1; do
+  for _ in $(seq 150); do
+    [ "$(on "$host" ss -Hltn | wc -l)" -ge 4 ] && break
+    sleep 0.1
+  done
+  listeners=$(on "$host" ss -Hltn)
+  echo "$listeners" | sed "s/^/  $host listens: /"
+  check "every listener on $host is on its address $(host_address "$host") (none on 0.0.0.0, [::] or *)" \
+    bash -c '[ "$(wc -l <<<"$1")" -ge 4 ] && ! grep -vq " $2:[0-9]* " <<<"$1"' _ "$listeners" "$(host_address "$host")"
+  [ "$host" = node0 ] && check "the store listens on $master_address:$port" grep -q "$master_address:$port " <<<"$listeners"
 done
-listeners=$(on node0 ss -Hltn)
-echo "$listeners" | sed 's/^/  node0 listens: /'
-check "the store listens on $master_address:$port" grep -q "$master_address:$port " <<<"$listeners"
-check "nothing on node0 listens on every interface (0.0.0.0, [::], *)" \
-  bash -c '! grep -Eq "(0\.0\.0\.0|\[::\]|\*):[0-9]+ " <<<"$1"' _ "$listeners"
-elsewhere="$(on node1 ss -Hltn "sport = :$port")$(on outsider ss -Hltn "sport = :$port")"
-check "no listener for port $port on node1 or the outsider" [ -z "$elsewhere" ]
 on outsider timeout 60 "$python" "$here/multinode/store_garbage.py" "$master_address" "$port" >"$work/garbage.log" 2>&1 &
 garbage=$!
 wait_all "${node_pids[@]}"
