@@ -72,7 +72,9 @@ def main():
     ap.add_argument("--seed", type=int, default=42)
     ap.add_argument("--data", default=DATA)
     ap.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
+    ap.add_argument("--memory-format", choices=["contiguous", "channels-last"], default="contiguous")
     args = ap.parse_args()
+    layout = torch.channels_last if args.memory_format == "channels-last" else torch.contiguous_format
     device = torch.device(args.device)
     torch.set_num_threads(args.threads)
     torch.manual_seed(args.seed)
@@ -82,7 +84,7 @@ def main():
     x_test = read_idx(f"{args.data}/t10k-images-idx3-ubyte.gz").unsqueeze(1)
     y_test = read_idx(f"{args.data}/t10k-labels-idx1-ubyte.gz").long()
 
-    model = make_model().to(device)
+    model = make_model().to(device, memory_format=layout)
     no_decay = [p for m in model.modules() for p in m.parameters(recurse=False)
                 if isinstance(m, nn.BatchNorm2d) or p is getattr(m, "bias", None)]
     no_decay_ids = {id(p) for p in no_decay}
@@ -93,7 +95,7 @@ def main():
     loss_fn = nn.CrossEntropyLoss()
 
     def to_input(xb):
-        return (xb.float() / 255 - MEAN) / STD
+        return ((xb.float() / 255 - MEAN) / STD).to(memory_format=layout)
 
     n = len(x_train)
     n_iter = n // args.bs + (n % args.bs != 0)

@@ -4,9 +4,11 @@
 # in real fastai (--peer fastai: fashion_mnist_fastai.py; bench/fashion_mnist_vs_fastai.sh).
 #
 #   bench/fashion_mnist_vs_python.sh [--peer pytorch|fastai] [--epochs 5] [--threads 2] [--data DIR]
-#                                    [--build DIR] [--python PY]
+#                                    [--build DIR] [--python PY] [--memory-format channels-last|contiguous]
 #
-# Defaults: Debian's Fashion-MNIST, build/, the project's .venv (or $FASTCPP_PYTHON).
+# Defaults: Debian's Fashion-MNIST, build/, the project's .venv (or $FASTCPP_PYTHON), and
+# each side's own default memory layout (the example's is channels-last, PyTorch's and
+# fastai's contiguous); --memory-format sets the same layout on both sides.
 # Prints both whole-process wall times and test accuracies, and last the ratio.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -16,6 +18,7 @@ data=/usr/share/datasets/fashion-mnist
 build=build
 python=${FASTCPP_PYTHON:-$PWD/.venv/bin/python}
 peer=pytorch
+layout=()
 while [ $# -gt 0 ]; do
   case "$1" in
     --peer) peer=$2; shift 2 ;;
@@ -24,6 +27,7 @@ while [ $# -gt 0 ]; do
     --data) data=$(realpath "$2"); shift 2 ;;
     --build) build=$(realpath "$2"); shift 2 ;;
     --python) python=$2; shift 2 ;;
+    --memory-format) layout=(--memory-format "$2"); shift 2 ;;
     *) echo "unknown flag $1"; exit 2 ;;
   esac
 done
@@ -38,10 +42,10 @@ build=$(realpath "$build")
 now() { date +%s.%N; }
 log=$(mktemp -d)
 start=$(now)
-(cd "$log" && "$build/examples/fashion_mnist" --epochs "$epochs" --threads "$threads" --data "$data") | tee "$log/cpp.txt"
+(cd "$log" && "$build/examples/fashion_mnist" --epochs "$epochs" --threads "$threads" --data "$data" "${layout[@]}") | tee "$log/cpp.txt"
 cpp_seconds=$(awk -v a="$(now)" -v b="$start" 'BEGIN{print a-b}')
 start=$(now)
-"$python" "$peer_script" --epochs "$epochs" --threads "$threads" --data "$data" | tee "$log/py.txt"
+"$python" "$peer_script" --epochs "$epochs" --threads "$threads" --data "$data" "${layout[@]}" | tee "$log/py.txt"
 py_seconds=$(awk -v a="$(now)" -v b="$start" 'BEGIN{print a-b}')
 
 cpp_acc=$(grep -o 'final test accuracy: [0-9.]*' "$log/cpp.txt" | awk '{print $4}')

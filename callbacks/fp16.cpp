@@ -73,15 +73,27 @@ void MixedPrecision::after_step() {
   if (scaling()) l.scaler->update();
 }
 
+namespace {
+
+// NHWC strides even where the layout is ambiguous: contiguous(ChannelsLast) keeps a
+// one-channel tensor (a grey image batch, a stem conv's weight) in NCHW strides, as
+// both layouts describe it, and the kernels then pick NCHW from those strides for
+// the stem and everything fed from it. to() copies whenever the suggested layout differs.
+torch::Tensor channels_last(const torch::Tensor& t) {
+  return t.to(t.options(), /*non_blocking=*/false, /*copy=*/false, torch::MemoryFormat::ChannelsLast);
+}
+
+}  // namespace
+
 void ChannelsLast::before_fit() {
   torch::NoGradGuard no_grad;
   for (auto& param : learn().model.module().parameters())
-    if (param.dim() == 4) param.set_data(param.contiguous(torch::MemoryFormat::ChannelsLast));
+    if (param.dim() == 4) param.set_data(channels_last(param));
 }
 
 void ChannelsLast::before_batch() {
   auto& xb = learn().xb;
-  if (xb.dim() == 4) xb = xb.contiguous(torch::MemoryFormat::ChannelsLast);
+  if (xb.dim() == 4) xb = channels_last(xb);
 }
 
 // ---- the Learner's one-line conversions

@@ -3,7 +3,8 @@
 //   fashion_mnist [--epochs 5] [--bs 128] [--lr 1e-2] [--threads N] [--data DIR]
 //                 [--precision fp32|bf16|fp16]   (fp16 needs a GPU; bf16 runs on the CPU too)
 //                 [--parallel all|DEVICE,DEVICE...]  (to_parallel: every GPU, or e.g. cuda:0,cuda:1 or cpu,cpu)
-//                 [--memory-format contiguous|channels-last]
+//                 [--memory-format channels-last|contiguous]  (channels-last by default: oneDNN's and
+//                  cuDNN's convolutions are fastest in NHWC; on a 2-core CPU the epoch is ~15% shorter)
 //
 // The data are the idx files that Debian's dataset-fashion-mnist package installs.
 // Prints the epoch table (with a live progress bar on a terminal) and the final test
@@ -24,7 +25,7 @@ int main(int argc, char** argv) {
   int epochs = 5, threads = static_cast<int>(std::thread::hardware_concurrency());
   int64_t bs = 128;
   double lr = 1e-2;
-  std::string data = "/usr/share/datasets/fashion-mnist", precision = "fp32", parallel, memory_format = "contiguous";
+  std::string data = "/usr/share/datasets/fashion-mnist", precision = "fp32", parallel, memory_format = "channels-last";
   for (int i = 1; i + 1 < argc; i += 2) {
     const std::string flag = argv[i], value = argv[i + 1];
     if (flag == "--epochs") epochs = std::stoi(value);
@@ -58,6 +59,10 @@ int main(int argc, char** argv) {
     if (precision == "bf16") learn.to_bf16();
     if (precision == "fp16") learn.to_fp16();
     if (memory_format == "channels-last") learn.to_channels_last();
+    else if (memory_format != "contiguous") {
+      std::cerr << "unknown --memory-format " << memory_format << " (channels-last or contiguous)\n";
+      return 2;
+    }
     if (!parallel.empty()) learn.to_parallel(parse_devices(parallel));
     learn.fit_one_cycle(epochs, lr);
 

@@ -175,22 +175,28 @@ TEST_SUITE("precision") {
     CHECK(learn.recorder->values[1][4] >= learn.recorder->values[1][3]);
   }
 
-  TEST_CASE("ChannelsLast puts 4-d weights and inputs in NHWC layout") {
-    auto x = torch::randn({8, 3, 6, 6});
+  TEST_CASE("ChannelsLast puts 4-d weights and inputs in NHWC layout, grey images too") {
+    // One channel: NCHW and NHWC describe the same bytes, so only the strides tell the
+    // kernels which layout to use (suggest_memory_format).
+    auto x = torch::randn({8, 1, 6, 6});
     auto ds = std::make_shared<TensorDataset>(x, torch::randint(2, {8}, torch::kLong));
-    torch::nn::Sequential model(torch::nn::Conv2d(torch::nn::Conv2dOptions(3, 4, 3)), torch::nn::Flatten(),
+    torch::nn::Sequential model(torch::nn::Conv2d(torch::nn::Conv2dOptions(1, 4, 3)), torch::nn::Flatten(),
                                 torch::nn::Linear(64, 2));
     Learner learn({DataLoader(ds, {.bs = 4}), DataLoader(ds, {.bs = 4})}, model, CrossEntropyLoss(), {}, quiet());
     silence(learn);
     learn.to_channels_last();
     struct LayoutProbe : Callback {
       LayoutProbe() { order = 5; }
-      void before_batch() override { nhwc = nhwc && learn().xb.is_contiguous(torch::MemoryFormat::ChannelsLast); }
+      void before_batch() override {
+        nhwc = nhwc && learn().xb.suggest_memory_format() == torch::MemoryFormat::ChannelsLast;
+      }
       bool nhwc = true;
     };
     auto probe = learn.add_cb(LayoutProbe());
     learn.fit(1);
     CHECK(probe->nhwc);
-    CHECK(model->parameters()[0].is_contiguous(torch::MemoryFormat::ChannelsLast));
+    const auto weight = model->parameters()[0];
+    CHECK(weight.suggest_memory_format() == torch::MemoryFormat::ChannelsLast);
+    CHECK(model[0]->as<torch::nn::Conv2d>()->forward(x).suggest_memory_format() == torch::MemoryFormat::ChannelsLast);
   }
 }
