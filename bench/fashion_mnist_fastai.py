@@ -13,7 +13,7 @@ import sys
 import time
 
 import torch
-from fastai.basics import Adam, CrossEntropyLossFlat, DataLoader, DataLoaders, Learner, accuracy
+from fastai.basics import Adam, CrossEntropyLossFlat, DataLoader, DataLoaders, Learner, accuracy, set_seed
 from fastai.callback.channelslast import ChannelsLast
 import fastai.callback.progress  # noqa: F401  (learn.no_bar)
 import fastai.callback.schedule  # noqa: F401  (learn.fit_one_cycle)
@@ -41,13 +41,14 @@ def main():
     ap.add_argument("--bs", type=int, default=128)
     ap.add_argument("--lr", type=float, default=1e-2)
     ap.add_argument("--threads", type=int, default=os.cpu_count())
+    ap.add_argument("--seed", type=int, default=42)
     ap.add_argument("--data", default=DATA)
     ap.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
     ap.add_argument("--memory-format", choices=["contiguous", "channels-last"], default="contiguous",
                     help="channels-last: fastai's ChannelsLast callback (fastai's default is contiguous)")
     args = ap.parse_args()
     torch.set_num_threads(args.threads)
-    torch.manual_seed(42)
+    set_seed(args.seed)  # torch (the initial weights) and Python's random (the shuffle)
     start = time.perf_counter()
     train = Items(read_idx(f"{args.data}/train-images-idx3-ubyte.gz").unsqueeze(1),
                   read_idx(f"{args.data}/train-labels-idx1-ubyte.gz").long())

@@ -5,6 +5,7 @@
 #
 #   bench/fashion_mnist_vs_python.sh [--peer pytorch|fastai] [--epochs 5] [--threads 2] [--data DIR]
 #                                    [--build DIR] [--python PY] [--memory-format channels-last|contiguous]
+#                                    [--seed N]   (both sides; default 42)
 #
 # Defaults: Debian's Fashion-MNIST, build/, the project's .venv (or $FASTCPP_PYTHON), and
 # each side's own default memory layout (the example's is channels-last, PyTorch's and
@@ -19,6 +20,7 @@ build=build
 python=${FASTCPP_PYTHON:-$PWD/.venv/bin/python}
 peer=pytorch
 layout=()
+seed=42
 while [ $# -gt 0 ]; do
   case "$1" in
     --peer) peer=$2; shift 2 ;;
@@ -28,6 +30,7 @@ while [ $# -gt 0 ]; do
     --build) build=$(realpath "$2"); shift 2 ;;
     --python) python=$2; shift 2 ;;
     --memory-format) layout=(--memory-format "$2"); shift 2 ;;
+    --seed) seed=$2; shift 2 ;;
     *) echo "unknown flag $1"; exit 2 ;;
   esac
 done
@@ -42,10 +45,10 @@ build=$(realpath "$build")
 now() { date +%s.%N; }
 log=$(mktemp -d)
 start=$(now)
-(cd "$log" && "$build/examples/fashion_mnist" --epochs "$epochs" --threads "$threads" --data "$data" "${layout[@]}") | tee "$log/cpp.txt"
+(cd "$log" && "$build/examples/fashion_mnist" --epochs "$epochs" --threads "$threads" --data "$data" --seed "$seed" "${layout[@]}") | tee "$log/cpp.txt"
 cpp_seconds=$(awk -v a="$(now)" -v b="$start" 'BEGIN{print a-b}')
 start=$(now)
-"$python" "$peer_script" --epochs "$epochs" --threads "$threads" --data "$data" "${layout[@]}" | tee "$log/py.txt"
+"$python" "$peer_script" --epochs "$epochs" --threads "$threads" --data "$data" --seed "$seed" "${layout[@]}" | tee "$log/py.txt"
 py_seconds=$(awk -v a="$(now)" -v b="$start" 'BEGIN{print a-b}')
 
 cpp_acc=$(grep -o 'final test accuracy: [0-9.]*' "$log/cpp.txt" | awk '{print $4}')

@@ -1,6 +1,6 @@
 // Trains a small residual convolutional network on Fashion-MNIST with the one-cycle policy.
 //
-//   fashion_mnist [--epochs 5] [--bs 128] [--lr 1e-2] [--threads N] [--data DIR]
+//   fashion_mnist [--epochs 5] [--bs 128] [--lr 1e-2] [--threads N] [--data DIR] [--seed 42]
 //                 [--precision fp32|bf16|fp16]   (fp16 needs a GPU; bf16 runs on the CPU too)
 //                 [--parallel all|DEVICE,DEVICE...]  (to_parallel: every GPU, or e.g. cuda:0,cuda:1 or cpu,cpu)
 //                 [--memory-format channels-last|contiguous]  (channels-last by default: oneDNN's and
@@ -22,7 +22,7 @@
 using namespace fastcpp;
 
 int main(int argc, char** argv) {
-  int epochs = 5, threads = static_cast<int>(std::thread::hardware_concurrency());
+  int epochs = 5, seed = 42, threads = static_cast<int>(std::thread::hardware_concurrency());
   int64_t bs = 128;
   double lr = 1e-2;
   std::string data = "/usr/share/datasets/fashion-mnist", precision = "fp32", parallel, memory_format = "channels-last";
@@ -32,6 +32,7 @@ int main(int argc, char** argv) {
     else if (flag == "--bs") bs = std::stoll(value);
     else if (flag == "--lr") lr = std::stod(value);
     else if (flag == "--threads") threads = std::stoi(value);
+    else if (flag == "--seed") seed = std::stoi(value);
     else if (flag == "--data") data = value;
     else if (flag == "--precision") precision = value;
     else if (flag == "--parallel") parallel = value;
@@ -47,12 +48,12 @@ int main(int argc, char** argv) {
     return 1;
   }
   torch::set_num_threads(threads);
-  torch::manual_seed(42);
+  torch::manual_seed(seed);  // the initial weights
 
   try {
     // Images stay uint8 in memory; each batch becomes float and is normalized on its device.
     const std::vector<BatchTransform> tfms{Normalize{{0.2860}, {0.3530}}};
-    DataLoaders dls{DataLoader(vision::idx_image_dataset(data, "train"), {.bs = bs, .shuffle = true, .seed = 42, .batch_tfms = tfms}),
+    DataLoaders dls{DataLoader(vision::idx_image_dataset(data, "train"), {.bs = bs, .shuffle = true, .seed = static_cast<uint64_t>(seed), .batch_tfms = tfms}),
                     DataLoader(vision::idx_image_dataset(data, "t10k"), {.bs = 2 * bs, .batch_tfms = tfms})};
 
     Learner learn(dls, make_model(), CrossEntropyLoss(), {metrics::accuracy()});
