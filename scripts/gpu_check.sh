@@ -77,8 +77,11 @@ if [[ " $stages " == *" bench "* ]]; then
     echo "## to_parallel"
     bench/gpu_parallel.sh "$build"
     echo
-    echo "## Fashion-MNIST example vs the PyTorch peer (5 epochs)"
-    bench/fashion_mnist_vs_python.sh --epochs 5 --data "$bundle/data/fashion-mnist" --build "$build" --python "$python"
+    echo "## Fashion-MNIST example vs the PyTorch peer (5 epochs, both channels-last, then both contiguous)"
+    for layout in channels-last contiguous; do
+      bench/fashion_mnist_vs_python.sh --epochs 5 --data "$bundle/data/fashion-mnist" --build "$build" --python "$python" \
+        --memory-format "$layout"
+    done
   } > "$out/bench.log" 2>&1
   row benchmarks "done in $(since "$start") s (log: bench.log)"
   { echo; grep -E '^\|' "$out/bench.log"; grep -E 'overhead|to_parallel .*x the|fp16 / fp32|channels-last:|slowest cell|time ratio|accuracy' "$out/bench.log"; } >> "$results"
