@@ -3,8 +3,8 @@
 (fashion_mnist_peer.make_model), batch size (128 for training, 256 for validation),
 fit_one_cycle(epochs, 1e-2) with fastai's Adam and its defaults, and thread count,
 in fastai's default contiguous layout (--memory-format channels-last adds fastai's
-ChannelsLast callback). The images are normalized once up front (fastcpp does it per batch). Prints one
-machine-readable line:
+ChannelsLast callback). The images are normalized once up front (fastcpp does it per
+batch). Prints one machine-readable line:
     fastai: accuracy=0.9312 seconds=123.4
 """
 import argparse

@@ -3,8 +3,9 @@
 //   fashion_mnist [--epochs 5] [--bs 128] [--lr 1e-2] [--threads N] [--data DIR] [--seed 42]
 //                 [--precision fp32|bf16|fp16]   (fp16 needs a GPU; bf16 runs on the CPU too)
 //                 [--parallel all|DEVICE,DEVICE...]  (to_parallel: every GPU, or e.g. cuda:0,cuda:1 or cpu,cpu)
-//                 [--memory-format channels-last|contiguous]  (channels-last by default: oneDNN's and
-//                  cuDNN's convolutions are fastest in NHWC; on a 2-core CPU the epoch is ~15% shorter)
+//                 [--memory-format channels-last|contiguous]  (channels-last by default: oneDNN's CPU
+//                  convolutions, like cuDNN's tensor-core ones, are fastest in NHWC; an epoch on
+//                  2 cores is ~15% shorter)
 //
 // The data are the idx files that Debian's dataset-fashion-mnist package installs.
 // Prints the epoch table (with a live progress bar on a terminal) and the final test
