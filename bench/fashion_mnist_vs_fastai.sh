@@ -4,5 +4,5 @@
 # after the other in one run. The last line is "fastcpp/fastai time ratio R".
 #
 #   bench/fashion_mnist_vs_fastai.sh [--epochs 5] [--threads 2] [--data DIR] [--build DIR] [--python PY]
-#                                    [--memory-format channels-last|contiguous]   (both sides; default: each its own)
+#                                    [--memory-format channels-last|contiguous] [--seeds 42,1,2]   (both sides)
 exec "$(dirname "$0")/fashion_mnist_vs_python.sh" --peer fastai "$@"

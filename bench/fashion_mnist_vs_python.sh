@@ -5,12 +5,13 @@
 #
 #   bench/fashion_mnist_vs_python.sh [--peer pytorch|fastai] [--epochs 5] [--threads 2] [--data DIR]
 #                                    [--build DIR] [--python PY] [--memory-format channels-last|contiguous]
-#                                    [--seed N]   (both sides; default 42)
+#                                    [--seeds 42,1,2]   (both sides, one run each; default 42)
 #
 # Defaults: Debian's Fashion-MNIST, build/, the project's .venv (or $FASTCPP_PYTHON), and
 # each side's own default memory layout (the example's is channels-last, PyTorch's and
 # fastai's contiguous); --memory-format sets the same layout on both sides.
-# Prints both whole-process wall times and test accuracies, and last the ratio.
+# Prints both whole-process wall times and test accuracies (per seed, then summed and
+# averaged over the seeds), and last the ratio.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 epochs=5
@@ -20,7 +21,7 @@ build=build
 python=${FASTCPP_PYTHON:-$PWD/.venv/bin/python}
 peer=pytorch
 layout=()
-seed=42
+seeds=42
 while [ $# -gt 0 ]; do
   case "$1" in
     --peer) peer=$2; shift 2 ;;
@@ -30,7 +31,7 @@ while [ $# -gt 0 ]; do
     --build) build=$(realpath "$2"); shift 2 ;;
     --python) python=$2; shift 2 ;;
     --memory-format) layout=(--memory-format "$2"); shift 2 ;;
-    --seed) seed=$2; shift 2 ;;
+    --seeds) seeds=$2; shift 2 ;;
     *) echo "unknown flag $1"; exit 2 ;;
   esac
 done
@@ -43,18 +44,28 @@ esac
 build=$(realpath "$build")
 
 now() { date +%s.%N; }
+seconds_since() { awk -v a="$(now)" -v b="$1" 'BEGIN{print a-b}'; }
 log=$(mktemp -d)
-start=$(now)
-(cd "$log" && "$build/examples/fashion_mnist" --epochs "$epochs" --threads "$threads" --data "$data" --seed "$seed" "${layout[@]}") | tee "$log/cpp.txt"
-cpp_seconds=$(awk -v a="$(now)" -v b="$start" 'BEGIN{print a-b}')
-start=$(now)
-"$python" "$peer_script" --epochs "$epochs" --threads "$threads" --data "$data" --seed "$seed" "${layout[@]}" | tee "$log/py.txt"
-py_seconds=$(awk -v a="$(now)" -v b="$start" 'BEGIN{print a-b}')
+trap 'rm -rf "$log"' EXIT
+summary=()
+for seed in ${seeds//,/ }; do
+  start=$(now)
+  (cd "$log" && "$build/examples/fashion_mnist" --epochs "$epochs" --threads "$threads" --data "$data" --seed "$seed" "${layout[@]}") | tee "$log/cpp.txt"
+  cpp_seconds=$(seconds_since "$start")
+  start=$(now)
+  "$python" "$peer_script" --epochs "$epochs" --threads "$threads" --data "$data" --seed "$seed" "${layout[@]}" | tee "$log/py.txt"
+  py_seconds=$(seconds_since "$start")
+  cpp_acc=$(grep -o 'final test accuracy: [0-9.]*' "$log/cpp.txt" | awk '{print $4}')
+  py_acc=$(grep -o "^$peer_tag: accuracy=[0-9.]*" "$log/py.txt" | cut -d= -f2)
+  summary+=("$seed $cpp_seconds $cpp_acc $py_seconds $py_acc")
+done
 
-cpp_acc=$(grep -o 'final test accuracy: [0-9.]*' "$log/cpp.txt" | awk '{print $4}')
-py_acc=$(grep -o "^$peer_tag: accuracy=[0-9.]*" "$log/py.txt" | cut -d= -f2)
+# One line per seed, then the totals: the time ratio is total over total (the mean of the
+# ratios where the runs take about as long), the accuracies are means.
 echo
-printf 'fastcpp  %6.1fs  accuracy %s\n' "$cpp_seconds" "$cpp_acc"
-printf '%-8s %6.1fs  accuracy %s  (%d epochs, %d threads)\n' "$peer_name" "$py_seconds" "$py_acc" "$epochs" "$threads"
-printf 'fastcpp/%s time ratio %.3f\n' "$peer_name" "$(awk -v a="$cpp_seconds" -v b="$py_seconds" 'BEGIN{print a/b}')"
-rm -rf "$log"
+printf '%s\n' "${summary[@]}" | awk -v peer="$peer_name" -v epochs="$epochs" -v threads="$threads" '
+  { printf "seed %s: fastcpp %6.1fs accuracy %s, %s %6.1fs accuracy %s, ratio %.3f\n", $1, $2, $3, peer, $4, $5, $2 / $4
+    cs += $2; ca += $3; ps += $4; pa += $5; n++ }
+  END { printf "fastcpp  %6.1fs  accuracy %.4f\n", cs, ca / n
+        printf "%-8s %6.1fs  accuracy %.4f  (%d epochs, %d threads, %d seed%s; times summed, accuracies averaged)\n", peer, ps, pa / n, epochs, threads, n, (n > 1 ? "s" : "")
+        printf "fastcpp/%s time ratio %.3f\n", peer, cs / ps }'
