@@ -131,6 +131,7 @@ std::string worker_name(const Job& job, int local_rank) {
 
 int main(int argc, char** argv) {
   Job job;
+  bool master_addr_given = false;
   int i = 1;
   for (; i < argc; ++i) {
     const std::string arg = argv[i];
@@ -146,15 +147,21 @@ int main(int argc, char** argv) {
     else if (arg == "--node-rank" || arg == "--node_rank") job.node_rank = std::atoi(value);
     else if (arg == "--max-restarts" || arg == "--max_restarts") job.max_restarts = std::atoi(value);
     else if (arg == "--master-port" || arg == "--master_port") job.port = std::atoi(value);
-    else if (arg == "--master-addr" || arg == "--master_addr") job.addr = value;
+    else if (arg == "--master-addr" || arg == "--master_addr") job.addr = value, master_addr_given = true;
     else return usage();
   }
   if (job.nproc < 1 || i >= argc) return usage();
-  if (job.nnodes < 1 || job.node_rank < 0 || job.node_rank >= job.nnodes) {
-    std::fprintf(stderr, "fastcpp-launch: --node-rank %d is outside the %d nodes of --nnodes\n", job.node_rank,
-                 job.nnodes);
+  const auto refuse = [](const std::string& why) {
+    std::fprintf(stderr, "fastcpp-launch: %s\n", why.c_str());
     return 2;
-  }
+  };
+  if (job.nnodes < 1) return refuse("--nnodes " + std::to_string(job.nnodes) + " must be at least 1");
+  if (job.node_rank < 0 || job.node_rank >= job.nnodes)
+    return refuse("--node-rank " + std::to_string(job.node_rank) + " is outside the " + std::to_string(job.nnodes) +
+                  " nodes of --nnodes");
+  // On several nodes the default 127.0.0.1 would leave every other node waiting out its timeout.
+  if (job.nnodes > 1 && !master_addr_given) return refuse("--nnodes " + std::to_string(job.nnodes) +
+                                                          " needs --master-addr: the address of node 0");
   job.program = argv + i;
   struct sigaction action {};
   action.sa_handler = on_signal;

@@ -22,7 +22,7 @@ AddressList resolve(const std::string& host, int port, int socket_type, int flag
   hints.ai_flags = flags;
   addrinfo* found = nullptr;
   const int status = getaddrinfo(host.c_str(), std::to_string(port).c_str(), &hints, &found);
-  if (status != 0) throw Error("cannot resolve the master address '" + host + "': " + gai_strerror(status));
+  if (status != 0) throw Error("cannot resolve the address '" + host + "': " + gai_strerror(status));
   return AddressList(found, freeaddrinfo);
 }
 
@@ -34,21 +34,44 @@ std::string numeric(const sockaddr* address, socklen_t length) {
 
 }  // namespace
 
-int listen_on(const std::string& host, int port) {
-  const auto where = host + ":" + std::to_string(port);
+int listen_on(const std::string& host, int port, bool nonblocking) {
   std::string why = "no address";
   const auto addresses = resolve(host, port, SOCK_STREAM, AI_PASSIVE);
   for (const addrinfo* a = addresses.get(); a; a = a->ai_next) {
-    const int fd = socket(a->ai_family, a->ai_socktype | SOCK_CLOEXEC, a->ai_protocol);
+    const int fd = socket(a->ai_family, a->ai_socktype | SOCK_CLOEXEC | (nonblocking ? SOCK_NONBLOCK : 0), a->ai_protocol);
     if (fd < 0) continue;
     const int on = 1;
     setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &on, sizeof on);  // a restarted group reuses the port at once
-    if (bind(fd, a->ai_addr, a->ai_addrlen) == 0 && listen(fd, 128) == 0) return fd;
+    if (bind(fd, a->ai_addr, a->ai_addrlen) == 0 && listen(fd, SOMAXCONN) == 0) return fd;
     why = std::strerror(errno);
     close(fd);
   }
-  throw Error("rank 0 cannot serve the rendezvous at " + where + " (" + why +
-              "): MASTER_ADDR must be an address of the host running rank 0, and MASTER_PORT free");
+  throw Error("cannot listen on " + host + ":" + std::to_string(port) + " (" + why + ")");
+}
+
+int bound_port(int fd) {
+  sockaddr_storage bound{};
+  socklen_t length = sizeof bound;
+  char service[NI_MAXSERV] = {};
+  if (getsockname(fd, reinterpret_cast<sockaddr*>(&bound), &length) != 0 ||
+      getnameinfo(reinterpret_cast<sockaddr*>(&bound), length, nullptr, 0, service, sizeof service, NI_NUMERICSERV) != 0)
+    throw Error(std::string("cannot read a socket's port: ") + std::strerror(errno));
+  return std::stoi(service);
+}
+
+int start_connect(const std::string& address, int port) {
+  addrinfo hints{};
+  hints.ai_socktype = SOCK_STREAM;
+  hints.ai_flags = AI_NUMERICHOST | AI_NUMERICSERV;
+  addrinfo* found = nullptr;
+  if (getaddrinfo(address.c_str(), std::to_string(port).c_str(), &hints, &found) != 0) return -1;
+  int fd = socket(found->ai_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+  if (fd >= 0 && connect(fd, found->ai_addr, found->ai_addrlen) != 0 && errno != EINPROGRESS) {
+    close(fd);
+    fd = -1;
+  }
+  freeaddrinfo(found);
+  return fd;
 }
 
 std::string local_address_towards(const std::string& host, int port) {

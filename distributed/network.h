@@ -7,9 +7,16 @@
 namespace fastcpp::distributed {
 
 // A listening TCP socket bound to `host` (a name or an address of this machine) and
-// `port`; the caller owns the descriptor. Throws fastcpp::Error naming the address
-// when it is not this machine's or the port is taken.
-int listen_on(const std::string& host, int port);
+// `port` (0: any free one); the caller owns the descriptor. Throws fastcpp::Error
+// naming the address when it is not this machine's or the port is taken.
+int listen_on(const std::string& host, int port, bool nonblocking = false);
+
+// The local port a bound socket has.
+int bound_port(int fd);
+
+// A non-blocking TCP connection to the numeric `address`:`port`, under way (poll for
+// POLLOUT, then read SO_ERROR); -1 when it fails at once.
+int start_connect(const std::string& address, int port);
 
 // The local address (numeric) this host would use to reach `host`:`port`.
 std::string local_address_towards(const std::string& host, int port);

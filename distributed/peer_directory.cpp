@@ -1,6 +1,5 @@
 #include "distributed/peer_directory.h"
 
-#include <netdb.h>
 #include <poll.h>
 #include <sys/socket.h>
 #include <unistd.h>
@@ -9,56 +8,15 @@
 
 #include <algorithm>
 #include <cerrno>
-#include <cstring>
 #include <map>
 #include <sstream>
 
-#include "core/error.h"
+#include "distributed/network.h"
 
 namespace fastcpp::distributed {
 namespace {
 
 const std::string kKey = "fastcpp/peer/";
-
-// A listening socket on `address`, any free port; the kernel completes connections to
-// it (up to the backlog) without this process doing anything.
-int open_probe(const std::string& address, int* port) {
-  addrinfo hints{};
-  hints.ai_socktype = SOCK_STREAM;
-  hints.ai_flags = AI_NUMERICHOST | AI_PASSIVE;
-  addrinfo* found = nullptr;
-  if (getaddrinfo(address.c_str(), "0", &hints, &found) != 0) throw Error("bad transport address " + address);
-  int fd = socket(found->ai_family, SOCK_STREAM | SOCK_CLOEXEC, 0);
-  if (fd >= 0 && (bind(fd, found->ai_addr, found->ai_addrlen) != 0 || listen(fd, 64) != 0)) {
-    close(fd);
-    fd = -1;
-  }
-  freeaddrinfo(found);
-  if (fd < 0) throw Error("cannot open a probe socket on " + address + ": " + std::strerror(errno));
-  sockaddr_storage bound{};
-  socklen_t length = sizeof bound;
-  getsockname(fd, reinterpret_cast<sockaddr*>(&bound), &length);
-  char service[NI_MAXSERV] = {};
-  getnameinfo(reinterpret_cast<sockaddr*>(&bound), length, nullptr, 0, service, sizeof service, NI_NUMERICSERV);
-  *port = std::stoi(service);
-  return fd;
-}
-
-// Starts a non-blocking connection to `peer`'s probe socket; -1 when it fails at once.
-int start_probe(const Peer& peer) {
-  addrinfo hints{};
-  hints.ai_socktype = SOCK_STREAM;
-  hints.ai_flags = AI_NUMERICHOST | AI_NUMERICSERV;
-  addrinfo* found = nullptr;
-  if (getaddrinfo(peer.address.c_str(), std::to_string(peer.probe_port).c_str(), &hints, &found) != 0) return -1;
-  int fd = socket(found->ai_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
-  if (fd >= 0 && connect(fd, found->ai_addr, found->ai_addrlen) != 0 && errno != EINPROGRESS) {
-    close(fd);
-    fd = -1;
-  }
-  freeaddrinfo(found);
-  return fd;
-}
 
 }  // namespace
 
@@ -77,9 +35,10 @@ PeerDirectory::~PeerDirectory() {
 PeerDirectory PeerDirectory::exchange(c10d::Store& store, int rank, int world_size, const std::string& host,
                                       const std::string& address) {
   PeerDirectory directory;
-  int port = 0;
-  directory.probe_fd_ = open_probe(address, &port);
-  const auto entry = host + "\n" + address + "\n" + std::to_string(port);
+  // The kernel completes connections to it without this process doing anything;
+  // non-blocking, so that unreachable() can empty its queue of finished probes.
+  directory.probe_fd_ = listen_on(address, 0, /*nonblocking=*/true);
+  const auto entry = host + "\n" + address + "\n" + std::to_string(bound_port(directory.probe_fd_));
   store.set(kKey + std::to_string(rank), std::vector<uint8_t>(entry.begin(), entry.end()));
   for (int r = 0; r < world_size; ++r) {
     const auto value = store.get(kKey + std::to_string(r));
@@ -96,12 +55,16 @@ PeerDirectory PeerDirectory::exchange(c10d::Store& store, int rank, int world_si
 }
 
 std::string PeerDirectory::unreachable(int self, std::chrono::milliseconds timeout) const {
+  // The other ranks' probes wait in this socket's queue until accepted: a full queue
+  // would leave later probes unanswered, and this rank reported lost.
+  for (int connection; (connection = accept4(probe_fd_, nullptr, nullptr, SOCK_CLOEXEC)) >= 0;) close(connection);
   // Every probe at once: a dead process's port refuses at once, a lost host never answers.
   std::vector<pollfd> probes;
   std::vector<int> probed, lost;
   for (int r = 0; r < static_cast<int>(peers_.size()); ++r) {
     if (r == self) continue;
-    const int fd = start_probe(peers_[static_cast<size_t>(r)]);
+    const auto& peer = peers_[static_cast<size_t>(r)];
+    const int fd = start_connect(peer.address, peer.probe_port);
     if (fd < 0) lost.push_back(r);
     else probes.push_back({fd, POLLOUT, 0}), probed.push_back(r);
   }

@@ -16,7 +16,7 @@ namespace fastcpp::distributed {
 
 struct Peer {
   std::string host;     // host name
-  std::string address;  // the address its transport uses
+  std::string address;  // the address through which it reaches the master; its probe listens there
   int probe_port = 0;
 };
 

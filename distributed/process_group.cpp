@@ -5,7 +5,9 @@
 #include <torch/csrc/distributed/c10d/TCPStore.hpp>
 #include <torch/torch.h>
 
+#include <algorithm>
 #include <cstdlib>
+#include <sstream>
 #include <thread>
 #if FASTCPP_HAS_GLOO
 #include <torch/csrc/distributed/c10d/ProcessGroupGloo.hpp>
@@ -121,45 +123,61 @@ Communicator::Communicator(const DistEnv& env, ProcessGroupOptions options)
   resolve_backend(options);  // bad options fail before any rendezvous
   impl_->timeout = options.timeout;
   const std::string where = env.master_addr + ":" + std::to_string(env.master_port);
+  const auto rank_text = "rank " + std::to_string(env.rank);
+  const auto first_line = [](const std::exception& e) {
+    const std::string text = e.what();
+    return text.substr(0, std::min(text.find('\n'), size_t{300}));
+  };
+  const bool serves_store = env.rank == 0 && !env.agent_store;
+  int listen_fd = -1;
+  // Only the master address listens: torch's store would listen on every interface.
+  if (serves_store) try {
+      listen_fd = listen_on(env.master_addr, env.master_port);
+    } catch (const Error& e) {
+      throw Error("rank 0 cannot serve the rendezvous: " + std::string(e.what()) +
+                  ": MASTER_ADDR must be an address of the host running rank 0, and MASTER_PORT free");
+    }
   try {
     c10d::TCPStoreOptions store_options;
     store_options.port = static_cast<std::uint16_t>(env.master_port);
-    store_options.isServer = env.rank == 0 && !env.agent_store;
+    store_options.isServer = serves_store;
     store_options.numWorkers = static_cast<size_t>(env.world_size);
     store_options.waitWorkers = true;
     store_options.timeout = options.timeout;
-    // Only the master address listens: torch's store would listen on every interface.
-    if (store_options.isServer) store_options.masterListenFd = listen_on(env.master_addr, env.master_port);
+    if (serves_store) store_options.masterListenFd = listen_fd;
     c10::intrusive_ptr<c10d::Store> store = c10::make_intrusive<c10d::TCPStore>(env.master_addr, store_options);
     // Under torchrun the store outlives restarts: each attempt keeps to its own keys, as torch does.
     if (env.agent_store)
       store = c10::make_intrusive<c10d::PrefixStore>("/worker/attempt_" + std::to_string(env.restart_count), store);
     impl_->store = store;
-  } catch (const Error&) {
-    throw;
   } catch (const std::exception& e) {
-    throw Error("rank " + std::to_string(env.rank) + " of " + std::to_string(env.world_size) +
-                ": cannot rendezvous at the master " + where + " within " +
-                std::to_string(options.timeout.count() / 1000) + " s (" +
-                std::string(e.what()).substr(0, std::string(e.what()).find('\n')) +
+    throw Error(rank_text + " of " + std::to_string(env.world_size) + ": cannot rendezvous at the master " + where +
+                " within " + std::to_string(options.timeout.count() / 1000) + " s (" + first_line(e) +
                 "); check MASTER_ADDR/MASTER_PORT, that rank 0 runs, and WORLD_SIZE on every rank");
   }
   check_world_size(*impl_->store, env);
   const auto address = local_address_towards(env.master_addr, env.master_port);
-  impl_->peers = PeerDirectory::exchange(*impl_->store, env.rank, env.world_size, host_name(), address);
+  try {
+    impl_->peers = PeerDirectory::exchange(*impl_->store, env.rank, env.world_size, host_name(), address);
+  } catch (const c10::Error& e) {  // the store's wait for a rank that left after the rendezvous
+    throw Error(rank_text + ": the other ranks' addresses did not arrive from the master " + where + " (" +
+                first_line(e) + ")");
+  }
 #if FASTCPP_HAS_GLOO
-  // Gloo uses the interface GLOO_SOCKET_IFNAME names, as in torch, or else the one
-  // through which this host reaches the master.
-  const char* interface = std::getenv("GLOO_SOCKET_IFNAME");
+  // Gloo uses the interfaces GLOO_SOCKET_IFNAME names (comma-separated), as in torch, or
+  // else the one through which this host reaches the master.
   auto gloo_options = c10d::ProcessGroupGloo::Options::create(options.timeout);
-  gloo_options->devices.push_back(interface && *interface ? c10d::ProcessGroupGloo::createDeviceForInterface(interface)
-                                                          : c10d::ProcessGroupGloo::createDeviceForHostname(address));
+  const char* interfaces = std::getenv("GLOO_SOCKET_IFNAME");
+  std::istringstream names(interfaces ? interfaces : "");
+  for (std::string name; std::getline(names, name, ',');)
+    if (!name.empty()) gloo_options->devices.push_back(c10d::ProcessGroupGloo::createDeviceForInterface(name));
+  if (gloo_options->devices.empty())
+    gloo_options->devices.push_back(c10d::ProcessGroupGloo::createDeviceForHostname(address));
   try {
     auto store = c10::make_intrusive<c10d::PrefixStore>("gloo", impl_->store);
     impl_->gloo = c10::make_intrusive<c10d::ProcessGroupGloo>(store, env.rank, env.world_size, gloo_options);
   } catch (const std::exception& e) {
-    throw Error("rank " + std::to_string(env.rank) + ": the Gloo process group at " + where +
-                " did not form: " + std::string(e.what()).substr(0, 300));
+    throw Error(rank_text + ": the Gloo process group at " + where + " did not form: " + first_line(e));
   }
 #endif
   require(options);

@@ -30,6 +30,22 @@ TEST_SUITE("distributed") {
     check_two_ranks_equal_one_process(0);
   }
 
+  TEST_CASE("fastcpp-launch refuses node settings that could not form a group, naming why") {
+    const auto log = temp_path("launch_flags.log");
+    auto refusal = [&](const std::string& flags) {
+      const int status = run_command(std::string(FASTCPP_LAUNCH) + " --nproc-per-node 1 " + flags + " true 2> " + log);
+      std::ifstream in(log);
+      std::string line;
+      std::getline(in, line);
+      return std::to_string(status) + " " + line;
+    };
+    CHECK(refusal("--nnodes 0") == "2 fastcpp-launch: --nnodes 0 must be at least 1");
+    CHECK(refusal("--nnodes 2 --node-rank 1") == "2 fastcpp-launch: --nnodes 2 needs --master-addr: the address of node 0");
+    CHECK(refusal("--nnodes 2 --node-rank 2 --master-addr node0") ==
+          "2 fastcpp-launch: --node-rank 2 is outside the 2 nodes of --nnodes");
+    std::filesystem::remove(log);
+  }
+
   TEST_CASE("fastcpp-launch: a worker killed mid-run restarts the group, which resumes and ends as an uninterrupted run") {
     const auto reference = run_two_ranks("ddp", 3);
     const auto base = temp_path("resume");
