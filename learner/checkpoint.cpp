@@ -9,6 +9,7 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <limits>
 #include <optional>
 
 #include "core/error.h"
@@ -36,32 +37,41 @@ std::vector<char> encode(const Learner& learn, bool with_opt) {
 void decode_into(Learner& learn, const std::vector<char>& bytes, bool with_opt, const std::string& source) {
   const auto value = unpickle(bytes, source, "a checkpoint");
   if (!value.isGenericDict()) throw Error("cannot read " + source + ": not a fastcpp checkpoint");
-  auto root = value.toGenericDict();
-  auto entry = [&](const std::string& key, bool (c10::IValue::*is)() const, bool required) -> std::optional<c10::IValue> {
-    auto it = root.find(c10::IValue(key));
-    if (it == root.end() && !required) return std::nullopt;
-    if (it == root.end() || !(it->value().*is)())
-      throw Error("cannot read " + source + ": its '" + key + "' entry is missing or of the wrong type");
-    return it->value();
-  };
+  const auto root = value.toGenericDict();
   auto format = root.find(c10::IValue(std::string("format")));
   if (format == root.end() || !format->value().isString() || format->value().toStringRef() != kFormat)
     throw Error("cannot read " + source + ": not a fastcpp checkpoint (no '" + kFormat + "' marker)");
+  auto optional_entry = [&](const std::string& key) -> std::optional<c10::impl::GenericDict> {
+    if (!with_opt || root.find(c10::IValue(key)) == root.end()) return std::nullopt;
+    return typed_entry(root, key, &c10::IValue::isGenericDict, source).toGenericDict();
+  };
 
   // Check every entry first, so that a bad file changes nothing.
   const auto entries = named_state(learn.model.module());
-  const auto loaded = match_state(entries, entry("model", &c10::IValue::isGenericDict, true)->toGenericDict(), source);
-  const auto epoch = entry("epoch", &c10::IValue::isInt, true)->toInt();
-  const auto opt = with_opt ? entry("opt", &c10::IValue::isGenericDict, false) : std::nullopt;
-  const auto scaler = with_opt ? entry("scaler", &c10::IValue::isGenericDict, false) : std::nullopt;
-  if (scaler) GradScaler().load_state_dict(scaler->toGenericDict(), source);  // only to check it
-  if (opt && !learn.opt) learn.create_opt();
+  const auto loaded =
+      match_state(entries, typed_entry(root, "model", &c10::IValue::isGenericDict, source).toGenericDict(), source);
+  const auto epoch = typed_entry(root, "epoch", &c10::IValue::isInt, source).toInt();
+  if (epoch < 0 || epoch > std::numeric_limits<int>::max())
+    throw Error("cannot read " + source + ": its 'epoch' entry " + std::to_string(epoch) + " is out of range");
+  const auto opt = optional_entry("opt");
+  const auto scaler = optional_entry("scaler");
+  const auto scaler_state = scaler ? std::optional(GradScaler::parse(*scaler, source)) : std::nullopt;
 
   torch::NoGradGuard no_grad;
-  if (opt) learn.opt->load_state_dict(opt->toGenericDict(), source);  // checks everything before writing
-  if (scaler) {
+  if (opt) {  // the optimizer checks everything before it writes
+    const bool created = !learn.opt;
+    if (created) learn.create_opt();
+    try {
+      learn.opt->load_state_dict(*opt, source);
+    } catch (const Error&) {
+      if (created) learn.opt.reset();
+      throw;
+    }
+  }
+  // Nothing below can fail.
+  if (scaler_state) {
     if (!learn.scaler) learn.scaler = std::make_shared<GradScaler>();
-    learn.scaler->load_state_dict(scaler->toGenericDict(), source);
+    learn.scaler->restore(*scaler_state);
   }
   for (size_t i = 0; i < entries.size(); ++i) entries[i].second.copy_(loaded[i]);
   learn.epoch = static_cast<int>(epoch);

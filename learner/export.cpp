@@ -105,7 +105,7 @@ ExportedModel read_exported(const std::string& path) {
     for (const auto& entry : field("arch").toGenericDict()) exported.spec[entry.key().toStringRef()] = entry.value();
     exported.state = field("model").toGenericDict();
     exported.vocab = strings(field("vocab"));
-    exported.item_shape = int_vector(field("item_shape"));
+    exported.item_shape = int64s_of(field("item_shape"));
     exported.item_dtype = dtype_named(field("item_dtype").toStringRef(), source);
     exported.item_tfms = strings(field("item_tfms"));
     exported.batch_tfms = strings(field("batch_tfms"));

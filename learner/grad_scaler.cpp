@@ -2,20 +2,28 @@
 
 #include <torch/torch.h>
 
+#include <limits>
 #include <map>
 #include <utility>
 
 #include "core/error.h"
 #include "learner/optimizer.h"
+#include "learner/state_dict.h"
 
 namespace fastcpp {
+namespace {
+
+bool valid_growth(const GradScalerOptions& o) {
+  return o.growth_factor > 1 && o.backoff_factor > 0 && o.backoff_factor < 1 && o.growth_interval > 0;
+}
+
+}  // namespace
 
 GradScaler::GradScaler(GradScalerOptions options)
     : options_(options),
       scale_(torch::full({1}, options.init_scale, torch::kFloat)),
       growth_tracker_(torch::zeros({1}, torch::kInt)) {
-  if (options.init_scale <= 0 || options.growth_factor <= 1 || options.backoff_factor <= 0 ||
-      options.backoff_factor >= 1 || options.growth_interval <= 0)
+  if (!(options.init_scale > 0) || !valid_growth(options))
     throw Error("GradScaler: need init_scale > 0, growth_factor > 1, 0 < backoff_factor < 1, growth_interval > 0");
 }
 
@@ -78,24 +86,31 @@ c10::impl::GenericDict GradScaler::state_dict() const {
   return dict;
 }
 
-void GradScaler::load_state_dict(const c10::impl::GenericDict& state, const std::string& source) {
-  auto get = [&](const char* key, bool (c10::IValue::*is)() const) {
-    auto it = state.find(c10::IValue(std::string(key)));
-    if (it == state.end() || !(it->value().*is)())
-      throw Error(source + ": GradScaler state has no '" + key + "' of the right type");
-    return it->value();
-  };
-  // Read and checked before anything changes.
-  const auto scale = get("scale", &c10::IValue::isDouble).toDouble();
-  const auto growth_tracker = get("growth_tracker", &c10::IValue::isInt).toInt();
-  const auto growth_factor = get("growth_factor", &c10::IValue::isDouble).toDouble();
-  const auto backoff_factor = get("backoff_factor", &c10::IValue::isDouble).toDouble();
-  const auto growth_interval = get("growth_interval", &c10::IValue::isInt).toInt();
-  scale_.fill_(scale);
-  growth_tracker_.fill_(growth_tracker);
-  options_.growth_factor = growth_factor;
-  options_.backoff_factor = backoff_factor;
-  options_.growth_interval = growth_interval;
+GradScaler::State GradScaler::parse(const c10::impl::GenericDict& state, const std::string& source) {
+  const auto what = source + " (GradScaler state)";
+  State parsed;
+  parsed.scale = typed_entry(state, "scale", &c10::IValue::isDouble, what).toDouble();
+  parsed.growth_tracker = typed_entry(state, "growth_tracker", &c10::IValue::isInt, what).toInt();
+  parsed.options.growth_factor = typed_entry(state, "growth_factor", &c10::IValue::isDouble, what).toDouble();
+  parsed.options.backoff_factor = typed_entry(state, "backoff_factor", &c10::IValue::isDouble, what).toDouble();
+  parsed.options.growth_interval = typed_entry(state, "growth_interval", &c10::IValue::isInt, what).toInt();
+  // The scale is a float32 tensor and the tracker an int32 one.
+  const bool fits = parsed.scale > 0 && parsed.scale <= std::numeric_limits<float>::max() &&
+                    valid_growth(parsed.options) &&
+                    parsed.options.growth_interval <= std::numeric_limits<int32_t>::max() &&
+                    parsed.growth_tracker >= 0 && parsed.growth_tracker < parsed.options.growth_interval;
+  if (!fits)
+    throw Error("cannot read " + what + ": need 0 < scale <= 3.4e38, growth_factor > 1, 0 < backoff_factor < 1, " +
+                "0 <= growth_tracker < growth_interval < 2^31");
+  return parsed;
+}
+
+void GradScaler::restore(const State& state) {
+  scale_.fill_(state.scale);
+  growth_tracker_.fill_(state.growth_tracker);
+  options_.growth_factor = state.options.growth_factor;
+  options_.backoff_factor = state.options.backoff_factor;
+  options_.growth_interval = state.options.growth_interval;
   unscaled_ = false;
 }
 

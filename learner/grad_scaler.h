@@ -17,6 +17,7 @@
 #include <ATen/core/Dict.h>
 #include <ATen/core/ivalue.h>
 
+#include <string>
 #include <vector>
 
 namespace fastcpp {
@@ -49,8 +50,18 @@ class GradScaler {
   const std::vector<double>& history() const { return history_; }
 
   c10::impl::GenericDict state_dict() const;
-  // Checks every entry before changing anything; errors name `source`.
-  void load_state_dict(const c10::impl::GenericDict& state, const std::string& source = "GradScaler");
+  // A saved state read and checked (parse) apart from applying it (restore), so that a
+  // checkpoint can check all its parts before it changes any; errors name `source`.
+  struct State {
+    double scale = 0;
+    int64_t growth_tracker = 0;
+    GradScalerOptions options;  // init_scale unused
+  };
+  static State parse(const c10::impl::GenericDict& state, const std::string& source);
+  void restore(const State& state);
+  void load_state_dict(const c10::impl::GenericDict& state, const std::string& source) {
+    restore(parse(state, source));
+  }
 
  private:
   // The scale and growth tracker moved to `device` (where the first gradients or loss are).

@@ -2,7 +2,10 @@
 
 #include <torch/torch.h>
 
+#include <map>
+
 #include "core/error.h"
+#include "learner/state_dict.h"
 
 namespace fastcpp {
 
@@ -76,44 +79,42 @@ c10::impl::GenericDict Optimizer::state_dict() const {
 }
 
 void Optimizer::load_state_dict(const c10::impl::GenericDict& dict, const std::string& source) {
-  auto get = [&](const std::string& key) {
-    auto it = dict.find(c10::IValue(key));
-    if (it == dict.end()) throw Error(source + ": optimizer state has no entry '" + key + "'");
-    return it->value();
-  };
-  auto typed = [&](const std::string& key, bool (c10::IValue::*is)() const, const char* type) {
-    auto value = get(key);
-    if (!(value.*is)()) throw Error(source + ": optimizer state entry '" + key + "' is not " + type);
-    return value;
-  };
-  const auto n_groups = typed("n_groups", &c10::IValue::isInt, "an integer").toInt();
+  const auto what = source + " (optimizer state)";
+  const auto refuse = [&](const std::string& why) { return Error("cannot read " + what + ": " + why); };
+  const auto n_groups = typed_entry(dict, "n_groups", &c10::IValue::isInt, what).toInt();
   if (n_groups != static_cast<int64_t>(groups_.size()))
-    throw Error(source + ": optimizer state has " + std::to_string(n_groups) + " parameter groups, the learner has " +
-                std::to_string(groups_.size()));
+    throw refuse(std::to_string(n_groups) + " parameter groups, the learner has " + std::to_string(groups_.size()));
+  // The per-parameter entries ("<group>.<param>.<buffer>") in one pass, by "<group>.<param>.".
+  std::map<std::string, std::map<std::string, c10::IValue>> by_param;
+  for (const auto& entry : dict) {
+    if (!entry.key().isString()) throw refuse("a key is not a string");
+    const auto& key = entry.key().toStringRef();
+    const auto second_dot = key.find('.', key.find('.') + 1);
+    if (key.find('.') != std::string::npos && second_dot != std::string::npos)
+      by_param[key.substr(0, second_dot + 1)][key.substr(second_dot + 1)] = entry.value();
+  }
   // Everything is read and checked into these first, so that a bad file changes nothing.
   std::vector<std::map<std::string, double>> hypers(groups_.size());
   std::vector<std::vector<ParamState>> states(groups_.size());
   for (size_t g = 0; g < groups_.size(); ++g) {
     const auto prefix = std::to_string(g) + ".";
-    const auto n_params = typed(prefix + "n_params", &c10::IValue::isInt, "an integer").toInt();
+    const auto n_params = typed_entry(dict, prefix + "n_params", &c10::IValue::isInt, what).toInt();
     if (n_params != static_cast<int64_t>(groups_[g].params.size()))
-      throw Error(source + ": optimizer group " + std::to_string(g) + " has " + std::to_string(n_params) +
-                  " params in the file, " + std::to_string(groups_[g].params.size()) + " in the learner");
+      throw refuse("group " + std::to_string(g) + " has " + std::to_string(n_params) + " params, the learner's " +
+                   std::to_string(groups_[g].params.size()));
     for (const auto& name : Hypers::names())
-      hypers[g][name] = typed(prefix + name, &c10::IValue::isDouble, "a number").toDouble();
+      hypers[g][name] = typed_entry(dict, prefix + name, &c10::IValue::isDouble, what).toDouble();
     for (size_t i = 0; i < groups_[g].params.size(); ++i) {
       const auto param_prefix = prefix + std::to_string(i) + ".";
       const auto& param = groups_[g].params[i];
       ParamState state;
-      state.step = typed(param_prefix + "step", &c10::IValue::isInt, "an integer").toInt();
-      for (const auto& entry : dict) {
-        if (!entry.key().isString()) throw Error(source + ": optimizer state has a key that is not a string");
-        const auto& key = entry.key().toStringRef();
-        if (key.rfind(param_prefix, 0) != 0 || key == param_prefix + "step") continue;
-        if (!entry.value().isTensor() || entry.value().toTensor().sizes() != param.sizes())
-          throw Error(source + ": optimizer state '" + key + "' is not a tensor of its parameter's shape " +
-                      c10::str(param.sizes()));
-        state.buffers[key.substr(param_prefix.size())] = entry.value().toTensor().to(param.device());
+      state.step = typed_entry(dict, param_prefix + "step", &c10::IValue::isInt, what).toInt();
+      for (const auto& [name, value] : by_param[param_prefix]) {
+        if (name == "step") continue;
+        if (!value.isTensor() || !value.toTensor().is_floating_point() || value.toTensor().sizes() != param.sizes())
+          throw refuse("its '" + param_prefix + name + "' entry is not a floating-point tensor of its parameter's shape " +
+                       c10::str(param.sizes()));
+        state.buffers[name] = value.toTensor().to(param.device(), param.scalar_type());
       }
       states[g].push_back(std::move(state));
     }

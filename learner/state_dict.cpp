@@ -116,4 +116,12 @@ void save_state_dict(const torch::nn::Module& module, const std::string& path) {
   checkpoint::write_atomically(path, torch::pickle_save(dict));
 }
 
+c10::IValue typed_entry(const c10::impl::GenericDict& dict, const std::string& key, bool (c10::IValue::*is)() const,
+                        const std::string& what) {
+  const auto it = dict.find(c10::IValue(key));
+  if (it == dict.end() || !(it->value().*is)())
+    throw Error("cannot read " + what + ": its '" + key + "' entry is missing or of the wrong type");
+  return it->value();
+}
+
 }  // namespace fastcpp

@@ -43,4 +43,9 @@ void load_state_dict(torch::nn::Module& module, const c10::impl::GenericDict& st
 // Written atomically, tensors on the CPU.
 void save_state_dict(const torch::nn::Module& module, const std::string& path);
 
+// The `key` entry of a dict read from a file, when `(entry.*is)()`; otherwise throws
+// "cannot read WHAT: its 'KEY' entry is missing or of the wrong type".
+c10::IValue typed_entry(const c10::impl::GenericDict& dict, const std::string& key, bool (c10::IValue::*is)() const,
+                        const std::string& what);
+
 }  // namespace fastcpp

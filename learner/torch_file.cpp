@@ -200,7 +200,7 @@ class Unpickler {
     if (name == "collections.OrderedDict") return c10::impl::GenericDict(c10::AnyType::get(), c10::AnyType::get());
     if (name == "torch._utils._rebuild_tensor_v2" || name == "torch._utils._rebuild_tensor") {
       const auto& a = args.toTupleRef().elements();
-      return a.at(0).toTensor().as_strided(int_vector(a.at(2)), int_vector(a.at(3)), a.at(1).toInt());
+      return a.at(0).toTensor().as_strided(int64s_of(a.at(2)), int64s_of(a.at(3)), a.at(1).toInt());
     }
     if (name == "torch._utils._rebuild_parameter") return args.toTupleRef().elements().at(0);
     // libtorch's own pickler wraps typed containers in these; their first argument is the value.
@@ -259,7 +259,7 @@ std::unique_ptr<caffe2::serialize::PyTorchStreamReader> open_archive(const std::
   return std::make_unique<caffe2::serialize::PyTorchStreamReader>(std::make_shared<BoundedReader>(bytes));
 }
 
-std::vector<int64_t> int_vector(const c10::IValue& value) {
+std::vector<int64_t> int64s_of(const c10::IValue& value) {
   std::vector<int64_t> values;
   for (const auto& v : value.isTuple() ? value.toTupleRef().elements() : value.toListRef()) values.push_back(v.toInt());
   return values;

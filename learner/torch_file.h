@@ -27,6 +27,6 @@ c10::IValue read_torch_file(const std::vector<char>& bytes);
 
 // The integers of a list or tuple, whether read_torch_file made it (a generic list) or
 // libtorch did (an int list); c10::Error for anything else.
-std::vector<int64_t> int_vector(const c10::IValue& value);
+std::vector<int64_t> int64s_of(const c10::IValue& value);
 
 }  // namespace fastcpp

@@ -18,7 +18,6 @@
 #include <cmath>
 #include <cstdio>
 #include <filesystem>
-#include <fstream>
 #include <iostream>
 
 using namespace fastcpp;
@@ -27,7 +26,7 @@ namespace fs = std::filesystem;
 namespace {
 
 struct Usage {
-  int64_t rss_kib = 0;
+  double rss_mib = 0;
   int64_t fds = 0;
   int64_t threads = 0;
 };
@@ -38,9 +37,7 @@ int64_t entries(const char* dir) {
 
 Usage usage() {
   Usage u;
-  std::ifstream status("/proc/self/status");
-  for (std::string line; std::getline(status, line);)
-    if (line.rfind("VmRSS:", 0) == 0) u.rss_kib = std::stoll(line.substr(6));
+  u.rss_mib = resident_mb();
   u.fds = entries("/proc/self/fd") - 1;  // less the directory iterator's own
   u.threads = entries("/proc/self/task");
   return u;
@@ -121,7 +118,7 @@ int main(int argc, char** argv) {
     return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count() / 60;
   };
   double reference = 0;
-  Usage warm, last, peak;
+  Usage warm, last;
   int cycles = 0, differing = 0;
   double next_report = 1;
   std::printf("cycle  minutes  valid_loss            rss_MiB  fds  threads\n");
@@ -132,21 +129,20 @@ int main(int argc, char** argv) {
     if (loss != reference) ++differing;
     last = usage();
     if (cycles == kWarmup) warm = last;
-    peak.rss_kib = std::max(peak.rss_kib, last.rss_kib);
     if (cycles <= kWarmup + 2 || elapsed_min() >= next_report) {  // the first cycles, then once a minute
-      std::printf("%5d  %7.1f  %.17g  %7.1f  %3lld  %7lld\n", cycles, elapsed_min(), loss, last.rss_kib / 1024.0,
+      std::printf("%5d  %7.1f  %.17g  %7.1f  %3lld  %7lld\n", cycles, elapsed_min(), loss, last.rss_mib,
                   static_cast<long long>(last.fds), static_cast<long long>(last.threads));
       std::fflush(stdout);
       next_report = std::floor(elapsed_min()) + 1;
     }
   }
-  const double growth_mib = (last.rss_kib - warm.rss_kib) / 1024.0;
-  const bool memory_flat = growth_mib <= std::max(16.0, 0.1 * warm.rss_kib / 1024.0);
+  const double growth_mib = last.rss_mib - warm.rss_mib;
+  const bool memory_flat = growth_mib <= std::max(16.0, 0.1 * warm.rss_mib);
   const bool fds_flat = last.fds <= warm.fds, threads_flat = last.threads <= warm.threads;
   std::printf(
       "soak: %d cycles in %.1f min; RSS %.1f MiB after cycle %d, %.1f MiB at the end (%+.1f MiB, peak %.1f MiB); "
       "file descriptors %lld -> %lld; threads %lld -> %lld; %d cycles differed from the first\n",
-      cycles, elapsed_min(), warm.rss_kib / 1024.0, kWarmup, last.rss_kib / 1024.0, growth_mib, peak.rss_kib / 1024.0,
+      cycles, elapsed_min(), warm.rss_mib, kWarmup, last.rss_mib, growth_mib, resident_peak_mb(),
       static_cast<long long>(warm.fds), static_cast<long long>(last.fds), static_cast<long long>(warm.threads),
       static_cast<long long>(last.threads), differing);
   const bool ok = memory_flat && fds_flat && threads_flat && differing == 0;

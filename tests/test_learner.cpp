@@ -136,40 +136,67 @@ TEST_SUITE("learner") {
     CHECK_THROWS_AS(load_state_dict(*tiny_model(), damaged), Error);
   }
 
-  TEST_CASE("a checkpoint with a missing or mistyped entry is an error naming it, and changes nothing (found by fuzzing)") {
+  TEST_CASE("a checkpoint with a missing, mistyped or out-of-range entry is an error naming it, and changes nothing (found by fuzzing)") {
     const auto path = temp_path("entries.pt");
     Learner a(synthetic_dls(), tiny_model(), CrossEntropyLoss(), {}, quiet());
     a.fit(1, 0.01);
     a.save(path);
     const auto saved = read_torch_file(checkpoint::read_file(path)).toGenericDict();
-    Learner b(synthetic_dls(), tiny_model(), CrossEntropyLoss(), {}, quiet());
-    b.fit(1, 0.01);
+    Learner b(synthetic_dls(), tiny_model(4, 3, 1), CrossEntropyLoss(), {}, quiet());
+    b.fit(2, 0.02);  // other weights, lr, steps and buffers than the file's
     const auto weights = snapshot(b.model.module());
-    const auto lr = b.opt->param_groups()[0].hypers.at("lr");
-    auto load_edited = [&](const std::function<void(c10::impl::GenericDict&)>& edit) {
+    const auto state = b.opt->state_dict();
+    const auto epoch = b.epoch;
+    auto load_edited = [&](Learner& into, const std::function<void(c10::impl::GenericDict&)>& edit) {
       auto root = saved.copy();
       edit(root);
       const auto bytes = torch::pickle_save(root);
       std::ofstream(path, std::ios::binary).write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
-      return error_of([&] { b.load(path); });
+      return error_of([&] { into.load(path); });
     };
-    CHECK(load_edited([](auto& root) { root.erase(c10::IValue(std::string("epoch"))); }) ==
-          "cannot read checkpoint '" + path + "': its 'epoch' entry is missing or of the wrong type");
-    CHECK(load_edited([](auto& root) { root.insert_or_assign(c10::IValue(std::string("model")), c10::IValue(3)); }) ==
-          "cannot read checkpoint '" + path + "': its 'model' entry is missing or of the wrong type");
-    auto edit_opt = [&](const std::string& key, const c10::IValue& value) {
-      return load_edited([&](auto& root) {
-        auto opt = root.at(c10::IValue(std::string("opt"))).toGenericDict().copy();
-        opt.insert_or_assign(c10::IValue(key), value);
-        root.insert_or_assign(c10::IValue(std::string("opt")), opt);
-      });
+    auto edit_entry = [&](const char* part, const std::string& key, const c10::IValue& value) {
+      return [=](c10::impl::GenericDict& root) {
+        const auto part_key = c10::IValue(std::string(part));
+        auto dict = root.contains(part_key) ? root.at(part_key).toGenericDict().copy() : GradScaler().state_dict();
+        dict.insert_or_assign(c10::IValue(key), value);
+        root.insert_or_assign(part_key, dict);
+      };
     };
-    CHECK(edit_opt("0.lr", c10::IValue(std::string("fast"))) ==
-          "checkpoint '" + path + "': optimizer state entry '0.lr' is not a number");
-    CHECK(edit_opt("0.0.grad_avg", c10::IValue(torch::zeros({2}))) ==
-          "checkpoint '" + path + "': optimizer state '0.0.grad_avg' is not a tensor of its parameter's shape [8, 4]");
+    const auto cannot = "cannot read checkpoint '" + path + "'";
+    CHECK(load_edited(b, [](auto& root) { root.erase(c10::IValue(std::string("epoch"))); }) ==
+          cannot + ": its 'epoch' entry is missing or of the wrong type");
+    CHECK(load_edited(b, [](auto& root) { root.insert_or_assign(c10::IValue(std::string("epoch")), c10::IValue(-1)); }) ==
+          cannot + ": its 'epoch' entry -1 is out of range");
+    CHECK(load_edited(b, [](auto& root) { root.insert_or_assign(c10::IValue(std::string("model")), c10::IValue(3)); }) ==
+          cannot + ": its 'model' entry is missing or of the wrong type");
+    CHECK(load_edited(b, edit_entry("opt", "0.lr", c10::IValue(std::string("fast")))) ==
+          cannot + " (optimizer state): its '0.lr' entry is missing or of the wrong type");
+    // The last parameter's: a load that wrote the earlier parameters first would show below.
+    CHECK(load_edited(b, edit_entry("opt", "0.3.grad_avg", c10::IValue(torch::zeros({3}, torch::kLong)))) ==
+          cannot + " (optimizer state): its '0.3.grad_avg' entry is not a floating-point tensor of its parameter's shape [3]");
+    CHECK(load_edited(b, edit_entry("scaler", "growth_tracker", c10::IValue(std::string("x")))) ==
+          cannot + " (GradScaler state): its 'growth_tracker' entry is missing or of the wrong type");
+    CHECK(load_edited(b, edit_entry("scaler", "scale", c10::IValue(1e39))) ==
+          cannot + " (GradScaler state): need 0 < scale <= 3.4e38, growth_factor > 1, 0 < backoff_factor < 1, "
+                   "0 <= growth_tracker < growth_interval < 2^31");
     CHECK(all_equal(weights, snapshot(b.model.module())));
-    CHECK(b.opt->param_groups()[0].hypers.at("lr") == lr);
+    const auto after = b.opt->state_dict();
+    CHECK(after.size() == state.size());
+    for (const auto& entry : state) {
+      const auto& now = after.at(entry.key());
+      CHECK((entry.value().isTensor() ? torch::equal(now.toTensor(), entry.value().toTensor()) : now == entry.value()));
+    }
+    CHECK(b.scaler == nullptr);
+    CHECK(b.epoch == epoch);
+    // A learner without an optimizer keeps none when the file's is bad.
+    Learner fresh(synthetic_dls(), tiny_model(), CrossEntropyLoss(), {}, quiet());
+    CHECK(load_edited(fresh, edit_entry("opt", "0.lr", c10::IValue(std::string("fast")))) ==
+          cannot + " (optimizer state): its '0.lr' entry is missing or of the wrong type");
+    CHECK(fresh.opt == nullptr);
+    // And the unedited file loads.
+    CHECK(load_edited(b, [](auto&) {}) == "(no fastcpp::Error thrown)");
+    CHECK(all_equal(snapshot(a.model.module()), snapshot(b.model.module())));
+    CHECK(b.opt->param_groups()[0].hypers.at("lr") == doctest::Approx(0.01));
     std::filesystem::remove(path);
   }
 
@@ -179,7 +206,8 @@ TEST_SUITE("learner") {
     // whose memo index made libtorch's unpickler size its memo table to 1.7e9 entries.
     const auto damaged = std::string(FASTCPP_FIXTURES) + "/checkpoint_huge_memo.zip";
     Learner learn(synthetic_dls(), tiny_model(), CrossEntropyLoss(), {}, quiet());
-    CHECK(error_of([&] { learn.load(damaged); }).rfind("cannot read checkpoint '" + damaged + "': the file is truncated or not a checkpoint (", 0) == 0);
+    CHECK(error_of([&] { learn.load(damaged); }) ==
+          "cannot read checkpoint '" + damaged + "': the file is truncated or not a checkpoint (unsupported pickle opcode 110)");
   }
 
   TEST_CASE("labels outside [0, n_classes) are an error naming the batch, not an abort") {

@@ -12,14 +12,17 @@ namespace {
 
 constexpr int64_t kPixels = 3 * 32 * 32;
 
+struct LabelField {
+  int64_t classes;
+  const char* name;
+};
+
 // The label bytes of a record and the classes each counts: CIFAR-100 has a coarse
 // label (20 classes) before the fine one (100).
-std::vector<std::pair<int64_t, std::string>> label_fields(Cifar kind) {
+std::vector<LabelField> label_fields(Cifar kind) {
   if (kind == Cifar::ten) return {{10, ""}};
   return {{20, " coarse"}, {100, " fine"}};
 }
-
-int64_t label_bytes(Cifar kind) { return static_cast<int64_t>(label_fields(kind).size()); }
 
 }  // namespace
 
@@ -27,7 +30,9 @@ std::shared_ptr<TensorDataset> read_cifar_file(const std::string& path, Cifar ki
   std::ifstream in(path, std::ios::binary | std::ios::ate);
   if (!in) throw Error("CIFAR batch '" + path + "' not found or unreadable");
   const auto bytes = static_cast<int64_t>(in.tellg());
-  const int64_t record = label_bytes(kind) + kPixels;
+  const auto fields = label_fields(kind);
+  const auto label_bytes = static_cast<int64_t>(fields.size());
+  const int64_t record = label_bytes + kPixels;
   if (bytes == 0 || bytes % record != 0)
     throw Error("'" + path + "' is not a CIFAR-" + (kind == Cifar::ten ? "10" : "100") + " binary batch: " +
                 std::to_string(bytes) + " bytes is not a multiple of " + std::to_string(record));
@@ -36,19 +41,18 @@ std::shared_ptr<TensorDataset> read_cifar_file(const std::string& path, Cifar ki
   in.seekg(0);
   in.read(reinterpret_cast<char*>(raw.data_ptr<uint8_t>()), bytes);
   // A label outside the classes would only surface later, as a loss error or a device assert.
-  const auto fields = label_fields(kind);
   for (size_t field = 0; field < fields.size(); ++field) {
     const auto& [classes, name] = fields[field];
     const auto outside = (raw.select(1, static_cast<int64_t>(field)) >= classes).nonzero();
     if (outside.size(0) == 0) continue;
     const auto image = outside[0][0].item<int64_t>();
-    throw Error("'" + path + "': image " + std::to_string(image) + " has" + name + " label " +
+    throw Error("'" + path + "': image " + std::to_string(image) + " has" + std::string(name) + " label " +
                 std::to_string(raw[image][static_cast<int64_t>(field)].item<int>()) + ", outside the " +
                 std::to_string(classes) + " classes of CIFAR-" + (kind == Cifar::ten ? "10" : "100") +
                 " (not a CIFAR batch, or corrupt)");
   }
-  auto labels = raw.select(1, label_bytes(kind) - 1).to(torch::kLong);
-  auto images = raw.narrow(1, label_bytes(kind), kPixels).reshape({n, 3, 32, 32}).contiguous();
+  auto labels = raw.select(1, label_bytes - 1).to(torch::kLong);
+  auto images = raw.narrow(1, label_bytes, kPixels).reshape({n, 3, 32, 32}).contiguous();
   return std::make_shared<TensorDataset>(images, labels);
 }
 

@@ -92,7 +92,7 @@ torch::Tensor read_idx(const std::string& path) {
     const uint8_t* p = &header[4 + 4 * d];
     const auto dim = (size_t(p[0]) << 24) | (size_t(p[1]) << 16) | (size_t(p[2]) << 8) | size_t(p[3]);
     if (extent > kMaxBytes / element_size / std::max<size_t>(dim, 1))
-      throw Error("'" + path + "': its header promises more than 1 TiB of data (corrupt)");
+      throw Error("'" + path + "': its header's dimensions span more than 1 TiB (corrupt)");
     dims.push_back(static_cast<int64_t>(dim));
     extent *= std::max<size_t>(dim, 1);
     count *= dim;

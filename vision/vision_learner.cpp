@@ -74,7 +74,7 @@ torch::nn::Sequential create_vision_model(const ModelSpec& spec, const std::stri
     o.in_channels = entry("in_channels").toInt();
     o.stem = entry("stem").toStringRef() == "cifar" ? Stem::cifar : Stem::imagenet;
     o.width = entry("width").toInt();
-    o.lin_ftrs = int_vector(entry("lin_ftrs"));
+    o.lin_ftrs = int64s_of(entry("lin_ftrs"));
     o.ps = entry("ps").toDouble();
     o.concat_pool = entry("concat_pool").toBool();
     o.bn_final = entry("bn_final").toBool();

@@ -12,7 +12,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     try {
       const auto dataset = fastcpp::vision::read_cifar_file(file.write(data, size), kind);
       const auto y = dataset->y();
-      if (y.numel() > 0 && (y.min().item<int64_t>() < 0 || y.max().item<int64_t>() >= (kind == Cifar::ten ? 10 : 100)))
+      if (y.numel() > 0 && y.max().item<int64_t>() >= (kind == Cifar::ten ? 10 : 100))  // read from bytes: never < 0
         __builtin_trap();  // a label outside the classes would be a device assert later
     } catch (const fastcpp::Error&) {
     }
