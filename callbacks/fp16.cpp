@@ -43,7 +43,7 @@ void MixedPrecision::before_backward() {
 }
 
 std::string MixedPrecision::scale_history() const {
-  const auto& history = learn().scaler->history();
+  const auto history = learn().scaler->history();
   std::ostringstream text;
   text << "loss scale " << learn().scaler->get_scale() << "; last updates:";
   const size_t first = history.size() > 12 ? history.size() - 12 : 0;

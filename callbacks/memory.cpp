@@ -32,11 +32,23 @@ bool reset_resident_peak() {
 constexpr double kMB = 1024.0 * 1024.0;
 
 #if FASTCPP_HAS_CUDA
-// Current and peak allocated bytes of a device, in MB.
-std::pair<double, double> gpu_allocated_mb(int device) {
-  const auto stats = c10::cuda::CUDACachingAllocator::getDeviceStats(device);
-  const auto& allocated = stats.allocated_bytes[0];  // the aggregate over pool types
-  return {allocated.current / kMB, allocated.peak / kMB};
+// Current and peak allocated bytes, in MB, summed over every GPU (the model's replicas
+// and pipeline stages may be on several; an unused GPU adds 0). The allocator's
+// counters are host-side: reading them neither syncs nor wakes an unused device.
+std::pair<double, double> gpu_allocated_mb() {
+  double current = 0, peak = 0;
+  for (c10::DeviceIndex device = 0; device < static_cast<c10::DeviceIndex>(torch::cuda::device_count()); ++device) {
+    const auto stats = c10::cuda::CUDACachingAllocator::getDeviceStats(device);
+    const auto& allocated = stats.allocated_bytes[0];  // the aggregate over pool types
+    current += static_cast<double>(allocated.current) / kMB;
+    peak += static_cast<double>(allocated.peak) / kMB;
+  }
+  return {current, peak};
+}
+
+void reset_gpu_peaks() {
+  for (c10::DeviceIndex device = 0; device < static_cast<c10::DeviceIndex>(torch::cuda::device_count()); ++device)
+    c10::cuda::CUDACachingAllocator::resetPeakStats(device);
 }
 #endif
 
@@ -59,9 +71,8 @@ void PeakMemMetric::before_epoch() {
   batches_ = 0;
 #if FASTCPP_HAS_CUDA
   if (learn().device.is_cuda()) {
-    const int device = learn().device.index() < 0 ? 0 : learn().device.index();
-    c10::cuda::CUDACachingAllocator::resetPeakStats(device);
-    gpu_start_ = gpu_allocated_mb(device).first;
+    reset_gpu_peaks();
+    gpu_start_ = gpu_allocated_mb().first;
   }
 #endif
 }
@@ -78,7 +89,7 @@ void PeakMemMetric::after_epoch() {
   gpu_used_ = gpu_peak_ = std::nan("");  // n/a unless on CUDA
 #if FASTCPP_HAS_CUDA
   if (learn().device.is_cuda()) {
-    const auto [current, device_peak] = gpu_allocated_mb(learn().device.index() < 0 ? 0 : learn().device.index());
+    const auto [current, device_peak] = gpu_allocated_mb();
     gpu_used_ = current - gpu_start_;
     gpu_peak_ = device_peak - gpu_start_;
   }

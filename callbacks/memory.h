@@ -3,7 +3,8 @@
 // fastai's: `cpu used` and `gpu used` (what the epoch added), `cpu peak` and
 // `gpu peak` (the highest point above the epoch's start).
 //   GPU: the CUDA caching allocator's exact allocated-bytes counters, peak reset at
-//        each epoch; n/a when the learner is not on CUDA.
+//        each epoch, summed over every GPU (to_parallel's replicas, a pipeline's
+//        stages); n/a when the learner is not on CUDA.
 //   CPU: resident memory; the kernel's own high-water mark reset each epoch through
 //        /proc/self/clear_refs (free and exact), or if that is refused, sampled every
 //        16 batches.

@@ -2,6 +2,7 @@
 
 #include <torch/torch.h>
 
+#include "core/device.h"
 #include "core/error.h"
 #include "learner/learner.h"
 
@@ -55,9 +56,9 @@ void MixHandler::mix_targets(const torch::Tensor& shuffle) {
 void MixUp::before_batch() {
   auto& l = learn();
   const int64_t bs = l.yb.size(0);
-  const auto draws = sample_beta(bs).to(l.xb.device());
+  const auto draws = to_device_async(sample_beta(bs), l.xb.device());
   lam = torch::max(draws, 1 - draws);
-  const auto shuffle = torch::randperm(bs, torch::kLong).to(l.xb.device());
+  const auto shuffle = to_device_async(torch::randperm(bs, torch::kLong), l.xb.device());
   auto weight = lam;
   while (weight.dim() < l.xb.dim()) weight = weight.unsqueeze(-1);
   l.xb = torch::lerp(l.xb.index_select(0, shuffle), l.xb, weight.to(l.xb.dtype()));
@@ -69,7 +70,7 @@ void CutMix::before_batch() {
   if (l.xb.dim() != 4) throw Error("CutMix: expected image batches [bs, c, h, w], got " + c10::str(l.xb.sizes()));
   const int64_t bs = l.xb.size(0), height = l.xb.size(2), width = l.xb.size(3);
   const auto draw = sample_beta(1);
-  const auto shuffle = torch::randperm(bs, torch::kLong).to(l.xb.device());
+  const auto shuffle = to_device_async(torch::randperm(bs, torch::kLong), l.xb.device());
   // The box: sides sqrt(1 - draw) of the image's (in float32, as fastai), centred at a
   // uniform pixel, clipped.
   const auto cut = torch::sqrt(1 - draw);

@@ -2,6 +2,9 @@
 
 #include <torch/torch.h>
 
+#include <algorithm>
+#include <cmath>
+
 #include "core/error.h"
 #include "learner/learner.h"
 
@@ -29,11 +32,29 @@ GradientClip::GradientClip(double max_norm, double norm_type) : max_norm_(max_no
 }
 
 void GradientClip::before_step() {
-  std::vector<torch::Tensor> params;
+  // As torch.nn.utils.clip_grad_norm_'s foreach path: the norm and the factor stay on the
+  // devices (libtorch's C++ clip_grad_norm_ reads the norm back, a host sync per step).
+  std::vector<std::pair<torch::Device, std::vector<torch::Tensor>>> grads;  // per device
   for (const auto& group : learn().opt->param_groups())
-    for (const auto& param : group.params)
-      if (param.grad().defined()) params.push_back(param);
-  torch::nn::utils::clip_grad_norm_(params, max_norm_, norm_type_);
+    for (const auto& param : group.params) {
+      if (!param.grad().defined()) continue;
+      const auto device = param.grad().device();
+      auto at = std::find_if(grads.begin(), grads.end(), [&](const auto& entry) { return entry.first == device; });
+      if (at == grads.end()) at = grads.insert(grads.end(), {device, {}});
+      at->second.push_back(param.grad());
+    }
+  if (grads.empty()) return;
+  const auto home = grads.front().first;
+  const bool infinity = std::isinf(norm_type_);
+  std::vector<torch::Tensor> device_norms;
+  for (const auto& [device, list] : grads) {
+    const auto norms = torch::stack(torch::_foreach_norm(list, norm_type_));
+    device_norms.push_back((infinity ? norms.max() : torch::linalg_vector_norm(norms, norm_type_)).to(home));
+  }
+  const auto stacked = torch::stack(device_norms);
+  const auto total = infinity ? stacked.max() : torch::linalg_vector_norm(stacked, norm_type_);
+  const auto factor = torch::clamp_max(max_norm_ / (total + 1e-6), 1.0);
+  for (auto& [device, list] : grads) torch::_foreach_mul_(list, factor.to(device, /*non_blocking=*/true));
 }
 
 TerminateOnNaN::TerminateOnNaN() {

@@ -2,6 +2,9 @@
 
 #include <torch/cuda.h>
 
+#include <cstdlib>
+#include <limits>
+
 #if FASTCPP_HAS_CUDA
 #include <c10/cuda/CUDAFunctions.h>
 #endif
@@ -10,11 +13,39 @@
 
 namespace fastcpp {
 
+std::optional<int> launcher_local_rank() {
+  // The launchers' variables, in the order distributed::read_env reads them.
+  for (const char* name : {"LOCAL_RANK", "SLURM_LOCALID", "OMPI_COMM_WORLD_LOCAL_RANK"}) {
+    const char* value = std::getenv(name);
+    if (!value || !*value) continue;
+    char* end = nullptr;
+    const long rank = std::strtol(value, &end, 10);
+    if (*end == '\0' && rank >= 0 && rank <= std::numeric_limits<int>::max()) return static_cast<int>(rank);
+  }
+  return std::nullopt;
+}
+
 c10::Device default_device() {
 #if FASTCPP_HAS_CUDA
-  if (torch::cuda::is_available()) return c10::Device(c10::kCUDA, c10::cuda::current_device());
-#endif
+  if (!torch::cuda::is_available()) return c10::kCPU;
+  // One GPU per process of a launched run from the start, so that no rank opens a
+  // context on another's device. The local rank's GPU among those visible (a launcher
+  // that hands each process one GPU through CUDA_VISIBLE_DEVICES leaves it cuda:0).
+  static const bool placed = [] {
+    if (const auto local_rank = launcher_local_rank())
+      c10::cuda::set_device(static_cast<c10::DeviceIndex>(*local_rank % torch::cuda::device_count()));
+    return true;
+  }();
+  (void)placed;
+  return c10::Device(c10::kCUDA, c10::cuda::current_device());
+#else
   return c10::kCPU;
+#endif
+}
+
+at::Tensor to_device_async(const at::Tensor& host, const c10::Device& device) {
+  if (!device.is_cuda() || host.device() == device) return host.to(device);
+  return host.pin_memory().to(device, /*non_blocking=*/true);
 }
 
 std::vector<c10::Device> parse_devices(const std::string& list) {

@@ -1,19 +1,31 @@
 #pragma once
 // Devices: the default one and a check that a device asked for exists, for every layer
 // that places tensors (Learner, DataLoader, to_parallel, pipelines).
+#include <ATen/core/Tensor.h>
 #include <c10/core/Device.h>
 
+#include <optional>
 #include <string>
 #include <vector>
 
 namespace fastcpp {
 
-// CUDA (the current device) when a GPU is there, else the CPU.
+// CUDA when a GPU is there, else the CPU. In a run started by a launcher (LOCAL_RANK,
+// SLURM_LOCALID or OMPI_COMM_WORLD_LOCAL_RANK set), the first call makes the local
+// rank's GPU the current device (modulo the visible ones); then the current device.
 c10::Device default_device();
+
+// The local rank a launcher gave this process, if any.
+std::optional<int> launcher_local_rank();
 
 // Throws fastcpp::Error when `device` is not on this machine, naming `who` asked for it,
 // the device, and what there is ("cuda:1 ... this machine has 1 CUDA device: cuda:0").
 void check_device(const c10::Device& device, const std::string& who);
+
+// A small host tensor (random draws, indices) on `device` without stalling the host:
+// on CUDA pinned and copied asynchronously, as a blocking copy from pageable memory
+// would wait for the GPU's queue.
+at::Tensor to_device_async(const at::Tensor& host, const c10::Device& device);
 
 // Devices from a command-line list: "cuda:0,cuda:1", "cpu,cpu"; "all" (or empty) gives
 // none, which to_parallel reads as every CUDA device. A bad name is a fastcpp::Error.

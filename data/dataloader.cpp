@@ -84,6 +84,7 @@ void DataLoader::Iterator::fetch() {
     pipeline_.reset();  // joins the workers now, not when the iterator goes
     return;
   }
+  batch_ = {};  // the last batch goes before the next one reaches the device
   batch_ = loader_->finish(pipeline_->next());
 }
 

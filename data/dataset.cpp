@@ -2,6 +2,9 @@
 
 #include <torch/torch.h>
 
+#include <algorithm>
+
+#include "core/device.h"
 #include "core/error.h"
 
 namespace fastcpp {
@@ -47,8 +50,18 @@ Example TensorDataset::get(size_t index) const {
 }
 
 Batch TensorDataset::get_batch(const std::vector<int64_t>& indices, uint64_t) const {
-  auto index = torch::tensor(indices, torch::kLong).to(x_.device());  // the data may live on a GPU
-  return {x_.index_select(0, index), y_.index_select(0, index.to(y_.device()))};
+  if (indices.empty()) throw Error("TensorDataset: empty batch");
+  const auto [low, high] = std::minmax_element(indices.begin(), indices.end());
+  if (*low < 0 || *high >= x_.size(0))  // checked here, not as a device-side assert
+    throw Error("TensorDataset: index " + std::to_string(*low < 0 ? *low : *high) + " out of range for " +
+                std::to_string(size()) + " items");
+  // Consecutive items are a view, as a slice in PyTorch: no copy, no allocation.
+  const auto first = indices.front(), n = static_cast<int64_t>(indices.size());
+  if (*high - *low == n - 1 && indices.back() == first + n - 1 && std::is_sorted(indices.begin(), indices.end()))
+    return {x_.narrow(0, first, n), y_.narrow(0, first, n)};
+  // The data may live on a GPU: the indices go there without stalling the host.
+  const auto index = torch::tensor(indices, torch::kLong);
+  return {x_.index_select(0, to_device_async(index, x_.device())), y_.index_select(0, to_device_async(index, y_.device()))};
 }
 
 }  // namespace fastcpp

@@ -57,8 +57,9 @@ torch::Tensor input_grad(const torch::Tensor& dy, const torch::Tensor& x_hat, co
   const auto sums = summed_grad_sums.to(dy.device(), dy.scalar_type());
   auto mean_dy = sums.narrow(0, 0, channels) / count;
   auto mean_dy_xhat = sums.narrow(0, channels, channels) / count;
+  const auto scale = invstd.to(dy.device(), dy.scalar_type());
   return (dy - per_channel(mean_dy, dy) - x_hat * per_channel(mean_dy_xhat, dy)) *
-         per_channel(invstd.to(dy.device(), dy.scalar_type()) * weight, dy);
+         per_channel(weight.defined() ? scale * weight : scale, dy);
 }
 
 }  // namespace fastcpp::distributed::batchnorm

@@ -29,7 +29,8 @@ torch::Tensor normalize(const torch::Tensor& x, const Normalization& n);
 // One peer's backward sums: [sum of dy (C), sum of dy * x_hat (C)].
 torch::Tensor local_grad_sums(const torch::Tensor& dy, const torch::Tensor& x_hat);
 
-// The input gradient from the backward sums of every peer.
+// The input gradient from the backward sums of every peer (weight undefined: the
+// gradient through the normalization alone, dy being that of x_hat).
 torch::Tensor input_grad(const torch::Tensor& dy, const torch::Tensor& x_hat, const torch::Tensor& summed_grad_sums,
                          double count, const torch::Tensor& invstd, const torch::Tensor& weight);
 

@@ -1,12 +1,16 @@
 #include "distributed/data_parallel.h"
 
 #include <ATen/ThreadLocalState.h>
+#include <ATen/autocast_mode.h>
 #include <c10/core/DeviceGuard.h>
 #include <c10/core/StreamGuard.h>
 #include <torch/torch.h>
 
-#include <exception>
-#include <thread>
+#include <algorithm>
+#include <map>
+#if FASTCPP_HAS_CUDA
+#include <torch/csrc/cuda/comm.h>
+#endif
 
 #include "core/device.h"
 #include "core/error.h"
@@ -23,6 +27,18 @@ std::vector<torch::Device> every_cuda_device() {
   std::vector<torch::Device> devices;
   for (c10::DeviceIndex i = 0; i < torch::cuda::device_count(); ++i) devices.emplace_back(torch::kCUDA, i);
   return devices;
+}
+
+// to[i] = from[i] on one device, in one multi-tensor kernel per dtype (the fast path
+// of the foreach kernels wants one dtype per list).
+void copy_all(const std::vector<torch::Tensor>& to, const std::vector<torch::Tensor>& from) {
+  std::map<c10::ScalarType, std::pair<std::vector<torch::Tensor>, std::vector<torch::Tensor>>> by_dtype;
+  for (size_t i = 0; i < to.size(); ++i) {
+    auto& pair = by_dtype[to[i].scalar_type()];
+    pair.first.push_back(to[i]);
+    pair.second.push_back(from[i]);
+  }
+  for (auto& [dtype, pair] : by_dtype) at::_foreach_copy_(pair.first, pair.second, /*non_blocking=*/true);
 }
 
 }  // namespace
@@ -77,14 +93,44 @@ void DataParallel::make_replicas() {
     for (size_t i = 0; i < params_[0].size(); ++i) params_[r][i].set_requires_grad(params_[0][i].requires_grad());
   if (sync_bn_) group_.connect(modules);
   streams_ = side_streams(devices_);
+  if (!workers_ || workers_->size() != replicas_.size() - 1) workers_ = std::make_unique<ReplicaWorkers>(replicas_.size() - 1);
   l.model = Model(plain_->ptr(), [this](const torch::Tensor& x) { return forward(x); });
 }
 
 void DataParallel::copy_to_replicas(int replicas) {
   torch::NoGradGuard no_grad;
+  std::vector<torch::Tensor> source(params_[0]);
+  source.insert(source.end(), buffers_[0].begin(), buffers_[0].end());
+  auto tensors_of = [&](int r) {
+    std::vector<torch::Tensor> tensors(params_[static_cast<size_t>(r)]);
+    tensors.insert(tensors.end(), buffers_[static_cast<size_t>(r)].begin(), buffers_[static_cast<size_t>(r)].end());
+    return tensors;
+  };
+  // Replicas on replica 0's device: a few multi-tensor copy kernels, not one per tensor.
+  // Other GPUs: one coalesced broadcast (a few flat transfers) to each, then the same.
+  std::vector<int> elsewhere;
   for (int r = 1; r < replicas; ++r) {
-    for (size_t i = 0; i < params_[0].size(); ++i) params_[r][i].copy_(params_[0][i], /*non_blocking=*/true);
-    for (size_t i = 0; i < buffers_[0].size(); ++i) buffers_[r][i].copy_(buffers_[0][i], /*non_blocking=*/true);
+    if (devices_[static_cast<size_t>(r)] == devices_[0]) copy_all(tensors_of(r), source);
+    else elsewhere.push_back(r);
+  }
+  if (elsewhere.empty()) return;
+#if FASTCPP_HAS_CUDA
+  if (devices_[0].is_cuda()) {
+    std::vector<int64_t> targets{devices_[0].index()};
+    for (int r : elsewhere)
+      if (std::find(targets.begin(), targets.end(), devices_[static_cast<size_t>(r)].index()) == targets.end())
+        targets.push_back(devices_[static_cast<size_t>(r)].index());
+    const auto copies = torch::cuda::broadcast_coalesced(source, targets, /*buffer_size=*/10 * 1024 * 1024);
+    for (int r : elsewhere) {
+      const auto at = std::find(targets.begin(), targets.end(), devices_[static_cast<size_t>(r)].index()) - targets.begin();
+      copy_all(tensors_of(r), copies[static_cast<size_t>(at)]);
+    }
+    return;
+  }
+#endif
+  for (int r : elsewhere) {
+    auto target = tensors_of(r);
+    for (size_t i = 0; i < source.size(); ++i) target[i].copy_(source[i], /*non_blocking=*/true);
   }
 }
 
@@ -100,13 +146,16 @@ torch::Tensor DataParallel::forward(const torch::Tensor& x) {
   copy_to_replicas(replicas);
   group_.start_step(replicas);
   std::vector<torch::Tensor> outputs(static_cast<size_t>(replicas));
-  std::vector<std::exception_ptr> errors(static_cast<size_t>(replicas));
   // Replica r > 0 starts after the caller's work on its device (the parameter copies,
   // the input) and marks where its output is ready, on its stream.
   std::vector<std::optional<StreamMark>> ready(static_cast<size_t>(replicas)), done(static_cast<size_t>(replicas));
   for (int r = 1; r < replicas; ++r) ready[static_cast<size_t>(r)].emplace(devices_[static_cast<size_t>(r)]);
-  const at::ThreadLocalState caller_state;  // grad mode, autocast: thread-local, so handed to each thread
-  auto run = [&](int r, int64_t start, int64_t count) {
+  const at::ThreadLocalState caller_state;  // grad mode, autocast: thread-local, so handed to each worker
+  // Replica r takes n / replicas items, one more for the first n % replicas.
+  std::vector<int64_t> starts(static_cast<size_t>(replicas) + 1, 0);
+  for (int r = 0; r < replicas; ++r)
+    starts[static_cast<size_t>(r) + 1] = starts[static_cast<size_t>(r)] + n / replicas + (r < n % replicas ? 1 : 0);
+  workers_->run(replicas, [&](int r) {
     const auto k = static_cast<size_t>(r);
     try {
       at::ThreadLocalStateGuard state(caller_state);
@@ -115,27 +164,20 @@ torch::Tensor DataParallel::forward(const torch::Tensor& x) {
       std::optional<c10::StreamGuard> on_stream;
       if (streams_[k]) on_stream.emplace(*streams_[k]);
       if (ready[k]) ready[k]->wait();
-      const auto input = x.narrow(0, start, count).to(device, /*non_blocking=*/true);
+      const auto input = x.narrow(0, starts[k], starts[k + 1] - starts[k]).to(device, /*non_blocking=*/true);
       if (r > 0) keep_for_current_stream(input);  // the caller's batch, read on this replica's stream
       outputs[k] = replicas_[k](input);
-      if (r > 0) done[k].emplace(device);
+      if (r > 0) {
+        done[k].emplace(device);
+        // autocast's casts of the weights are valid for this forward only; the caller's
+        // thread drops its own when it leaves autocast, a worker must drop them here.
+        at::autocast::clear_cache();
+      }
     } catch (...) {
-      errors[k] = std::current_exception();
       group_.abort();
+      throw;
     }
-  };
-  // Replica r takes n / replicas items, one more for the first n % replicas.
-  auto share = [&](int r) { return n / replicas + (r < n % replicas ? 1 : 0); };
-  std::vector<std::thread> threads;
-  int64_t start = 0;
-  for (int r = 1; r < replicas; ++r) {
-    start += share(r - 1);
-    threads.emplace_back(run, r, start, share(r));
-  }
-  run(0, 0, share(0));
-  for (auto& thread : threads) thread.join();
-  for (const auto& error : errors)
-    if (error) std::rethrow_exception(error);
+  });
   for (int r = 1; r < replicas; ++r) {
     done[static_cast<size_t>(r)]->wait();
     keep_for_current_stream(outputs[static_cast<size_t>(r)]);

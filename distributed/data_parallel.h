@@ -6,8 +6,10 @@
 //                   Learner's forward becomes the parallel one below
 //   forward         parameters and buffers brought from replica 0 to the others; the batch
 //                   split along dim 0 (as evenly as it goes; a batch of fewer items than
-//                   devices uses that many replicas); each replica's forward on its own
-//                   thread, with the caller's thread-local state (grad mode, autocast), on
+//                   devices uses that many replicas); replica 0's forward on the caller's
+//                   thread and stream, each other replica's on a thread of its own that
+//                   lives as long as this callback (replica_workers.h), with the caller's
+//                   thread-local state (grad mode, autocast), on
 //                   a CUDA stream of its own where it shares a GPU (replica_streams.h); the
 //                   outputs gathered on devices[0] in order. Loss, metrics and backward are
 //                   the Learner's own, on the whole batch, so autograd carries the gradient
@@ -27,6 +29,7 @@
 #include <vector>
 
 #include "distributed/replica_batchnorm.h"
+#include "distributed/replica_workers.h"
 #include "learner/callback.h"
 #include "learner/model.h"
 
@@ -58,6 +61,7 @@ class DataParallel : public Callback {
   std::vector<std::vector<torch::Tensor>> params_, buffers_;  // per replica, in the same order
   std::vector<std::optional<c10::Stream>> streams_;  // a replica's own CUDA stream where it shares a GPU
   ReplicaGroup group_;
+  std::unique_ptr<ReplicaWorkers> workers_;  // kept from fit to fit: their thread-local caches with them
   int last_replicas_ = 0;
 };
 

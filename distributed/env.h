@@ -20,7 +20,9 @@ struct DistEnv {
   bool agent_store = false;     // torchrun's agent already serves the store (TORCHELASTIC_USE_AGENT_STORE)
   std::string source = "none";  // which launcher's variables were read
 
-  bool is_distributed() const { return world_size > 1; }
+  // Started by a launcher: a distributed run, even of one process (PyTorch's DDP
+  // all-reduces at a world of 1 too). Whether there are peers is world_size > 1.
+  bool is_distributed() const { return source != "none"; }
 };
 
 // Throws fastcpp::Error naming the variable when a value is malformed or

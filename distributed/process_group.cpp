@@ -80,17 +80,26 @@ void check_world_size(c10d::Store& store, const DistEnv& env) {
 
 }  // namespace
 
+namespace {
+// Never destroyed: the group's threads must outlive every user, up to exit.
+std::shared_ptr<Communicator>* const the_process_communicator = new std::shared_ptr<Communicator>();
+}  // namespace
+
 std::shared_ptr<Communicator> process_communicator(const DistEnv& env, ProcessGroupOptions options) {
-  // Never destroyed: the group's threads must outlive every user, up to exit.
-  static auto* shared = new std::shared_ptr<Communicator>();
-  if (!*shared) *shared = std::make_shared<Communicator>(env, options);
-  else (*shared)->require(options);
-  return *shared;
+  auto& shared = *the_process_communicator;
+  if (!shared) {
+    shared = std::make_shared<Communicator>(env, options);
+    // Before CUDA's own teardown (atexit runs in reverse order), as destroy_process_group would.
+    std::atexit([] { (*the_process_communicator)->shutdown(); });
+  } else {
+    shared->require(options);
+  }
+  return shared;
 }
 
 void rank0_first(const std::function<void()>& fn, ProcessGroupOptions options) {
   const auto env = read_env();
-  if (!env.is_distributed()) return fn();
+  if (env.world_size == 1) return fn();  // nobody to go first
   auto comm = process_communicator(env, std::move(options));
   if (env.rank == 0) fn();
   comm->barrier();
@@ -188,17 +197,27 @@ void Communicator::require(const ProcessGroupOptions& options) {
   if (backend != "nccl" || impl_->nccl) return;
 #if FASTCPP_HAS_NCCL
   check_device(options.device, "the NCCL process group");
-  // NCCL makes its communicator on the current device when first used.
-  c10::cuda::set_device(options.device.has_index() ? options.device.index() : 0);
+  const torch::Device device(torch::kCUDA, options.device.has_index() ? options.device.index() : c10::cuda::current_device());
+  c10::cuda::set_device(device.index());
   auto nccl_options = c10d::ProcessGroupNCCL::Options::create();
-  nccl_options->timeout = options.timeout;
+  nccl_options->timeout = options.nccl_timeout;
   auto store = c10::make_intrusive<c10d::PrefixStore>("nccl", impl_->store);
-  impl_->nccl = c10::make_intrusive<c10d::ProcessGroupNCCL>(store, rank_, world_size_, nccl_options);
+  auto nccl = c10::make_intrusive<c10d::ProcessGroupNCCL>(store, rank_, world_size_, nccl_options);
+  // Bound to the rank's device and connected now (torch's init_process_group(device_id=)):
+  // no guessing the device from the current one at the first collective.
+  nccl->setBoundDeviceId(device);
+  nccl->eagerConnectSingleDevice(device);
+  impl_->nccl = nccl;
   backend_ = "nccl";
 #endif
 }
 
 Communicator::~Communicator() = default;
+
+void Communicator::shutdown() {
+  if (impl_->nccl) impl_->nccl->shutdown();
+  impl_->nccl.reset();
+}
 
 
 void Communicator::wait(const c10::intrusive_ptr<c10d::Work>& work, const std::string& what) const {

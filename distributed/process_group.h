@@ -23,7 +23,11 @@ namespace fastcpp::distributed {
 
 struct ProcessGroupOptions {
   std::string backend = "auto";  // auto, gloo, nccl
+  // The rendezvous and Gloo's collectives fail after this.
   std::chrono::milliseconds timeout{std::chrono::seconds(60)};
+  // NCCL's watchdog aborts the process when a collective has not finished after this:
+  // torch's default, long enough for a rank that waits out a peer's checkpoint.
+  std::chrono::milliseconds nccl_timeout{std::chrono::minutes(10)};
   torch::Device device = torch::kCPU;  // where the tensors live: with "auto", CUDA brings NCCL in
 };
 
@@ -46,6 +50,8 @@ class Communicator {
   // Each rank's tensor (same shape everywhere), in rank order.
   std::vector<torch::Tensor> all_gather(const torch::Tensor& tensor);
   void barrier();
+  // Ends NCCL's communicators and watchdog (torch's destroy_process_group); done at exit.
+  void shutdown();
 
   // Starts an all-reduce (sum) of `tensor` in place; wait on the returned work (the DDP reducer).
   c10::intrusive_ptr<c10d::Work> all_reduce_async(torch::Tensor& tensor);
@@ -66,7 +72,7 @@ std::shared_ptr<Communicator> process_communicator(const DistEnv& env, ProcessGr
 
 // Runs `fn` on rank 0 first and then, after a barrier, on the other ranks: for work
 // that one process should do before the others reuse it (preparing a dataset, writing
-// a cache). Without launcher variables it just runs `fn`.
+// a cache). In a world of one (or without launcher variables) it just runs `fn`.
 void rank0_first(const std::function<void()>& fn, ProcessGroupOptions options = {});
 
 }  // namespace fastcpp::distributed

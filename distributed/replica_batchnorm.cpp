@@ -17,53 +17,43 @@ namespace {
 using torch::autograd::AutogradContext;
 using torch::autograd::variable_list;
 
-// One node for all replicas: inputs x_0..x_n-1, weights, biases; outputs y_0..y_n-1.
+// One node for all replicas: inputs x_0..x_n-1, outputs their normalized x_hat_0..x_hat_n-1.
+// The affine part (x_hat * weight + bias) stays with each replica, on its own thread and
+// stream, so each weight's and bias's gradient is made on the stream of the replica that
+// owns it, where its AccumulateGrad node expects it.
 struct ReplicaSyncBatchNormFunction : torch::autograd::Function<ReplicaSyncBatchNormFunction> {
-  static variable_list forward(AutogradContext* ctx, at::TensorList xs, at::TensorList weights, at::TensorList biases,
-                               SyncBatchNormImpl* keeper) {
+  static variable_list forward(AutogradContext* ctx, at::TensorList xs, SyncBatchNormImpl* keeper) {
     const auto home = keeper->running_mean.device();
     auto summed = batchnorm::local_stats(xs[0]).to(home);
     for (size_t i = 1; i < xs.size(); ++i) summed += batchnorm::local_stats(xs[i]).to(home);
     const auto n = batchnorm::normalization(summed, xs[0].size(1), keeper->eps, keeper->momentum,
                                             keeper->running_mean, keeper->running_var);
-    variable_list ys, saved;
-    for (size_t i = 0; i < xs.size(); ++i) {
-      auto x_hat = batchnorm::normalize(xs[i], n);
-      ys.push_back(x_hat * batchnorm::per_channel(weights[i], x_hat) + batchnorm::per_channel(biases[i], x_hat));
-      saved.push_back(x_hat);
-    }
-    saved.insert(saved.end(), weights.begin(), weights.end());
+    variable_list x_hats;
+    for (const auto& x : xs) x_hats.push_back(batchnorm::normalize(x, n));
+    variable_list saved(x_hats);
     saved.push_back(n.invstd);
     ctx->save_for_backward(saved);
     ctx->saved_data["count"] = n.count;
-    return ys;
+    return x_hats;
   }
 
   static variable_list backward(AutogradContext* ctx, variable_list grads) {
     const auto saved = ctx->get_saved_variables();
     const size_t n = grads.size();
-    const auto& invstd = saved[2 * n];
-    std::vector<torch::Tensor> dys, locals;
+    const auto& invstd = saved[n];
+    std::vector<torch::Tensor> d_x_hats, locals;
     for (size_t i = 0; i < n; ++i) {
-      const auto& x_hat = saved[i];
-      dys.push_back(grads[i].defined() ? grads[i].contiguous() : torch::zeros_like(x_hat));
-      locals.push_back(batchnorm::local_grad_sums(dys[i], x_hat));
+      d_x_hats.push_back(grads[i].defined() ? grads[i].contiguous() : torch::zeros_like(saved[i]));
+      locals.push_back(batchnorm::local_grad_sums(d_x_hats[i], saved[i]));
     }
     auto summed = locals[0].to(invstd.device(), torch::kDouble);
     for (size_t i = 1; i < n; ++i) summed += locals[i].to(invstd.device(), torch::kDouble);
-    variable_list dx(n), d_weight(n), d_bias(n);
     const double count = ctx->saved_data["count"].toDouble();
-    for (size_t i = 0; i < n; ++i) {
-      const int64_t channels = dys[i].size(1);
-      dx[i] = batchnorm::input_grad(dys[i], saved[i], summed, count, invstd, saved[n + i]);
-      d_bias[i] = locals[i].narrow(0, 0, channels);  // each replica's own share: to_parallel sums them
-      d_weight[i] = locals[i].narrow(0, channels, channels);
-    }
-    variable_list all(dx);
-    all.insert(all.end(), d_weight.begin(), d_weight.end());
-    all.insert(all.end(), d_bias.begin(), d_bias.end());
-    all.emplace_back();  // for `keeper`
-    return all;
+    variable_list dx(n);
+    for (size_t i = 0; i < n; ++i)
+      dx[i] = batchnorm::input_grad(d_x_hats[i], saved[i], summed, count, invstd, /*weight=*/{});
+    dx.emplace_back();  // for `keeper`
+    return dx;
   }
 };
 
@@ -96,14 +86,9 @@ struct ReplicaGroup::Meeting {
           ready[static_cast<size_t>(r)]->wait();
           keep_for_current_stream(xs[static_cast<size_t>(r)]);
         }
-        std::vector<torch::Tensor> inputs(xs.begin(), xs.begin() + expected), weights, biases;
-        for (int r = 0; r < expected; ++r) {
-          weights.push_back(layers[static_cast<size_t>(r)]->weight);
-          biases.push_back(layers[static_cast<size_t>(r)]->bias);
-        }
-        // TensorLists, so that autograd sees each tensor as an input.
-        auto outputs = ReplicaSyncBatchNormFunction::apply(at::TensorList(inputs), at::TensorList(weights),
-                                                           at::TensorList(biases), layers[0]);
+        std::vector<torch::Tensor> inputs(xs.begin(), xs.begin() + expected);
+        // A TensorList, so that autograd sees each tensor as an input.
+        auto outputs = ReplicaSyncBatchNormFunction::apply(at::TensorList(inputs), layers[0]);
         std::copy(outputs.begin(), outputs.end(), ys.begin());
         for (size_t r = 0; r < outputs.size(); ++r) done[r].emplace(outputs[r].device());
       } catch (...) {
@@ -149,8 +134,11 @@ class ReplicaBatchNormSync : public BatchNormSync {
                        size_t replica)
       : state_(std::move(state)), meeting_(std::move(meeting)), replica_(replica) {}
   bool has_peers() const override { return state_->replicas.load() > 1; }
+  // One global batch, counted once: by replica 0's layer, the one the Learner keeps.
+  bool counts_batches() const override { return replica_ == 0; }
   torch::Tensor forward(SyncBatchNormImpl& bn, const torch::Tensor& x) override {
-    return meeting_->meet(*state_, replica_, bn, x);
+    const auto x_hat = meeting_->meet(*state_, replica_, bn, x);
+    return x_hat * batchnorm::per_channel(bn.weight, x_hat) + batchnorm::per_channel(bn.bias, x_hat);
   }
 
  private:

@@ -5,6 +5,8 @@
 #include <algorithm>
 #include <map>
 
+#include "distributed/replica_streams.h"
+
 #if FASTCPP_HAS_NCCL
 #include <torch/csrc/cuda/nccl.h>
 #endif
@@ -25,11 +27,14 @@ namespace {
 
 #if FASTCPP_HAS_NCCL
 // One flat buffer per replica and dtype, summed into replica 0's by one NCCL reduce
-// across the GPUs, then split back into replica 0's gradients.
-void reduce_with_nccl(const std::vector<std::vector<torch::Tensor>>& params, int replicas) {
+// across the GPUs, then split back into replica 0's gradients. Every replica takes part,
+// those that sat out a short batch with zeros: NCCL's communicators are cached per device
+// list, and a list of its own for the last batch would build new ones.
+void reduce_with_nccl(const std::vector<std::vector<torch::Tensor>>& params) {
+  const size_t replicas = params.size();
   auto any_grad = [&](size_t i) {
-    for (int r = 0; r < replicas; ++r)
-      if (params[static_cast<size_t>(r)][i].grad().defined()) return true;
+    for (size_t r = 0; r < replicas; ++r)
+      if (params[r][i].grad().defined()) return true;
     return false;
   };
   std::map<c10::ScalarType, std::vector<size_t>> by_dtype;
@@ -37,10 +42,10 @@ void reduce_with_nccl(const std::vector<std::vector<torch::Tensor>>& params, int
     if (any_grad(i)) by_dtype[params[0][i].scalar_type()].push_back(i);
   for (const auto& [dtype, indices] : by_dtype) {
     std::vector<torch::Tensor> flat;
-    for (int r = 0; r < replicas; ++r) {
+    for (size_t r = 0; r < replicas; ++r) {
       std::vector<torch::Tensor> grads;
       for (auto i : indices) {
-        const auto& p = params[static_cast<size_t>(r)][i];
+        const auto& p = params[r][i];
         grads.push_back(p.grad().defined() ? p.grad().reshape(-1) : torch::zeros({p.numel()}, p.options()));
       }
       flat.push_back(torch::cat(grads));
@@ -64,7 +69,7 @@ void reduce_with_nccl(const std::vector<std::vector<torch::Tensor>>& params, int
 void reduce_into_first(const std::vector<std::vector<torch::Tensor>>& params, int replicas, bool nccl) {
   torch::NoGradGuard no_grad;
 #if FASTCPP_HAS_NCCL
-  if (nccl) reduce_with_nccl(params, replicas);
+  if (nccl) reduce_with_nccl(params);
 #endif
   for (int r = 1; r < replicas; ++r)
     for (size_t i = 0; i < params[0].size(); ++i) {
@@ -75,6 +80,8 @@ void reduce_into_first(const std::vector<std::vector<torch::Tensor>>& params, in
         if (total.defined()) total.add_(grad.to(total.device(), /*non_blocking=*/true));
         else total = grad.to(params[0][i].device(), /*non_blocking=*/false, /*copy=*/true);
       }
+      // Made on the replica's stream, read on this one: not reused before that read is done.
+      keep_for_current_stream(grad);
       grad = torch::Tensor();
     }
 }

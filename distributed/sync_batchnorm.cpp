@@ -14,6 +14,7 @@ using torch::autograd::AutogradContext;
 using torch::autograd::variable_list;
 
 // Across processes: each rank holds its own autograd node; the sums meet in all-reduces.
+// On the CPU: the sums in double (Gloo reduces them), the input made contiguous.
 struct ProcessSyncBatchNormFunction : torch::autograd::Function<ProcessSyncBatchNormFunction> {
   static torch::Tensor forward(AutogradContext* ctx, torch::Tensor x, torch::Tensor weight, torch::Tensor bias,
                                SyncBatchNormImpl* bn, Communicator* comm) {
@@ -41,17 +42,62 @@ struct ProcessSyncBatchNormFunction : torch::autograd::Function<ProcessSyncBatch
   }
 };
 
+// On CUDA, as PyTorch's SyncBatchNorm: ATen's kernels for the statistics, their
+// gather over the ranks' counts, the normalization and the backward, in the input's
+// dtype and memory format, with nothing read back to the host.
+struct CudaSyncBatchNormFunction : torch::autograd::Function<CudaSyncBatchNormFunction> {
+  static torch::Tensor forward(AutogradContext* ctx, torch::Tensor x, torch::Tensor weight, torch::Tensor bias,
+                               SyncBatchNormImpl* bn, Communicator* comm) {
+    const int64_t channels = x.size(1);
+    auto [mean, invstd] = at::batch_norm_stats(x, bn->eps);
+    const auto count = torch::full({1}, static_cast<double>(x.numel() / channels), mean.options());
+    // Every rank's [mean, invstd, count], gathered: [world, 2C + 1].
+    const auto gathered = torch::stack(comm->all_gather(torch::cat({mean, invstd, count})));
+    const auto counts = gathered.select(1, 2 * channels);
+    std::tie(mean, invstd) = at::batch_norm_gather_stats_with_counts(
+        x, gathered.narrow(1, 0, channels), gathered.narrow(1, channels, channels), bn->running_mean,
+        bn->running_var, bn->momentum, bn->eps, counts);
+    ctx->save_for_backward({x, weight, mean, invstd, counts.to(torch::kInt)});
+    ctx->saved_data["comm"] = reinterpret_cast<int64_t>(comm);
+    return at::batch_norm_elemt(x, weight, bias, mean, invstd, bn->eps);
+  }
+
+  static variable_list backward(AutogradContext* ctx, variable_list grads) {
+    const auto saved = ctx->get_saved_variables();
+    const auto &x = saved[0], &weight = saved[1], &mean = saved[2], &invstd = saved[3], &counts = saved[4];
+    const auto dy = grads[0].contiguous(x.suggest_memory_format());
+    auto [sum_dy, sum_dy_xmu, grad_weight, grad_bias] =
+        at::batch_norm_backward_reduce(dy, x, mean, invstd, weight, /*input_g=*/true, /*weight_g=*/true, /*bias_g=*/true);
+    auto sums = torch::cat({sum_dy, sum_dy_xmu});
+    auto* comm = reinterpret_cast<Communicator*>(ctx->saved_data["comm"].toInt());
+    comm->all_reduce_sum(sums);  // weight and bias gradients stay local: DDP averages them
+    const int64_t channels = sum_dy.size(0);
+    auto dx = at::batch_norm_backward_elemt(dy, x, mean, invstd, weight, sums.narrow(0, 0, channels),
+                                            sums.narrow(0, channels, channels), counts);
+    return {dx, grad_weight, grad_bias, torch::Tensor(), torch::Tensor()};
+  }
+};
+
 class ProcessBatchNormSync : public BatchNormSync {
  public:
   explicit ProcessBatchNormSync(std::shared_ptr<Communicator> comm) : comm_(std::move(comm)) {}
   bool has_peers() const override { return comm_->world_size() > 1; }
   torch::Tensor forward(SyncBatchNormImpl& bn, const torch::Tensor& x) override {
-    return ProcessSyncBatchNormFunction::apply(x, bn.weight, bn.bias, &bn, comm_.get());
+    return synchronized_batch_norm(bn, x, *comm_);
   }
 
  private:
   std::shared_ptr<Communicator> comm_;
 };
+
+}  // namespace
+
+torch::Tensor synchronized_batch_norm(SyncBatchNormImpl& bn, const torch::Tensor& x, Communicator& comm) {
+  if (x.is_cuda()) return CudaSyncBatchNormFunction::apply(x, bn.weight, bn.bias, &bn, &comm);
+  return ProcessSyncBatchNormFunction::apply(x, bn.weight, bn.bias, &bn, &comm);
+}
+
+namespace {
 
 template <class BatchNormImpl>
 std::shared_ptr<SyncBatchNormImpl> sync_from(const BatchNormImpl& bn, const std::shared_ptr<Communicator>& comm) {
@@ -102,7 +148,7 @@ SyncBatchNormImpl::SyncBatchNormImpl(int64_t num_features_, double eps_, double 
 torch::Tensor SyncBatchNormImpl::forward(const torch::Tensor& x) {
   if (x.dim() < 2 || x.size(1) != num_features)
     throw Error("SyncBatchNorm: expected input [N, " + std::to_string(num_features) + ", ...], got " + c10::str(x.sizes()));
-  if (is_training()) {  // as torch::nn::BatchNorm counts, with or without peers
+  if (is_training() && (!sync_ || sync_->counts_batches())) {  // as torch::nn::BatchNorm counts
     torch::NoGradGuard no_grad;
     num_batches_tracked.add_(1);
   }

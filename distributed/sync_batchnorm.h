@@ -32,6 +32,9 @@ class BatchNormSync {
   virtual ~BatchNormSync() = default;
   // False when there is nobody to meet (a world of one): the layer is then plain BatchNorm.
   virtual bool has_peers() const = 0;
+  // Whether this layer adds the batch to num_batches_tracked (a batch split over several
+  // layers is counted by one of them).
+  virtual bool counts_batches() const { return true; }
   // The training output of `bn` for x, with statistics over every peer's batch (and the
   // running statistics updated from them).
   virtual torch::Tensor forward(SyncBatchNormImpl& bn, const torch::Tensor& x) = 0;
@@ -63,6 +66,11 @@ TORCH_MODULE(SyncBatchNorm);
 // communicator. With comm null the layers are converted and left without peers. (libtorch cannot nest a Sequential in a Sequential, so one level
 // is the whole of what a Sequential can hold directly.)
 torch::nn::Sequential convert_sync_batchnorm(const torch::nn::Sequential& model, const std::shared_ptr<Communicator>& comm);
+
+// The training output of `bn` for x with statistics over every rank of `comm`, whatever
+// the world size (the layer itself skips this at a world of one, as PyTorch's does;
+// bench/sync_batchnorm times it there).
+torch::Tensor synchronized_batch_norm(SyncBatchNormImpl& bn, const torch::Tensor& x, Communicator& comm);
 
 // The dotted names of torch::nn::BatchNorm layers that convert_sync_batchnorm cannot
 // reach: those that are not direct children of the root Sequential.

@@ -31,6 +31,7 @@ void GradScaler::place_on(const torch::Device& device) {
   if (scale_.device() == device) return;
   scale_ = scale_.to(device);
   growth_tracker_ = growth_tracker_.to(device);
+  if (history_.defined()) history_ = history_.to(device);
 }
 
 torch::Tensor GradScaler::scale(const torch::Tensor& loss) {
@@ -62,6 +63,12 @@ bool GradScaler::unscale_(Optimizer& opt) {
   return skip_step_;
 }
 
+std::vector<double> GradScaler::history() const {
+  if (history_size_ == 0) return {};
+  const auto values = history_.narrow(0, 0, history_size_).to(torch::kCPU, torch::kDouble);
+  return {values.data_ptr<double>(), values.data_ptr<double>() + history_size_};
+}
+
 bool GradScaler::step(Optimizer& opt) {
   if (unscale_(opt)) return false;
   opt.step();
@@ -72,7 +79,13 @@ void GradScaler::update() {
   if (!unscaled_) throw Error("GradScaler::update: no gradients were unscaled in this step");
   at::_amp_update_scale_(scale_, growth_tracker_, found_inf_, options_.growth_factor, options_.backoff_factor,
                          options_.growth_interval);
-  history_.push_back(get_scale());
+  // Kept on the scale's device and read back when asked: no host sync per step.
+  if (history_size_ == history_.numel()) {
+    auto grown = torch::empty({std::max<int64_t>(64, 2 * history_size_)}, scale_.options());
+    if (history_size_ > 0) grown.narrow(0, 0, history_size_).copy_(history_.narrow(0, 0, history_size_));
+    history_ = grown;
+  }
+  history_.narrow(0, history_size_++, 1).copy_(scale_);
   unscaled_ = false;
 }
 

@@ -46,8 +46,8 @@ class GradScaler {
 
   double get_scale() const { return scale_.item<double>(); }
   int64_t growth_tracker() const { return growth_tracker_.item<int64_t>(); }
-  // The scale after each update of this scaler, for diagnostics.
-  const std::vector<double>& history() const { return history_; }
+  // The scale after each update of this scaler, for diagnostics (read from the device).
+  std::vector<double> history() const;
 
   c10::impl::GenericDict state_dict() const;
   // A saved state read and checked (parse) apart from applying it (restore), so that a
@@ -72,7 +72,8 @@ class GradScaler {
   torch::Tensor found_inf_;       // float32 [1] on scale_'s device: this step's verdict
   bool unscaled_ = false;
   bool skip_step_ = false;        // found_inf_ read back once, for a second unscale_ call
-  std::vector<double> history_;
+  torch::Tensor history_;         // float32 on scale_'s device, the first history_size_ used
+  int64_t history_size_ = 0;
 };
 
 }  // namespace fastcpp

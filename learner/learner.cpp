@@ -202,6 +202,10 @@ void Learner::one_batch(size_t i, const Batch& batch) {
   } catch (const Error& e) {
     throw Error(std::string(e.what()) + "\n\t(in " + position() + ")");
   }
+  // The batch, the prediction and its autograd graph go now, not when the next batch
+  // replaces them: the next batch's forward would find this step's AccumulateGrad nodes
+  // still alive, and the device would hold two batches at once. The detached loss stays.
+  xb = yb = pred = loss_grad = torch::Tensor();
 }
 
 void Learner::do_one_batch() {

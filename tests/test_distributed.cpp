@@ -100,6 +100,16 @@ TEST_SUITE("distributed") {
     for (const auto& f : {base + ".log", base + ".ckpt"}) std::filesystem::remove(f);
   }
 
+  TEST_CASE("a world of 1 under a launcher all-reduces every batch, as PyTorch's DDP, and equals plain training") {
+    const auto plain_out = temp_path("world1_plain"), ddp_out = temp_path("world1_ddp");
+    REQUIRE(wait_for(spawn_worker("single_bs4", plain_out, {}), 120) == 0);
+    REQUIRE(wait_for(spawn_worker("ddp", ddp_out, rank_env(0, 1, free_port() + 31)), 120) == 0);
+    check_same_params(ddp_out + ".0", plain_out, 1e-6, 1e-6);
+    CHECK(read_result(ddp_out + ".0").get(3).toInt() == 30);  // an all-reduce per training batch: 10 x 3 epochs
+    std::filesystem::remove(ddp_out + ".0");
+    std::filesystem::remove(plain_out);
+  }
+
   TEST_CASE("with gradient accumulation (no_sync between steps) 2 ranks still equal 1 process") {
     const auto single_out = temp_path("acc_single");
     REQUIRE(wait_for(spawn_worker("single_acc", single_out, {}), 120) == 0);

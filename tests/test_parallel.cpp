@@ -4,6 +4,10 @@
 // and clear errors. The same on CUDA devices is in the gpu suite.
 #include "helpers.h"
 
+#include <mutex>
+#include <set>
+#include <thread>
+
 using namespace fastcpp;
 using namespace fastcpp::testing;
 
@@ -13,6 +17,23 @@ struct NotCloneableImpl : torch::nn::Module {
   torch::nn::Linear linear{nullptr};
 };
 TORCH_MODULE(NotCloneable);
+
+// Records which OS thread runs each copy's forward; its clones (the replicas) share the record.
+struct ThreadProbeImpl : torch::nn::Cloneable<ThreadProbeImpl> {
+  struct Seen {
+    std::mutex mutex;
+    std::map<const void*, std::vector<std::thread::id>> threads;  // per copy, one entry per forward
+  };
+  ThreadProbeImpl() : seen(std::make_shared<Seen>()) {}
+  void reset() override {}
+  torch::Tensor forward(const torch::Tensor& x) {
+    std::lock_guard<std::mutex> lock(seen->mutex);
+    seen->threads[this].push_back(std::this_thread::get_id());
+    return x;
+  }
+  std::shared_ptr<Seen> seen;
+};
+TORCH_MODULE(ThreadProbe);
 
 namespace {
 
@@ -81,9 +102,12 @@ void check_equal(const Run& parallel, const Run& single, double tolerance = 1e-5
   }
   REQUIRE(parallel.buffers.size() == single.buffers.size());
   for (size_t i = 0; i < single.buffers.size(); ++i) {  // running mean and var, batches tracked
-    INFO("buffer " << i);
-    CHECK(torch::allclose(parallel.buffers[i].to(torch::kDouble), single.buffers[i].to(torch::kDouble), tolerance,
-                          tolerance));
+    INFO("buffer " << i << ": " << parallel.buffers[i].sum().item<double>() << " against "
+                   << single.buffers[i].sum().item<double>());
+    if (single.buffers[i].is_floating_point())
+      CHECK(torch::allclose(parallel.buffers[i], single.buffers[i], tolerance, tolerance));
+    else
+      CHECK(torch::equal(parallel.buffers[i], single.buffers[i]));  // one global batch counted once
   }
   CHECK(parallel.valid[0] == doctest::Approx(single.valid[0]).epsilon(tolerance));
   CHECK(parallel.valid[1] == single.valid[1]);
@@ -109,6 +133,32 @@ TEST_SUITE("parallel") {
         CHECK(parallel.replicas_per_batch == expected);
       }
     }
+  }
+
+  TEST_CASE("each replica runs on one thread of its own from batch to batch and fit to fit; replica 0 on the caller's") {
+    torch::manual_seed(0);
+    ThreadProbe probe;
+    auto model = torch::nn::Sequential(torch::nn::Conv2d(torch::nn::Conv2dOptions(3, 4, 3).padding(1).bias(false)),
+                                       torch::nn::BatchNorm2d(4), probe, torch::nn::AdaptiveAvgPool2d(1),
+                                       torch::nn::Flatten(), torch::nn::Linear(4, 3));
+    Learner learn(image_dls(48), model, CrossEntropyLoss(), {}, quiet());
+    silence(learn);
+    learn.to_parallel(kThreeCpus);
+    learn.fit(2, 0.05);
+    learn.fit(1, 0.05);
+    // The model's own probe, and the two copies each fit makes of it.
+    const auto& threads = probe->seen->threads;
+    REQUIRE(threads.size() == 5);
+    std::set<std::thread::id> distinct;
+    for (const auto& [copy, ids] : threads) {
+      CAPTURE(ids.size());
+      CHECK(std::set<std::thread::id>(ids.begin(), ids.end()).size() == 1);  // one thread per copy
+      distinct.insert(ids.front());
+    }
+    CHECK(distinct.size() == 3);  // the caller's and two workers, the same in both fits
+    const auto& own = threads.at(probe.get());
+    CHECK(own.size() == 3 * (6 + 2));  // 3 epochs of 6 training and 2 validation batches
+    CHECK(own.front() == std::this_thread::get_id());
   }
 
   TEST_CASE("with gradient accumulation the replicas still equal one device") {

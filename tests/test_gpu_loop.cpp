@@ -1,0 +1,121 @@
+// The training loop on a real CUDA device, watched for what slows it: host syncs inside
+// a training batch (PyTorch's sync debug mode) and the autograd warning that a step's
+// graph outlived it or crossed streams. Part of the gpu suite; the stream-warning case
+// runs in a process of its own (ctest entry gpu_stream_warnings), because libtorch
+// prints that warning once per process.
+//
+// The syncs that remain, by design, and where:
+//   - fp16: GradScaler's found-inf check before the step (PyTorch's GradScaler.step has
+//     the same one), one per training batch;
+//   - at the end of each phase: the Recorder's smoothed losses and validation sums, and
+//     the metrics' values, read once;
+//   - the live progress bar's loss, at most every 100 ms (only on a terminal).
+#include "helpers.h"
+
+#if FASTCPP_HAS_CUDA
+#include <c10/cuda/CUDAFunctions.h>
+
+#include <mutex>
+
+using namespace fastcpp;
+using namespace fastcpp::testing;
+
+namespace {
+
+const torch::Device kCuda0("cuda:0");
+
+// Every warning libtorch raises on this thread (and those the autograd engine's threads
+// hand back to it at the end of backward).
+struct WarningCollector : c10::WarningHandler {
+  void process(const c10::Warning& warning) override {
+    std::lock_guard<std::mutex> lock(mutex);
+    messages.push_back(warning.msg());
+  }
+  size_t count(const std::string& text) {
+    std::lock_guard<std::mutex> lock(mutex);
+    return static_cast<size_t>(std::count_if(messages.begin(), messages.end(),
+                                             [&](const std::string& m) { return m.find(text) != std::string::npos; }));
+  }
+  std::mutex mutex;
+  std::vector<std::string> messages;
+};
+
+// Counts the host syncs of each training batch, in libtorch's sync debug mode (warn).
+class SyncCounter : public Callback {
+ public:
+  SyncCounter(WarningCollector& warnings) : warnings_(warnings) { order = -100; }
+  void before_batch() override {
+    if (!learn().training) return;
+    seen_ = warnings_.count("synchroniz");
+    c10::cuda::warning_state().set_sync_debug_mode(c10::cuda::SyncDebugMode::L_WARN);
+  }
+  void after_batch() override {
+    if (!learn().training) return;
+    c10::cuda::warning_state().set_sync_debug_mode(c10::cuda::SyncDebugMode::L_DISABLED);
+    per_batch.push_back(warnings_.count("synchroniz") - seen_);
+  }
+  void after_cancel_batch() override { after_batch(); }
+  std::vector<size_t> per_batch;
+
+ private:
+  WarningCollector& warnings_;
+  size_t seen_ = 0;
+};
+
+DataLoaders image_dls() {
+  auto gen = at::make_generator<at::CPUGeneratorImpl>(1);
+  auto images = torch::randint(0, 256, {20 * 16, 3, 16, 16}, gen, torch::kLong).to(torch::kByte);
+  auto labels = torch::randint(0, 4, {20 * 16}, gen, torch::kLong);
+  const std::vector<BatchTransform> tfms{Normalize{{0.5, 0.5, 0.5}, {0.25, 0.25, 0.25}}};
+  auto data = std::make_shared<TensorDataset>(images, labels);
+  return {DataLoader(data, {.bs = 16, .shuffle = true, .workers = 2, .batch_tfms = tfms}),
+          DataLoader(data, {.bs = 64, .batch_tfms = tfms})};
+}
+
+Model small_cnn() {
+  torch::manual_seed(0);
+  return vision::resnet18({.num_classes = 4, .stem = vision::Stem::cifar, .width = 8});
+}
+
+}  // namespace
+
+TEST_SUITE("gpu" * doctest::skip(!torch::cuda::is_available())) {
+  TEST_CASE("a training batch syncs with the host only where PyTorch's loop does: none in fp32 and bf16, one in fp16") {
+    for (const std::string precision : {"fp32", "bf16", "fp16"}) {
+      CAPTURE(precision);
+      WarningCollector warnings;
+      c10::WarningUtils::WarningHandlerGuard guard(&warnings);
+      Learner learn(image_dls(), small_cnn(), CrossEntropyLoss(), {metrics::accuracy()},
+                    {.cbs = {std::make_shared<GradientClip>(1.0), std::make_shared<MixUp>()}, .device = kCuda0});
+      silence(learn);
+      auto counter = learn.add_cb(SyncCounter(warnings));
+      if (precision == "bf16") learn.to_bf16();
+      if (precision == "fp16") learn.to_fp16();
+      learn.fit_one_cycle(1, 1e-2);
+      REQUIRE(counter->per_batch.size() == 20);
+      const size_t expected = precision == "fp16" ? 1 : 0;
+      for (size_t i = 0; i < counter->per_batch.size(); ++i) {
+        INFO("batch " << i << "; warnings: " << (warnings.messages.empty() ? "" : warnings.messages.back()));
+        CHECK(counter->per_batch[i] == expected);
+      }
+    }
+  }
+
+  TEST_CASE("no AccumulateGrad stream warning: plain, fp16 channels-last, and to_parallel on {cuda:0, cuda:0}") {
+    WarningCollector warnings;
+    c10::WarningUtils::WarningHandlerGuard guard(&warnings);
+    for (const bool parallel : {false, true}) {
+      Learner learn(image_dls(), small_cnn(), CrossEntropyLoss(), {metrics::accuracy()}, {.device = kCuda0});
+      silence(learn);
+      learn.to_fp16();
+      learn.to_channels_last();
+      if (parallel) learn.to_parallel({kCuda0, kCuda0});
+      learn.fit(2, 1e-2);
+    }
+    const std::string first = warnings.messages.empty() ? std::string() : warnings.messages.front();
+    INFO(first);
+    CHECK(warnings.count("AccumulateGrad") == 0);
+  }
+}
+
+#endif  // FASTCPP_HAS_CUDA
