@@ -6,6 +6,7 @@
 #include <limits>
 
 #if FASTCPP_HAS_CUDA
+#include <ATen/cuda/CUDAContext.h>
 #include <c10/cuda/CUDAFunctions.h>
 #endif
 
@@ -46,6 +47,14 @@ c10::Device default_device() {
 at::Tensor to_device_async(const at::Tensor& host, const c10::Device& device) {
   if (!device.is_cuda() || host.device() == device) return host.to(device);
   return host.pin_memory().to(device, /*non_blocking=*/true);
+}
+
+int64_t device_memory_bytes(const c10::Device& device) {
+#if FASTCPP_HAS_CUDA
+  if (device.is_cuda() && torch::cuda::is_available())
+    return static_cast<int64_t>(at::cuda::getDeviceProperties(device.has_index() ? device.index() : c10::cuda::current_device())->totalGlobalMem);
+#endif
+  return 0;
 }
 
 std::vector<c10::Device> parse_devices(const std::string& list) {

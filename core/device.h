@@ -27,6 +27,9 @@ void check_device(const c10::Device& device, const std::string& who);
 // would wait for the GPU's queue.
 at::Tensor to_device_async(const at::Tensor& host, const c10::Device& device);
 
+// The memory of a CUDA device in bytes; 0 for any other device.
+int64_t device_memory_bytes(const c10::Device& device);
+
 // Devices from a command-line list: "cuda:0,cuda:1", "cpu,cpu"; "all" (or empty) gives
 // none, which to_parallel reads as every CUDA device. A bad name is a fastcpp::Error.
 std::vector<c10::Device> parse_devices(const std::string& list);

@@ -2,6 +2,7 @@
 
 #include <torch/torch.h>
 
+#include "core/device.h"
 #include "core/error.h"
 
 namespace fastcpp {
@@ -36,7 +37,7 @@ Batch DataLoader::make_batch(const std::vector<int64_t>& order, int64_t epoch, s
   const uint64_t seed = mix_seed(mix_seed(options_.seed, static_cast<uint64_t>(epoch)), b);
   Batch batch;
   try {
-    batch = dataset_->get_batch(std::vector<int64_t>(first, last), seed);
+    batch = source().get_batch(std::vector<int64_t>(first, last), seed);
   } catch (const Error& e) {
     throw Error(std::string(e.what()) + " (batch " + std::to_string(b) + " of epoch " + std::to_string(epoch) + ")");
   }
@@ -60,14 +61,31 @@ Batch DataLoader::finish(Batch batch) const {
   return apply_batch_tfms(std::move(batch));
 }
 
-DataLoader::Iterator DataLoader::begin() { return Iterator(this, epoch_++); }
+const Dataset& DataLoader::source() const { return resident_ ? *resident_ : *dataset_; }
+
+void DataLoader::place_resident() {
+  if (resident_ && resident_->x().device() == device_) return;
+  resident_.reset();
+  const auto tensors = std::dynamic_pointer_cast<const TensorDataset>(dataset_);
+  if (!device_.is_cuda() || !tensors || options_.resident == false || !tensors->x().is_cpu()) return;
+  const int64_t bytes = tensors->x().nbytes() + tensors->y().nbytes();
+  if (!options_.resident && bytes > device_memory_bytes(device_) / 4) return;
+  resident_ = std::make_shared<TensorDataset>(tensors->x().to(device_), tensors->y().to(device_));
+}
+
+DataLoader::Iterator DataLoader::begin() {
+  place_resident();
+  return Iterator(this, epoch_++);
+}
 
 DataLoader::Iterator DataLoader::end() { return Iterator(); }
 
 DataLoader::Iterator::Iterator(const DataLoader* loader, int64_t epoch) : loader_(loader), done_(false) {
   auto order = std::make_shared<const std::vector<int64_t>>(loader->order(epoch));
-  const size_t depth = static_cast<size_t>(std::max(loader->options().workers, 1) * std::max(loader->options().prefetch, 1));
-  pipeline_ = std::make_shared<BatchPipeline>(loader->size(), loader->options().workers, depth,
+  // Batches cut from resident data are a kernel launch each: the consumer's thread does it.
+  const int workers = loader->resident() ? 0 : loader->options().workers;
+  const size_t depth = static_cast<size_t>(std::max(workers, 1) * std::max(loader->options().prefetch, 1));
+  pipeline_ = std::make_shared<BatchPipeline>(loader->size(), workers, depth,
                                               [loader, order, epoch](size_t b) { return loader->make_batch(*order, epoch, b); });
   fetch();
 }

@@ -12,11 +12,14 @@
 //
 // Workers build whole batches (item transforms and collate included) at most
 // workers*prefetch batches ahead of the consumer; host memory is pinned when the
-// device is CUDA so the copy can overlap. Breaking out of the loop, an error, or
-// destroying the loader mid-epoch stops and joins the workers.
+// device is CUDA so the copy can overlap. In-memory data (a TensorDataset) small enough
+// go to the GPU once instead, and each batch is cut there (options.resident). Breaking
+// out of the loop, an error, or destroying the loader mid-epoch stops and joins the
+// workers.
 #include <torch/types.h>
 
 #include <memory>
+#include <optional>
 #include <vector>
 
 #include "data/batch_pipeline.h"
@@ -33,6 +36,10 @@ struct DataLoaderOptions {
   int workers = 0;       // threads building batches; 0: on the consumer's thread
   int prefetch = 2;      // batches in flight per worker
   bool pin_memory = true;  // pin host batches when the device is CUDA (overlapped copies)
+  // A TensorDataset on the host copied to the GPU once, its batches cut there (the same
+  // order and bytes as from the host, no copy per batch). Default: when the device is
+  // CUDA and the data take at most a quarter of its memory; false: never; true: always.
+  std::optional<bool> resident;
   uint64_t seed = 0;
   SamplerPtr sampler;    // overrides shuffle
   std::vector<BatchTransform> batch_tfms;
@@ -57,6 +64,8 @@ class DataLoader {
   void set_epoch(int64_t epoch) { epoch_ = epoch; }
   int64_t epoch() const { return epoch_; }
   void to(torch::Device device) { device_ = device; }
+  // Whether batches are cut from a copy of the data on the device (set by the first iteration).
+  bool resident() const { return resident_ != nullptr; }
   torch::Device device() const { return device_; }
 
   // Item indices of an epoch, in the order they are served.
@@ -72,7 +81,11 @@ class DataLoader {
 
  private:
   Batch apply_batch_tfms(Batch batch) const;
+  // The dataset batches are cut from: the resident copy on the device, or the dataset.
+  const Dataset& source() const;
+  void place_resident();
   DatasetPtr dataset_;
+  std::shared_ptr<TensorDataset> resident_;  // on device_, when options.resident allows
   DataLoaderOptions options_;
   SamplerPtr sampler_;
   int64_t epoch_ = 0;

@@ -87,7 +87,7 @@ class WeightEMA : public Callback {
 };
 
 int main(int argc, char** argv) {
-  std::map<std::string, std::string> flags{{"--epochs", "2"}, {"--data", "/usr/share/datasets/fashion-mnist"},
+  std::map<std::string, std::string> flags{{"--epochs", "2"}, {"--data", vision::fashion_mnist_dir()},
                                            {"--threads", std::to_string(std::thread::hardware_concurrency())}};
   for (int i = 1; i + 1 < argc; i += 2) flags[argv[i]] = argv[i + 1];
   torch::set_num_threads(std::stoi(flags["--threads"]));

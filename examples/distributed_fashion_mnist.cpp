@@ -31,7 +31,7 @@ int main(int argc, char** argv) {
     torch::set_num_threads(threads > 0 ? threads
                                        : std::max(1, static_cast<int>(std::thread::hardware_concurrency()) / env.local_world_size));
     torch::manual_seed(42);
-    const std::string data = "/usr/share/datasets/fashion-mnist";
+    const std::string data = vision::fashion_mnist_dir();
     const std::vector<BatchTransform> tfms{Normalize{{0.2860}, {0.3530}}};
     DataLoaders dls{DataLoader(vision::idx_image_dataset(data, "train"), {.bs = bs, .shuffle = true, .seed = 42, .batch_tfms = tfms}),
                     DataLoader(vision::idx_image_dataset(data, "t10k"), {.bs = 2 * bs, .batch_tfms = tfms})};

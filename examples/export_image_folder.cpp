@@ -19,7 +19,7 @@ int main(int argc, char** argv) {
   const std::string out = argv[argc - 1];
   try {
     if (kind == "fashion-mnist") {
-      const std::string dir = argc > 3 ? argv[2] : "/usr/share/datasets/fashion-mnist";
+      const std::string dir = argc > 3 ? argv[2] : vision::fashion_mnist_dir();
       const std::vector<std::string> vocab{"T-shirt/top", "Trouser", "Pullover", "Dress", "Coat",
                                            "Sandal",      "Shirt",   "Sneaker",  "Bag",   "Ankle boot"};
       vision::export_image_folder(*vision::idx_image_dataset(dir, "train"), vocab, out + "/train");

@@ -101,6 +101,26 @@ TEST_SUITE("gpu" * doctest::skip(!torch::cuda::is_available())) {
     }
   }
 
+  TEST_CASE("in-memory data go to the GPU once and give the host loader's batches, bitwise") {
+    auto gen = at::make_generator<at::CPUGeneratorImpl>(3);
+    auto data = std::make_shared<TensorDataset>(torch::randint(0, 256, {100, 1, 8, 8}, gen, torch::kLong).to(torch::kByte),
+                                                torch::randint(0, 10, {100}, gen, torch::kLong));
+    DataLoader resident(data, {.bs = 16, .shuffle = true, .seed = 5}), host(data, {.bs = 16, .shuffle = true, .workers = 2, .resident = false, .seed = 5});
+    resident.to(kCuda0);
+    host.to(kCuda0);
+    std::vector<Batch> a, b;
+    for (const auto& batch : resident) a.push_back(batch);
+    for (const auto& batch : host) b.push_back(batch);
+    CHECK(resident.resident());
+    CHECK(!host.resident());
+    REQUIRE(a.size() == b.size());
+    for (size_t i = 0; i < a.size(); ++i) {
+      CHECK(a[i].x.device() == kCuda0);
+      CHECK(torch::equal(a[i].x.cpu(), b[i].x.cpu()));
+      CHECK(torch::equal(a[i].y.cpu(), b[i].y.cpu()));
+    }
+  }
+
   TEST_CASE("no AccumulateGrad stream warning: plain, fp16 channels-last, and to_parallel on {cuda:0, cuda:0}") {
     WarningCollector warnings;
     c10::WarningUtils::WarningHandlerGuard guard(&warnings);

@@ -10,7 +10,7 @@ using namespace fastcpp::testing;
 
 namespace {
 
-const std::string kFashionMnist = "/usr/share/datasets/fashion-mnist";
+const std::string kFashionMnist = vision::fashion_mnist_dir();
 
 bool dicts_equal(const c10::impl::GenericDict& a, const c10::impl::GenericDict& b) {
   if (a.size() != b.size()) return false;

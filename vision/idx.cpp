@@ -4,10 +4,12 @@
 #include <zlib.h>
 
 #include <algorithm>
+#include <cstdlib>
 #include <cstring>
 #include <filesystem>
 
 #include "core/error.h"
+
 
 namespace fastcpp::vision {
 namespace {
@@ -123,6 +125,11 @@ std::shared_ptr<TensorDataset> idx_image_dataset(const std::string& dir, const s
     throw Error("'" + labels_path + "' has " + c10::str(labels.sizes()) + " labels for " +
                 std::to_string(images.size(0)) + " images in '" + images_path + "'");
   return std::make_shared<TensorDataset>(images.unsqueeze(1), labels.to(torch::kLong));
+}
+
+std::string fashion_mnist_dir() {
+  const char* dir = std::getenv("FASTCPP_FASHION_MNIST");
+  return dir && *dir ? dir : "/usr/share/datasets/fashion-mnist";
 }
 
 }  // namespace fastcpp::vision

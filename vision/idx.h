@@ -18,4 +18,8 @@ torch::Tensor read_idx(const std::string& path);
 // may end in .gz or not.
 std::shared_ptr<TensorDataset> idx_image_dataset(const std::string& dir, const std::string& prefix);
 
+// Where Fashion-MNIST's idx files are: $FASTCPP_FASHION_MNIST when set, else Debian's
+// dataset-fashion-mnist folder (/usr/share/datasets/fashion-mnist).
+std::string fashion_mnist_dir();
+
 }  // namespace fastcpp::vision

@@ -1,5 +1,5 @@
 // A complete training program: a small CNN on Fashion-MNIST with the one-cycle policy.
-//   train [--epochs 3] [--data /usr/share/datasets/fashion-mnist]
+//   train [--epochs 3] [--data DIR]   (default: $FASTCPP_FASHION_MNIST or /usr/share/datasets/fashion-mnist)
 #include <fastcpp.h>
 
 #include <cstdio>
@@ -9,7 +9,7 @@ using namespace fastcpp;
 
 int main(int argc, char** argv) {
   int epochs = 3;
-  std::string data = "/usr/share/datasets/fashion-mnist";
+  std::string data = vision::fashion_mnist_dir();
   for (int i = 1; i + 1 < argc; i += 2) {
     const std::string flag = argv[i];
     if (flag == "--epochs") epochs = std::stoi(argv[i + 1]);
