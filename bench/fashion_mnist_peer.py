@@ -73,6 +73,8 @@ def main():
     ap.add_argument("--data", default=DATA)
     ap.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
     ap.add_argument("--memory-format", choices=["contiguous", "channels-last"], default="contiguous")
+    ap.add_argument("--resident", choices=["on", "off"], default="off",
+                    help="on: the uint8 images copied to the device once, batches indexed there")
     args = ap.parse_args()
     layout = torch.channels_last if args.memory_format == "channels-last" else torch.contiguous_format
     device = torch.device(args.device)
@@ -83,6 +85,8 @@ def main():
     y_train = read_idx(f"{args.data}/train-labels-idx1-ubyte.gz").long()
     x_test = read_idx(f"{args.data}/t10k-images-idx3-ubyte.gz").unsqueeze(1)
     y_test = read_idx(f"{args.data}/t10k-labels-idx1-ubyte.gz").long()
+    if args.resident == "on":
+        x_train, y_train, x_test, y_test = (t.to(device) for t in (x_train, y_train, x_test, y_test))
 
     model = make_model().to(device, memory_format=layout)
     no_decay = [p for m in model.modules() for p in m.parameters(recurse=False)
@@ -106,7 +110,7 @@ def main():
         model.train()
         perm = torch.randperm(n)
         for i in range(n_iter):
-            idx = perm[i * args.bs:(i + 1) * args.bs]
+            idx = perm[i * args.bs:(i + 1) * args.bs].to(x_train.device, non_blocking=True)
             lr, mom = one_cycle(step / total, args.lr)
             for g in opt.param_groups:
                 g["lr"], g["betas"] = lr, (mom, 0.99)

@@ -6,6 +6,8 @@
 #   bench/fashion_mnist_vs_python.sh [--peer pytorch|fastai] [--epochs 5] [--threads 2] [--data DIR]
 #                                    [--build DIR] [--python PY] [--memory-format channels-last|contiguous]
 #                                    [--seeds 42,1,2]   (both sides, one run each; default 42)
+#                                    [--resident on|off]  (both sides: the data on the GPU once, or
+#                                     batches copied from the host; the PyTorch peer only)
 #
 # Defaults: Debian's Fashion-MNIST, build/, the project's .venv (or $FASTCPP_PYTHON), and
 # each side's own default memory layout (the example's is channels-last, PyTorch's and
@@ -20,7 +22,7 @@ data=/usr/share/datasets/fashion-mnist
 build=build
 python=${FASTCPP_PYTHON:-$PWD/.venv/bin/python}
 peer=pytorch
-layout=()
+both=()  # flags given to both sides
 seeds=42
 while [ $# -gt 0 ]; do
   case "$1" in
@@ -30,8 +32,9 @@ while [ $# -gt 0 ]; do
     --data) data=$(realpath "$2"); shift 2 ;;
     --build) build=$(realpath "$2"); shift 2 ;;
     --python) python=$2; shift 2 ;;
-    --memory-format) layout=(--memory-format "$2"); shift 2 ;;
+    --memory-format) both+=(--memory-format "$2"); shift 2 ;;
     --seeds) seeds=$2; shift 2 ;;
+    --resident) both+=(--resident "$2"); shift 2 ;;
     *) echo "unknown flag $1"; exit 2 ;;
   esac
 done
@@ -50,10 +53,10 @@ trap 'rm -rf "$log"' EXIT
 summary=()
 for seed in ${seeds//,/ }; do
   start=$(now)
-  (cd "$log" && "$build/examples/fashion_mnist" --epochs "$epochs" --threads "$threads" --data "$data" --seed "$seed" "${layout[@]}") | tee "$log/cpp.txt"
+  (cd "$log" && "$build/examples/fashion_mnist" --epochs "$epochs" --threads "$threads" --data "$data" --seed "$seed" "${both[@]}") | tee "$log/cpp.txt"
   cpp_seconds=$(seconds_since "$start")
   start=$(now)
-  "$python" "$peer_script" --epochs "$epochs" --threads "$threads" --data "$data" --seed "$seed" "${layout[@]}" | tee "$log/py.txt"
+  "$python" "$peer_script" --epochs "$epochs" --threads "$threads" --data "$data" --seed "$seed" "${both[@]}" | tee "$log/py.txt"
   py_seconds=$(seconds_since "$start")
   cpp_acc=$(grep -o 'final test accuracy: [0-9.]*' "$log/cpp.txt" | awk '{print $4}')
   py_acc=$(grep -o "^$peer_tag: accuracy=[0-9.]*" "$log/py.txt" | cut -d= -f2)

@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # fastcpp's Learner against PyTorch eager on this GPU: every cell of bench_train_step and
 # of train_step_peer.py (same models, batches, precisions and layouts, in the same run),
-# then one table with the ratio fastcpp / eager.
+# then one table with the ratio fastcpp / eager. The two sides alternate, round after
+# round ($FASTCPP_BENCH_ROUNDS, default 3), and each cell's figure is the median of its
+# rounds, so that the GPU's drift over the run falls on both sides alike.
 #
 #   bench/gpu_train_step.sh [BUILD_DIR [PYTHON]] [-- options of both, e.g. --arch resnet50]
 set -euo pipefail
@@ -12,12 +14,23 @@ shift $(( $# < 2 ? $# : 2 ))
 [ "${1:-}" = "--" ] && shift
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
-"$build/bench/bench_train_step" "$@" | tee "$tmp/fastcpp"
-"$python" "$here/train_step_peer.py" "$@" | tee "$tmp/eager"
-grep -q "img/s" "$tmp/fastcpp" || exit 0  # skipped: no GPU
+rounds=${FASTCPP_BENCH_ROUNDS:-3}
+for round in $(seq "$rounds"); do
+  "$build/bench/bench_train_step" "$@" | tee -a "$tmp/fastcpp_all"
+  grep -q "img/s" "$tmp/fastcpp_all" || exit 0  # skipped: no GPU
+  "$python" "$here/train_step_peer.py" "$@" | tee -a "$tmp/eager_all"
+done
+# Per cell (arch, bs, precision, layout): the round of median speed, whole line.
+median() {
+  sort -k1,1 -k3,3 -k4,4 -k5,5g "$1" |
+    awk -v n="$rounds" '{key = $1" "$3" "$4; count[key]++; if (count[key] == int((n + 1) / 2)) print}'
+}
+median "$tmp/fastcpp_all" > "$tmp/fastcpp"
+median "$tmp/eager_all" > "$tmp/eager"
 # Lines: arch bs precision layout img/s "img/s" "peak" MiB "MiB"
 key() { awk '{print $1"/"$3"/"$4, $2, $5, $8}' "$1" | sort; }
 echo
+echo "Medians of $rounds alternating rounds:"
 echo "| model | batch | precision | layout | fastcpp img/s | eager img/s | fastcpp / eager | fastcpp peak MiB | eager peak MiB |"
 echo "|---|---|---|---|---|---|---|---|---|"
 join <(key "$tmp/fastcpp") <(key "$tmp/eager") |

@@ -80,7 +80,9 @@ void run(const Cell& cell, int warmup, int steps, bool distributed, const std::s
   at::globalContext().setAllowTF32CuDNN(tf32);
   torch::manual_seed(0);
   const int64_t n_real = cell.bs * 2;
-  auto images = torch::randn({n_real, 3, 224, 224}, torch::TensorOptions().device(device));
+  // Stored in the layout trained in, as the eager peer stores them: a batch is then a view.
+  auto images = torch::randn({n_real, 3, 224, 224}, torch::TensorOptions().device(device))
+                    .contiguous(cell.layout == "channels_last" ? at::MemoryFormat::ChannelsLast : at::MemoryFormat::Contiguous);
   auto labels = torch::randint(1000, {n_real}, torch::TensorOptions().dtype(torch::kLong).device(device));
   auto data = std::make_shared<TensorDataset>(images, labels);
   const int64_t n_batches = warmup + steps + 1;
