@@ -206,6 +206,20 @@ TEST_SUITE("distributed") {
     std::filesystem::remove(base);
   }
 
+  TEST_CASE("the local rank a launcher gives picks the process's GPU from the start") {
+    auto with = [](const char* name, const char* value) {
+      ::setenv(name, value, 1);
+      const auto rank = launcher_local_rank();
+      ::unsetenv(name);
+      return rank;
+    };
+    CHECK(!launcher_local_rank());
+    CHECK(with("LOCAL_RANK", "3") == 3);
+    CHECK(with("SLURM_LOCALID", "1") == 1);
+    CHECK(with("OMPI_COMM_WORLD_LOCAL_RANK", "2") == 2);
+    CHECK(!with("LOCAL_RANK", "x"));
+  }
+
   TEST_CASE("launcher variables are read and checked") {
     setenv("RANK", "3", 1);
     setenv("WORLD_SIZE", "2", 1);

@@ -291,9 +291,9 @@ TEST_SUITE("parallel") {
 }
 
 TEST_SUITE("gpu" * doctest::skip(!torch::cuda::is_available())) {
-  TEST_CASE("to_parallel on {cuda:0, cuda:0}, and on every GPU, ends with the weights and statistics of one GPU") {
+  TEST_CASE("to_parallel on {cuda:0, cuda:0}, {cuda:0 x3} and every GPU ends with the weights and buffers of one GPU") {
     const torch::Device cuda0("cuda:0");
-    std::vector<std::vector<torch::Device>> device_sets{{cuda0, cuda0}};
+    std::vector<std::vector<torch::Device>> device_sets{{cuda0, cuda0}, {cuda0, cuda0, cuda0}};
     std::vector<torch::Device> every_gpu;
     for (c10::DeviceIndex i = 0; i < torch::cuda::device_count(); ++i) every_gpu.emplace_back(torch::kCUDA, i);
     if (every_gpu.size() > 1) device_sets.push_back(every_gpu);
