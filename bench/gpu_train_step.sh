@@ -44,9 +44,12 @@ for arch in resnet18 resnet50; do
     awk -v a="$fp16" -v b="$fp32" -v n=$arch 'BEGIN {printf "%s: fp16 / fp32 (contiguous) %.2fx (goal for resnet50: >= 2x)\n", n, a / b}'
   fi
   if [ "$arch" = resnet50 ] && [ -n "$best" ]; then
-    echo "resnet50 fp16 channels-last: $best img/s (goal on an H100: >= 4000)"
+    echo "resnet50 fp16 channels-last: $best img/s (goal on an H100: >= 4000 img/s)"
   fi
 done
 join <(key "$tmp/fastcpp") <(key "$tmp/eager") |
   awk '$6 > 0 {r = $3 / $6; if (!n++ || r < lo) {lo = r; cell = $1}}
        END {if (n) printf "slowest cell, fastcpp / eager: %.2fx (%s; goal: >= 1.0x in every cell)\n", lo, cell}'
+join <(key "$tmp/fastcpp") <(key "$tmp/eager") |
+  awk '$7 > 0 {r = ($4 / $7 - 1) * 100; if (!n++ || r > hi) {hi = r; cell = $1}}
+       END {if (n) printf "largest peak memory, fastcpp over eager: %+.1f%% (%s; goal: <= 1%% in every cell)\n", hi, cell}'

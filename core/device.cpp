@@ -4,6 +4,7 @@
 
 #include <cstdlib>
 #include <limits>
+#include <mutex>
 
 #if FASTCPP_HAS_CUDA
 #include <ATen/cuda/CUDAContext.h>
@@ -32,12 +33,11 @@ c10::Device default_device() {
   // One GPU per process of a launched run from the start, so that no rank opens a
   // context on another's device. The local rank's GPU among those visible (a launcher
   // that hands each process one GPU through CUDA_VISIBLE_DEVICES leaves it cuda:0).
-  static const bool placed = [] {
+  static std::once_flag placed;
+  std::call_once(placed, [] {
     if (const auto local_rank = launcher_local_rank())
       c10::cuda::set_device(static_cast<c10::DeviceIndex>(*local_rank % torch::cuda::device_count()));
-    return true;
-  }();
-  (void)placed;
+  });
   return c10::Device(c10::kCUDA, c10::cuda::current_device());
 #else
   return c10::kCPU;

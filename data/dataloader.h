@@ -70,8 +70,8 @@ class DataLoader {
 
   // Item indices of an epoch, in the order they are served.
   std::vector<int64_t> order(int64_t epoch) const { return sampler_->indices(epoch); }
-  // Batch b of an epoch on the host, as a worker builds it (batch transforms
-  // included when the device is the CPU).
+  // Batch b of an epoch as a worker builds it: on the host, or cut from the resident
+  // copy on the device (batch transforms included when the device is the CPU).
   Batch make_batch(const std::vector<int64_t>& order, int64_t epoch, size_t b) const;
   // A worker's batch moved to the device and transformed there, as the consumer finishes it.
   Batch finish(Batch batch) const;

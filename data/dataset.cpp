@@ -41,10 +41,16 @@ TensorDataset::TensorDataset(torch::Tensor x, torch::Tensor y) : x_(std::move(x)
                 c10::str(y_.sizes()));
 }
 
+namespace {
+
+Error out_of_range(int64_t index, size_t size) {
+  return Error("TensorDataset: index " + std::to_string(index) + " out of range for " + std::to_string(size) + " items");
+}
+
+}  // namespace
+
 Example TensorDataset::get(size_t index) const {
-  if (index >= size())
-    throw Error("TensorDataset: index " + std::to_string(index) + " out of range for " + std::to_string(size()) +
-                " items");
+  if (index >= size()) throw out_of_range(static_cast<int64_t>(index), size());
   const auto i = static_cast<int64_t>(index);
   return {x_[i], y_[i]};
 }
@@ -52,13 +58,13 @@ Example TensorDataset::get(size_t index) const {
 Batch TensorDataset::get_batch(const std::vector<int64_t>& indices, uint64_t) const {
   if (indices.empty()) throw Error("TensorDataset: empty batch");
   const auto [low, high] = std::minmax_element(indices.begin(), indices.end());
-  if (*low < 0 || *high >= x_.size(0))  // checked here, not as a device-side assert
-    throw Error("TensorDataset: index " + std::to_string(*low < 0 ? *low : *high) + " out of range for " +
-                std::to_string(size()) + " items");
+  if (*low < 0) throw out_of_range(*low, size());  // checked here, not as a device-side assert
+  if (*high >= x_.size(0)) throw out_of_range(*high, size());
   // Consecutive items are a view, as a slice in PyTorch: no copy, no allocation.
-  const auto first = indices.front(), n = static_cast<int64_t>(indices.size());
-  if (*high - *low == n - 1 && indices.back() == first + n - 1 && std::is_sorted(indices.begin(), indices.end()))
-    return {x_.narrow(0, first, n), y_.narrow(0, first, n)};
+  const int64_t first = indices.front(), n = static_cast<int64_t>(indices.size());
+  bool consecutive = true;
+  for (int64_t k = 1; k < n && consecutive; ++k) consecutive = indices[static_cast<size_t>(k)] == first + k;
+  if (consecutive) return {x_.narrow(0, first, n), y_.narrow(0, first, n)};
   // The data may live on a GPU: the indices go there without stalling the host.
   const auto index = torch::tensor(indices, torch::kLong);
   return {x_.index_select(0, to_device_async(index, x_.device())), y_.index_select(0, to_device_async(index, y_.device()))};

@@ -29,16 +29,20 @@ std::vector<torch::Device> every_cuda_device() {
   return devices;
 }
 
-// to[i] = from[i] on one device, in one multi-tensor kernel per dtype (the fast path
-// of the foreach kernels wants one dtype per list).
-void copy_all(const std::vector<torch::Tensor>& to, const std::vector<torch::Tensor>& from) {
-  std::map<c10::ScalarType, std::pair<std::vector<torch::Tensor>, std::vector<torch::Tensor>>> by_dtype;
-  for (size_t i = 0; i < to.size(); ++i) {
-    auto& pair = by_dtype[to[i].scalar_type()];
-    pair.first.push_back(to[i]);
-    pair.second.push_back(from[i]);
-  }
-  for (auto& [dtype, pair] : by_dtype) at::_foreach_copy_(pair.first, pair.second, /*non_blocking=*/true);
+// A replica's parameters and buffers, one list per dtype (the foreach kernels' fast
+// path wants one dtype per list), in the same order for every copy of the model.
+std::vector<std::vector<torch::Tensor>> tensors_by_dtype(const torch::nn::Module& module) {
+  std::map<c10::ScalarType, std::vector<torch::Tensor>> by_dtype;
+  for (const auto& tensor : module.parameters()) by_dtype[tensor.scalar_type()].push_back(tensor);
+  for (const auto& tensor : module.buffers()) by_dtype[tensor.scalar_type()].push_back(tensor);
+  std::vector<std::vector<torch::Tensor>> lists;
+  for (auto& [dtype, list] : by_dtype) lists.push_back(std::move(list));
+  return lists;
+}
+
+// to = from, list by list: one multi-tensor copy kernel per dtype.
+void copy_lists(const std::vector<std::vector<torch::Tensor>>& to, const std::vector<std::vector<torch::Tensor>>& from) {
+  for (size_t k = 0; k < to.size(); ++k) at::_foreach_copy_(to[k], from[k], /*non_blocking=*/true);
 }
 
 }  // namespace
@@ -82,11 +86,11 @@ void DataParallel::make_replicas() {
     }
   }
   params_.clear();
-  buffers_.clear();
+  state_.clear();
   std::vector<std::shared_ptr<torch::nn::Module>> modules;
   for (auto& replica : replicas_) {
     params_.push_back(replica.module().parameters());
-    buffers_.push_back(replica.module().buffers());
+    state_.push_back(tensors_by_dtype(replica.module()));
     modules.push_back(replica.ptr());
   }
   for (size_t r = 1; r < replicas_.size(); ++r)  // frozen stays frozen
@@ -99,38 +103,35 @@ void DataParallel::make_replicas() {
 
 void DataParallel::copy_to_replicas(int replicas) {
   torch::NoGradGuard no_grad;
-  std::vector<torch::Tensor> source(params_[0]);
-  source.insert(source.end(), buffers_[0].begin(), buffers_[0].end());
-  auto tensors_of = [&](int r) {
-    std::vector<torch::Tensor> tensors(params_[static_cast<size_t>(r)]);
-    tensors.insert(tensors.end(), buffers_[static_cast<size_t>(r)].begin(), buffers_[static_cast<size_t>(r)].end());
-    return tensors;
-  };
-  // Replicas on replica 0's device: a few multi-tensor copy kernels, not one per tensor.
-  // Other GPUs: one coalesced broadcast (a few flat transfers) to each, then the same.
+  // Replicas on replica 0's device: a few multi-tensor copies. Other GPUs: one coalesced
+  // broadcast (a few flat transfers) to each, then the same.
   std::vector<int> elsewhere;
   for (int r = 1; r < replicas; ++r) {
-    if (devices_[static_cast<size_t>(r)] == devices_[0]) copy_all(tensors_of(r), source);
+    if (devices_[static_cast<size_t>(r)] == devices_[0]) copy_lists(state_[static_cast<size_t>(r)], state_[0]);
     else elsewhere.push_back(r);
   }
   if (elsewhere.empty()) return;
+  std::vector<int64_t> targets{devices_[0].index()};  // the GPUs, replica 0's first
+  for (int r : elsewhere)
+    if (std::find(targets.begin(), targets.end(), devices_[static_cast<size_t>(r)].index()) == targets.end())
+      targets.push_back(devices_[static_cast<size_t>(r)].index());
+  std::vector<torch::Tensor> source;
+  for (const auto& list : state_[0]) source.insert(source.end(), list.begin(), list.end());
 #if FASTCPP_HAS_CUDA
-  if (devices_[0].is_cuda()) {
-    std::vector<int64_t> targets{devices_[0].index()};
-    for (int r : elsewhere)
-      if (std::find(targets.begin(), targets.end(), devices_[static_cast<size_t>(r)].index()) == targets.end())
-        targets.push_back(devices_[static_cast<size_t>(r)].index());
-    const auto copies = torch::cuda::broadcast_coalesced(source, targets, /*buffer_size=*/10 * 1024 * 1024);
-    for (int r : elsewhere) {
-      const auto at = std::find(targets.begin(), targets.end(), devices_[static_cast<size_t>(r)].index()) - targets.begin();
-      copy_all(tensors_of(r), copies[static_cast<size_t>(at)]);
-    }
-    return;
-  }
+  const auto copies = torch::cuda::broadcast_coalesced(source, targets, /*buffer_size=*/10 * 1024 * 1024);
+#else
+  const std::vector<std::vector<torch::Tensor>> copies(targets.size(), source);  // without CUDA all are the CPU
 #endif
   for (int r : elsewhere) {
-    auto target = tensors_of(r);
-    for (size_t i = 0; i < source.size(); ++i) target[i].copy_(source[i], /*non_blocking=*/true);
+    const auto at = std::find(targets.begin(), targets.end(), devices_[static_cast<size_t>(r)].index()) - targets.begin();
+    // The broadcast's flat list cut back into the per-dtype lists.
+    std::vector<std::vector<torch::Tensor>> received;
+    auto next = copies[static_cast<size_t>(at)].begin();
+    for (const auto& list : state_[0]) {
+      received.emplace_back(next, next + static_cast<std::ptrdiff_t>(list.size()));
+      next += static_cast<std::ptrdiff_t>(list.size());
+    }
+    copy_lists(state_[static_cast<size_t>(r)], received);
   }
 }
 
@@ -199,7 +200,7 @@ void DataParallel::restore() {
   plain_.reset();
   replicas_.clear();
   params_.clear();
-  buffers_.clear();
+  state_.clear();
   streams_.clear();
 }
 

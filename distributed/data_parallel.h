@@ -58,7 +58,9 @@ class DataParallel : public Callback {
   std::vector<torch::Device> devices_;
   std::optional<Model> plain_;  // the Learner's model before the fit
   std::vector<Model> replicas_;  // [0]: the Learner's model (its BatchNorm synchronized)
-  std::vector<std::vector<torch::Tensor>> params_, buffers_;  // per replica, in the same order
+  std::vector<std::vector<torch::Tensor>> params_;  // per replica, in the same order
+  // Per replica: its parameters and buffers, one list per dtype (what each forward copies).
+  std::vector<std::vector<std::vector<torch::Tensor>>> state_;
   std::vector<std::optional<c10::Stream>> streams_;  // a replica's own CUDA stream where it shares a GPU
   ReplicaGroup group_;
   std::unique_ptr<ReplicaWorkers> workers_;  // kept from fit to fit: their thread-local caches with them

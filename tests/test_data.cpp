@@ -145,5 +145,20 @@ TEST_SUITE("data") {
     CHECK(error_of([&] { ds->get(4); }) == "TensorDataset: index 4 out of range for 4 items");
     auto batch = ds->Dataset::get_batch({3, 1});  // the generic path: get + collate
     CHECK(torch::equal(batch.x, ds->get_batch({3, 1}).x));
+    CHECK(error_of([&] { ds->get_batch({0, 4}); }) == "TensorDataset: index 4 out of range for 4 items");
+    CHECK(error_of([&] { ds->get_batch({-1, 2}); }) == "TensorDataset: index -1 out of range for 4 items");
+  }
+
+  TEST_CASE("TensorDataset: consecutive items are a view of the data, others a copy, with the same values") {
+    auto ds = synthetic_dataset(6);
+    const auto view = ds->get_batch({2, 3, 4});
+    CHECK(view.x.data_ptr() == ds->x()[2].data_ptr());  // no copy
+    CHECK(torch::equal(view.x, ds->Dataset::get_batch({2, 3, 4}).x));
+    for (const std::vector<int64_t>& scattered : {std::vector<int64_t>{2, 4, 3}, {1, 1, 2}, {3, 5}}) {
+      const auto copy = ds->get_batch(scattered);
+      CHECK(copy.x.data_ptr() != ds->x()[scattered.front()].data_ptr());
+      CHECK(torch::equal(copy.x, ds->Dataset::get_batch(scattered).x));
+      CHECK(torch::equal(copy.y, ds->Dataset::get_batch(scattered).y));
+    }
   }
 }

@@ -33,6 +33,46 @@ bool dicts_equal(const c10::impl::GenericDict& a, const c10::impl::GenericDict& 
 }  // namespace
 
 TEST_SUITE("learner") {
+  TEST_CASE("a batch, its prediction and its autograd graph are gone before the next batch is made") {
+    // Weak references taken at the end of each training batch, checked while the loader
+    // makes the next one (in a batch transform, on this thread: no workers). Anything
+    // still alive then would mean two batches and the last step's graph on the device.
+    struct Watch {
+      std::weak_ptr<torch::autograd::Node> graph;
+      c10::weak_intrusive_ptr<c10::StorageImpl> batch{c10::intrusive_ptr<c10::StorageImpl>()};
+      int ended = 0, checked = 0;
+    };
+    auto watch = std::make_shared<Watch>();
+    struct Watcher : Callback {
+      explicit Watcher(std::shared_ptr<Watch> w) : watch(std::move(w)) { order = 100; }
+      void after_batch() override {
+        if (!learn().training) return;
+        watch->graph = learn().pred.grad_fn();
+        watch->batch = learn().xb.storage().getWeakStorageImpl();
+        REQUIRE(!watch->graph.expired());
+        ++watch->ended;
+      }
+      void after_train() override { watch->ended = 0; }  // validation batches are not watched
+      std::shared_ptr<Watch> watch;
+    };
+    const BatchTransform check_released = [watch](const torch::Tensor& x) {
+      if (watch->ended > 0) {
+        ++watch->checked;
+        CHECK(watch->graph.expired());
+        CHECK(watch->batch.expired());
+      }
+      return x * 1;  // a batch of its own, as Normalize makes
+    };
+    // Shuffled: each batch is a copy, not a view of the dataset (which lives on anyway).
+    DataLoaders dls{DataLoader(synthetic_dataset(16, 4, 3, 1), {.bs = 4, .shuffle = true, .batch_tfms = {check_released}}),
+                    DataLoader(synthetic_dataset(4, 4, 3, 2), {.bs = 4})};
+    Learner learn(dls, tiny_model(), CrossEntropyLoss(), {}, quiet());
+    silence(learn);
+    learn.add_cb(std::make_shared<Watcher>(watch));
+    learn.fit(1);
+    CHECK(watch->checked == 3);  // while making batches 2..4 of 4
+  }
+
   TEST_CASE("a CUDA device that is not there is an error naming it and what the machine has") {
     if (torch::cuda::device_count() > 0) return;  // the message below is the one of a machine without a GPU
     LearnerOptions options = quiet();
