@@ -126,6 +126,7 @@ if [[ " $stages " == *" bench "* ]]; then
     env FASTCPP_BENCH_ROUNDS="${FASTCPP_BENCH_ROUNDS:-3}" bench/gpu_train_step.sh "$build" "$python" -- --steps "$steps"
   step 60 "DDP at world size 1 on NCCL" bench/gpu_ddp_overhead.sh "$build"
   step 90 "to_parallel" bench/gpu_parallel.sh "$build"
+  step 60 "SyncBatchNorm's synced path vs BatchNorm (ResNet-50's layers, fp16 channels-last)" "$build/bench/bench_sync_batchnorm"
   step 60 "Fashion-MNIST example, time split (5 epochs, bf16, batch 512, data on the GPU)" example_fast
   step 60 "Stream race stress" stream_race
   for layout in channels-last contiguous; do

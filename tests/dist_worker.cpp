@@ -14,7 +14,8 @@
 // gradient all-reduces, pickled. *_acc accumulate gradients over 2 batches. `resume` is ddp with a ResumeFromCheckpoint at
 // OUT.ckpt, and rank 1 of the first attempt kills itself after epoch 0; `checkpointed`
 // is the same without the kill (tests/multinode.sh kills whole hosts). FASTCPP_WORKER_STEP_MS
-// adds a pause after each training batch, so that a test can act mid-epoch.
+// adds a pause after each training batch, so that a test can act mid-epoch;
+// FASTCPP_WORKER_NCCL_TIMEOUT_S shortens NCCL's watchdog timeout.
 #include <fastcpp.h>
 
 #include <csignal>
@@ -175,6 +176,8 @@ int main(int argc, char** argv) {
     if (!single) {
       distributed::DistributedOptions options;
       options.process_group.backend = worker_backend();
+      if (const char* seconds = std::getenv("FASTCPP_WORKER_NCCL_TIMEOUT_S"))
+        options.process_group.nccl_timeout = std::chrono::seconds(std::atoi(seconds));
       if (worker_backend() == "gloo" && learn.device.is_cuda()) options.device = learn.device;  // ranks share it
       learn.to_distributed(options);
     }

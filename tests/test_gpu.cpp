@@ -1,8 +1,10 @@
 // The GPU half, on a real CUDA device: fp16 loss scaling against PyTorch's GradScaler,
 // autocast dtypes against PyTorch's, the allocator's counters in PeakMemMetric, NCCL and
-// Gloo-on-CUDA data parallel against one process, SyncBatchNorm on CUDA tensors, and a
-// pipeline over CUDA stages. Without a CUDA device the suite reports itself skipped
-// (tests/main.cpp), and never counts as passed.
+// Gloo-on-CUDA data parallel against one process, an NCCL rank losing its peer (two
+// GPUs), SyncBatchNorm on CUDA tensors, and a pipeline over CUDA stages with
+// GradientClip. Without a CUDA device the suite reports itself skipped (tests/main.cpp),
+// and never counts as passed.
+#include <csignal>
 #include <filesystem>
 
 #include "core/autocast.h"
@@ -155,6 +157,35 @@ TEST_SUITE("gpu" * doctest::skip(!torch::cuda::is_available())) {
     std::filesystem::remove(plain_out);
   }
 
+  TEST_CASE("an NCCL rank whose peer stops answering ends with an error naming what it lost, within the timeout") {
+    // NCCL refuses two ranks on one GPU, so this needs two.
+    if (torch::cuda::device_count() < 2) {
+      MESSAGE("skipped: NCCL between two ranks needs two GPUs");
+      return;
+    }
+    const auto base = temp_path("nccl_dies"), log = base + ".log";
+    const int port = free_port() + 37;
+    auto env = [&](int rank) {  // `resume` mode: rank 1 kills itself after epoch 0; nobody restarts it
+      auto vars = rank_env(rank, 2, port);
+      vars.insert(vars.end(), {"TORCHELASTIC_RESTART_COUNT=0", "FASTCPP_WORKER_BACKEND=nccl",
+                               "FASTCPP_WORKER_DEVICE=cuda:" + std::to_string(rank), "FASTCPP_WORKER_NCCL_TIMEOUT_S=20"});
+      return vars;
+    };
+    const auto start = std::chrono::steady_clock::now();
+    const pid_t rank0 = spawn_worker("resume", base, env(0), log), rank1 = spawn_worker("resume", base, env(1));
+    CHECK(wait_for(rank1, 120) == 128 + SIGKILL);
+    CHECK(wait_for(rank0, 180) != 0);
+    CHECK(std::chrono::steady_clock::now() - start < std::chrono::seconds(20 + 90));  // the timeout, plus start-up
+    std::ifstream in(log);
+    const std::string output((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+    // Our lost-peer error when a Gloo (CPU) collective notices first; NCCL's watchdog when
+    // the all-reduce of the gradients does.
+    CHECK_MESSAGE((output.find("lost rank 1") != std::string::npos ||
+                   output.find("Watchdog caught collective operation timeout") != std::string::npos),
+                  output);
+    for (const auto* suffix : {".log", ".ckpt", ".0", ".1"}) std::filesystem::remove(base + suffix);
+  }
+
   TEST_CASE("2 processes sharing one GPU over Gloo end with the weights and metrics of 1 process") {
     check_two_ranks_equal_one_process(33, kSharedGpuEnv, 1e-4, 1e-5);
   }
@@ -163,7 +194,7 @@ TEST_SUITE("gpu" * doctest::skip(!torch::cuda::is_available())) {
     check_syncbn_equals_batchnorm(36, kSharedGpuEnv);
   }
 
-  TEST_CASE("a pipeline over CUDA stages equals the plain model: outputs, gradients, training") {
+  TEST_CASE("a pipeline over CUDA stages equals the plain model: outputs, gradients, training, GradientClip") {
     std::vector<std::vector<torch::Device>> device_sets{{kCuda0, kCuda0}};
     if (torch::cuda::device_count() > 1) device_sets.push_back({kCuda0, torch::Device("cuda:1")});
     auto mlp = [] {
@@ -184,15 +215,24 @@ TEST_SUITE("gpu" * doctest::skip(!torch::cuda::is_available())) {
       auto a = plain->parameters(), b = net->parameters();
       for (size_t i = 0; i < a.size(); ++i) CHECK(torch::allclose(a[i].grad().cpu(), b[i].grad().cpu(), 1e-4, 1e-6));
 
-      Learner plain_learn(synthetic_dls(16, 8, 4), mlp(), CrossEntropyLoss(), {}, {.device = kCuda0, .progress = false});
-      auto piped = distributed::pipeline(mlp(), {.devices = devices, .chunks = 2});
-      Learner piped_learn(synthetic_dls(16, 8, 4), piped, CrossEntropyLoss(), {}, {.device = piped->output_device(), .progress = false});
-      silence(plain_learn);
-      silence(piped_learn);
-      plain_learn.fit(2, 1e-2);
-      piped_learn.fit(2, 1e-2);
-      auto p = plain_learn.model.module().parameters(), q = piped_learn.model.module().parameters();
-      for (size_t i = 0; i < p.size(); ++i) CHECK(torch::allclose(p[i].cpu(), q[i].cpu(), 1e-4, 1e-6));
+      // Trained, and trained with GradientClip: its global norm spans the stages' devices.
+      for (const double clip : {0.0, 0.05}) {
+        CAPTURE(clip);
+        auto cbs = [clip]() -> std::vector<CallbackPtr> {
+          if (clip == 0) return {};
+          return {std::make_shared<GradientClip>(clip)};
+        };
+        Learner plain_learn(synthetic_dls(16, 8, 4), mlp(), CrossEntropyLoss(), {}, {.cbs = cbs(), .device = kCuda0, .progress = false});
+        auto piped = distributed::pipeline(mlp(), {.devices = devices, .chunks = 2});
+        Learner piped_learn(synthetic_dls(16, 8, 4), piped, CrossEntropyLoss(), {},
+                            {.cbs = cbs(), .device = piped->output_device(), .progress = false});
+        silence(plain_learn);
+        silence(piped_learn);
+        plain_learn.fit(2, 1e-2);
+        piped_learn.fit(2, 1e-2);
+        auto p = plain_learn.model.module().parameters(), q = piped_learn.model.module().parameters();
+        for (size_t i = 0; i < p.size(); ++i) CHECK(torch::allclose(p[i].cpu(), q[i].cpu(), 1e-4, 1e-6));
+      }
     }
   }
 }

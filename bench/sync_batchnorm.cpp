@@ -1,0 +1,134 @@
+// SyncBatchNorm's synced path on a GPU against BatchNorm: forward + backward over the
+// BatchNorm layers of ResNet-50 (their channels and sizes, batch 128 at 224 px), fp16
+// inputs in channels-last with fp32 affine parameters, as autocast trains them. The
+// synced path runs in a one-rank process group, so it times the statistics, their
+// gather over the ranks' counts, the normalization, the backward and the collectives'
+// own cost, where the layer itself would skip the sync (no peers). Plain and synced
+// alternate per round; the median round counts.
+//
+//   bench_sync_batchnorm [--backend nccl|gloo] [--rounds 5] [--iters 10]
+//
+// Last line: "SyncBatchNorm's synced path ...: <ratio>x the forward+backward rate of BatchNorm (goal >= 0.9x)".
+#include <fastcpp.h>
+
+#include <torch/cuda.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <iostream>
+#include <map>
+#include <string>
+
+using namespace fastcpp;
+
+namespace {
+
+struct Layer {
+  distributed::SyncBatchNorm bn;
+  torch::Tensor x, dy;
+};
+
+// (channels, height) of each BatchNorm in ResNet-50, in order: the stem, then each
+// stage's bottlenecks (bn1, bn2, bn3; the first block's conv2 strides, and it has a
+// downsample BatchNorm).
+std::vector<std::pair<int64_t, int64_t>> resnet50_batchnorms() {
+  std::vector<std::pair<int64_t, int64_t>> shapes{{64, 112}};
+  const int64_t widths[] = {64, 128, 256, 512}, blocks[] = {3, 4, 6, 3};
+  int64_t size = 56;
+  for (int stage = 0; stage < 4; ++stage) {
+    const int64_t width = widths[stage], in_size = size;
+    if (stage > 0) size /= 2;
+    for (int64_t block = 0; block < blocks[stage]; ++block) {
+      shapes.emplace_back(width, block == 0 ? in_size : size);
+      shapes.emplace_back(width, size);
+      shapes.emplace_back(4 * width, size);
+      if (block == 0) shapes.emplace_back(4 * width, size);
+    }
+  }
+  return shapes;
+}
+
+std::vector<Layer> make_layers(int64_t batch) {
+  const auto options = torch::TensorOptions().device(torch::kCUDA).dtype(torch::kHalf);
+  std::vector<Layer> layers;
+  for (const auto& [channels, size] : resnet50_batchnorms()) {
+    Layer layer{distributed::SyncBatchNorm(channels), {}, {}};
+    layer.bn->to(torch::kCUDA);
+    layer.x = torch::randn({batch, channels, size, size}, options).contiguous(at::MemoryFormat::ChannelsLast);
+    layer.x.requires_grad_(true);
+    layer.dy = torch::randn_like(layer.x);
+    layers.push_back(std::move(layer));
+  }
+  return layers;
+}
+
+// Seconds for `iters` passes of forward + backward over every layer.
+template <class Forward>
+double time_passes(std::vector<Layer>& layers, int iters, Forward forward) {
+  torch::cuda::synchronize();
+  const auto start = std::chrono::steady_clock::now();
+  for (int i = 0; i < iters; ++i)
+    for (auto& layer : layers) {
+      auto y = forward(layer);
+      y.backward(layer.dy);
+    }
+  torch::cuda::synchronize();
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+}
+
+double median(std::vector<double> values) {
+  std::sort(values.begin(), values.end());
+  return values[values.size() / 2];
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  std::map<std::string, std::string> flags{{"--backend", "nccl"}, {"--rounds", "5"}, {"--iters", "10"}};
+  for (int i = 1; i < argc; ++i) {
+    if (flags.count(argv[i]) && i + 1 < argc) {
+      flags[argv[i]] = argv[i + 1];
+      ++i;
+    } else {
+      std::cerr << "usage: bench_sync_batchnorm [--backend nccl|gloo] [--rounds N] [--iters N]\n";
+      return 2;
+    }
+  }
+  if (!torch::cuda::is_available()) {
+    std::cout << "bench_sync_batchnorm: skipped: no CUDA device\n";
+    return 0;
+  }
+  try {
+    at::globalContext().setBenchmarkCuDNN(true);
+    distributed::DistEnv one_rank;
+    one_rank.master_port = 29541;
+    if (const char* port = std::getenv("MASTER_PORT")) one_rank.master_port = std::stoi(port);
+    distributed::Communicator comm(one_rank, {.backend = flags["--backend"], .device = torch::Device(torch::kCUDA, 0)});
+    torch::manual_seed(0);
+    auto layers = make_layers(128);
+    auto plain = [](Layer& l) {
+      return torch::batch_norm(l.x, l.bn->weight, l.bn->bias, l.bn->running_mean, l.bn->running_var,
+                               /*training=*/true, l.bn->momentum, l.bn->eps, /*cudnn_enabled=*/true);
+    };
+    auto synced = [&comm](Layer& l) { return distributed::synchronized_batch_norm(*l.bn, l.x, comm); };
+    const int iters = std::stoi(flags["--iters"]);
+    time_passes(layers, 2, plain);  // cuDNN's algorithm choice, the allocator's blocks, the communicator
+    time_passes(layers, 2, synced);
+    std::vector<double> plain_s, synced_s;
+    for (int round = 0; round < std::stoi(flags["--rounds"]); ++round) {
+      plain_s.push_back(time_passes(layers, iters, plain));
+      synced_s.push_back(time_passes(layers, iters, synced));
+    }
+    const double plain_ms = median(plain_s) / iters * 1e3, synced_ms = median(synced_s) / iters * 1e3;
+    std::printf("BatchNorm (cuDNN): %.2f ms, synced path: %.2f ms per forward+backward of the %zu layers\n", plain_ms,
+                synced_ms, layers.size());
+    std::printf("SyncBatchNorm's synced path on %s, world 1 (ResNet-50's BatchNorm layers, batch 128, fp16 "
+                "channels-last): %.2fx the forward+backward rate of BatchNorm (goal >= 0.9x)\n",
+                flags["--backend"].c_str(), plain_ms / synced_ms);
+    comm.shutdown();
+  } catch (const std::exception& e) {
+    std::cerr << "bench_sync_batchnorm: " << e.what() << "\n";
+    return 1;
+  }
+}
