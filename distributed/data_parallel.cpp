@@ -14,7 +14,6 @@
 
 #include "core/device.h"
 #include "core/error.h"
-#include "distributed/distributed_trainer.h"
 #include "distributed/replica_grads.h"
 #include "distributed/replica_streams.h"
 #include "distributed/sync_batchnorm.h"
@@ -209,9 +208,9 @@ void DataParallel::restore() {
 namespace fastcpp {
 
 void Learner::to_parallel(std::vector<torch::Device> devices, bool sync_bn) {
-  if (get_cb<distributed::DistributedTrainer>())
-    throw Error("to_parallel: this Learner is already to_distributed; pick one (to_parallel: one process driving "
-                "several devices; to_distributed: one process per device)");
+  if (auto other = get_cb<DevicePlacement>(); other && !std::dynamic_pointer_cast<distributed::DataParallel>(other))
+    throw Error("to_parallel: this Learner is already " + other->method() + "; pick one (to_parallel: one process "
+                "driving several devices; to_distributed: one process per device)");
   if (auto existing = get_cb<distributed::DataParallel>()) remove_cb(existing);
   add_cb(std::make_shared<distributed::DataParallel>(std::move(devices), sync_bn));
 }

@@ -35,8 +35,9 @@
 
 namespace fastcpp::distributed {
 
-class DataParallel : public Callback {
+class DataParallel : public DevicePlacement {
  public:
+  std::string method() const override { return "to_parallel"; }
   // devices empty: every visible CUDA device.
   explicit DataParallel(std::vector<torch::Device> devices = {}, bool sync_bn = true);
   void before_fit() override;

@@ -4,7 +4,6 @@
 
 #include "callbacks/training.h"
 #include "data/sampler.h"
-#include "distributed/data_parallel.h"
 #include "distributed/sync_batchnorm.h"
 #include "core/device.h"
 #include "core/error.h"
@@ -128,9 +127,9 @@ namespace fastcpp {
 void Learner::to_distributed() { to_distributed(distributed::DistributedOptions{}); }
 
 void Learner::to_distributed(const distributed::DistributedOptions& options) {
-  if (get_cb<distributed::DataParallel>())
-    throw Error("to_distributed: this Learner is already to_parallel; pick one (to_parallel: one process driving "
-                "several devices; to_distributed: one process per device)");
+  if (auto other = get_cb<DevicePlacement>(); other && !std::dynamic_pointer_cast<distributed::DistributedTrainer>(other))
+    throw Error("to_distributed: this Learner is already " + other->method() + "; pick one (to_parallel: one process "
+                "driving several devices; to_distributed: one process per device)");
   if (!get_cb<distributed::DistributedTrainer>()) add_cb(std::make_shared<distributed::DistributedTrainer>(options));
 }
 

@@ -37,8 +37,9 @@ struct DistributedOptions {
   ReducerOptions reducer;
 };
 
-class DistributedTrainer : public Callback {
+class DistributedTrainer : public DevicePlacement {
  public:
+  std::string method() const override { return "to_distributed"; }
   explicit DistributedTrainer(DistributedOptions options = {});
   void before_fit() override;
   void after_loss() override;

@@ -21,6 +21,8 @@
 
 #include <memory>
 
+#include "core/norm_layer.h"
+
 namespace fastcpp::distributed {
 
 class Communicator;
@@ -40,7 +42,7 @@ class BatchNormSync {
   virtual torch::Tensor forward(SyncBatchNormImpl& bn, const torch::Tensor& x) = 0;
 };
 
-struct SyncBatchNormImpl : torch::nn::Cloneable<SyncBatchNormImpl> {
+struct SyncBatchNormImpl : torch::nn::Cloneable<SyncBatchNormImpl>, NormLayer {
   explicit SyncBatchNormImpl(int64_t num_features, double eps = 1e-5, double momentum = 0.1);
   // Holding the given tensors (those of a BatchNorm being replaced); undefined ones are made anew.
   SyncBatchNormImpl(int64_t num_features, double eps, double momentum, torch::Tensor weight, torch::Tensor bias,

@@ -68,4 +68,12 @@ class Callback {
 
 using CallbackPtr = std::shared_ptr<Callback>;
 
+// A callback that spreads the model over devices for the whole fit (to_parallel's
+// DataParallel, to_distributed's DistributedTrainer): a Learner takes one at most.
+class DevicePlacement : public Callback {
+ public:
+  // The Learner method that adds it, for messages: "to_parallel".
+  virtual std::string method() const = 0;
+};
+
 }  // namespace fastcpp

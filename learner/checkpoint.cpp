@@ -1,18 +1,13 @@
 #include "learner/checkpoint.h"
 
-#include <fcntl.h>
 #include <torch/serialize.h>
 #include <torch/torch.h>
-#include <unistd.h>
 
-#include <cerrno>
-#include <cstring>
-#include <filesystem>
-#include <fstream>
 #include <limits>
 #include <optional>
 
 #include "core/error.h"
+#include "formats/file_io.h"
 #include "learner/learner.h"
 #include "learner/state_dict.h"
 #include "learner/torch_file.h"
@@ -75,49 +70,6 @@ void decode_into(Learner& learn, const std::vector<char>& bytes, bool with_opt, 
   }
   for (size_t i = 0; i < entries.size(); ++i) entries[i].second.copy_(loaded[i]);
   learn.epoch = static_cast<int>(epoch);
-}
-
-void write_atomically(const std::string& path, const std::vector<char>& bytes) {
-  const std::filesystem::path target(path);
-  if (target.has_parent_path()) std::filesystem::create_directories(target.parent_path());
-  const std::string temp = path + ".tmp." + std::to_string(::getpid());
-  const int fd = ::open(temp.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
-  if (fd < 0) throw Error("cannot write checkpoint '" + path + "': " + std::strerror(errno));
-  size_t written = 0;
-  while (written < bytes.size()) {
-    const auto n = ::write(fd, bytes.data() + written, bytes.size() - written);
-    if (n < 0) {
-      const std::string reason = std::strerror(errno);
-      ::close(fd);
-      ::unlink(temp.c_str());
-      throw Error("cannot write checkpoint '" + path + "': " + reason);
-    }
-    written += static_cast<size_t>(n);
-  }
-  const bool synced = ::fsync(fd) == 0;
-  ::close(fd);
-  if (!synced || std::rename(temp.c_str(), path.c_str()) != 0) {
-    const std::string reason = std::strerror(errno);
-    ::unlink(temp.c_str());
-    throw Error("cannot write checkpoint '" + path + "': " + reason);
-  }
-}
-
-std::vector<char> read_file(const std::string& path, const std::string& what) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) throw Error(what + " '" + path + "' not found or unreadable");
-  return {std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>()};
-}
-
-c10::IValue unpickle(const std::vector<char>& bytes, const std::string& source, const std::string& kind) {
-  // fastcpp's own reader, not torch::pickle_load: libtorch's unpickler sizes its memo
-  // from the file and so allocates whatever a damaged file claims (found by fuzzing).
-  try {
-    return read_torch_file(bytes);
-  } catch (const Error& e) {
-    throw Error("cannot read " + source + ": the file is truncated or not " + kind + " (" +
-                std::string(e.what()).substr(0, 200) + ")");
-  }
 }
 
 }  // namespace fastcpp::checkpoint

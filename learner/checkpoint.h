@@ -19,12 +19,6 @@ namespace checkpoint {
 std::vector<char> encode(const Learner& learn, bool with_opt);
 void decode_into(Learner& learn, const std::vector<char>& bytes, bool with_opt, const std::string& source);
 
-void write_atomically(const std::string& path, const std::vector<char>& bytes);
-// "<what> 'path' not found or unreadable" when it cannot be read.
-std::vector<char> read_file(const std::string& path, const std::string& what = "checkpoint");
-// The value pickled in a file's bytes; "cannot read <source>: the file is truncated or
-// not <kind> (...)" when it holds none.
-c10::IValue unpickle(const std::vector<char>& bytes, const std::string& source, const std::string& kind);
 
 }  // namespace checkpoint
 }  // namespace fastcpp

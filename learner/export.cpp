@@ -4,6 +4,7 @@
 #include <torch/torch.h>
 
 #include "core/error.h"
+#include "formats/file_io.h"
 #include "learner/checkpoint.h"
 #include "learner/learner.h"
 #include "learner/optimizer.h"
@@ -80,7 +81,7 @@ std::vector<std::string> strings(const c10::IValue& value) {
 }  // namespace
 
 void Learner::export_learner(const std::string& path) const {
-  if (rank == 0) checkpoint::write_atomically(path, encode(*this, options_.model_spec));
+  if (rank == 0) write_atomically(path, encode(*this, options_.model_spec));
   if (barrier) barrier();
 }
 
@@ -88,8 +89,8 @@ ExportedModel read_exported(const std::string& path) {
   ExportedModel exported;
   exported.source = "exported model '" + path + "'";
   const auto& source = exported.source;
-  const auto bytes = checkpoint::read_file(path, "exported model");
-  const auto value = checkpoint::unpickle(bytes, source, "an exported model");
+  const auto bytes = read_file(path, "exported model");
+  const auto value = unpickle(bytes, source, "an exported model");
   const auto not_exported = "cannot read " + source + ": not an exported model (written by Learner::export_learner)";
   if (!value.isGenericDict()) throw Error(not_exported);
   const auto root = value.toGenericDict();

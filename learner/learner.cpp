@@ -7,6 +7,7 @@
 #include "callbacks/lr_finder.h"
 #include "callbacks/progress.h"
 #include "callbacks/schedule.h"
+#include "formats/file_io.h"
 #include "learner/checkpoint.h"
 #include "core/device.h"
 #include "core/error.h"
@@ -326,12 +327,12 @@ torch::Tensor Learner::predict(const torch::Tensor& item) {
 // ---------------------------------------------------------------- state
 
 void Learner::save(const std::string& path, bool with_opt) const {
-  if (rank == 0) checkpoint::write_atomically(path, checkpoint::encode(*this, with_opt));
+  if (rank == 0) write_atomically(path, checkpoint::encode(*this, with_opt));
   if (barrier) barrier();  // nobody loads before rank 0 has written
 }
 
 void Learner::load(const std::string& path, bool with_opt) {
-  checkpoint::decode_into(*this, checkpoint::read_file(path), with_opt, "checkpoint '" + path + "'");
+  checkpoint::decode_into(*this, read_file(path), with_opt, "checkpoint '" + path + "'");
 }
 
 void Learner::to(torch::Device device_) {

@@ -2,13 +2,13 @@
 
 #include <torch/torch.h>
 
-#include "distributed/sync_batchnorm.h"
+#include "core/norm_layer.h"
 
 namespace fastcpp {
 
 bool is_norm_layer(const torch::nn::Module& module) {
   return dynamic_cast<const torch::nn::BatchNorm1dImpl*>(&module) ||
-         dynamic_cast<const distributed::SyncBatchNormImpl*>(&module) ||
+         dynamic_cast<const NormLayer*>(&module) ||
          dynamic_cast<const torch::nn::BatchNorm2dImpl*>(&module) ||
          dynamic_cast<const torch::nn::BatchNorm3dImpl*>(&module) ||
          dynamic_cast<const torch::nn::InstanceNorm1dImpl*>(&module) ||

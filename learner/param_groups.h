@@ -1,7 +1,8 @@
 #pragma once
 // Which parameters are special to the optimizer: those of normalization layers
-// (BatchNorm, SyncBatchNorm, InstanceNorm, LayerNorm, GroupNorm: trainable while frozen, no weight
-// decay) and biases (no weight decay), as fastai's norm_bias_params.
+// (BatchNorm, InstanceNorm, LayerNorm, GroupNorm, and layers marked NormLayer such as
+// SyncBatchNorm: trainable while frozen, no weight decay) and biases (no weight decay),
+// as fastai's norm_bias_params.
 #include <torch/nn/module.h>
 
 #include <unordered_set>

@@ -26,7 +26,4 @@ struct PlotOptions {
 // Throws fastcpp::Error if the file cannot be written.
 void write_line_plot(const std::string& path, const std::vector<PlotSeries>& series, PlotOptions options);
 
-// Encodes 8-bit RGB pixels (row-major, width*height*3 bytes) as a PNG file's bytes.
-std::vector<uint8_t> encode_png(const std::vector<uint8_t>& rgb, int width, int height);
-
 }  // namespace fastcpp

@@ -6,7 +6,7 @@
 #include <algorithm>
 #include <set>
 
-#include "learner/checkpoint.h"
+#include "formats/file_io.h"
 #include "core/error.h"
 #include "learner/torch_file.h"
 
@@ -81,7 +81,7 @@ std::vector<torch::Tensor> match_state(const NamedTensors& entries, const c10::i
 
 c10::impl::GenericDict read_state_dict(const std::string& path) {
   const auto source = "weights '" + path + "'";
-  const auto bytes = checkpoint::read_file(path, "weights");
+  const auto bytes = read_file(path, "weights");
   c10::IValue value;
   try {
     value = read_torch_file(bytes);
@@ -113,7 +113,7 @@ void load_state_dict(torch::nn::Module& module, const c10::impl::GenericDict& st
 void save_state_dict(const torch::nn::Module& module, const std::string& path) {
   c10::Dict<std::string, torch::Tensor> dict;
   for (const auto& [name, tensor] : named_state(module)) dict.insert(name, tensor.detach().to(torch::kCPU));
-  checkpoint::write_atomically(path, torch::pickle_save(dict));
+  write_atomically(path, torch::pickle_save(dict));
 }
 
 c10::IValue typed_entry(const c10::impl::GenericDict& dict, const std::string& key, bool (c10::IValue::*is)() const,

@@ -279,4 +279,15 @@ c10::IValue read_torch_file(const std::vector<char>& bytes) {
   }
 }
 
+c10::IValue unpickle(const std::vector<char>& bytes, const std::string& source, const std::string& kind) {
+  // fastcpp's own reader, not torch::pickle_load: libtorch's unpickler sizes its memo
+  // from the file and so allocates whatever a damaged file claims (found by fuzzing).
+  try {
+    return read_torch_file(bytes);
+  } catch (const Error& e) {
+    throw Error("cannot read " + source + ": the file is truncated or not " + kind + " (" +
+                std::string(e.what()).substr(0, 200) + ")");
+  }
+}
+
 }  // namespace fastcpp

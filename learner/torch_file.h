@@ -8,6 +8,7 @@
 #include <torch/types.h>
 
 #include <memory>
+#include <string>
 #include <vector>
 
 namespace caffe2::serialize {
@@ -28,5 +29,9 @@ c10::IValue read_torch_file(const std::vector<char>& bytes);
 // The integers of a list or tuple, whether read_torch_file made it (a generic list) or
 // libtorch did (an int list); c10::Error for anything else.
 std::vector<int64_t> int64s_of(const c10::IValue& value);
+
+// The value pickled in a file's bytes; "cannot read <source>: the file is truncated or
+// not <kind> (...)" when it holds none.
+c10::IValue unpickle(const std::vector<char>& bytes, const std::string& source, const std::string& kind);
 
 }  // namespace fastcpp

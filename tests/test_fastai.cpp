@@ -192,7 +192,7 @@ TEST_SUITE("fastai") {
   }
 
   TEST_CASE("lr_find on fastai's weights and data: the same lrs, losses, stop and suggestions") {
-    const auto data = read_torch_file(checkpoint::read_file(kDir + "/lr_find_data.pt")).toGenericDict();
+    const auto data = read_torch_file(read_file(kDir + "/lr_find_data.pt")).toGenericDict();
     auto x = data.at(c10::IValue(std::string("x"))).toTensor(), y = data.at(c10::IValue(std::string("y"))).toTensor();
     auto model = tiny_model();
     load_state_dict(*model, kDir + "/lr_find_init.pt");
@@ -247,7 +247,7 @@ TEST_SUITE("fastai") {
       auto model = arch == "xresnet18" ? vision::xresnet18(options) : vision::xresnet50(options);
       load_state_dict(*model, kDir + "/" + arch + ".pth");  // strict: every name and shape fastai's
       model->eval();
-      const auto io = read_torch_file(checkpoint::read_file(kDir + "/" + arch + "_io.pt")).toGenericDict();
+      const auto io = read_torch_file(read_file(kDir + "/" + arch + "_io.pt")).toGenericDict();
       torch::NoGradGuard no_grad;
       const auto expected = io.at(c10::IValue(std::string("output"))).toTensor();
       const auto output = model->forward(io.at(c10::IValue(std::string("input"))).toTensor());
@@ -295,7 +295,7 @@ TEST_SUITE("fastai") {
   }
 
   TEST_CASE("create_head: fastai's layers in fastai's order, the same outputs from fastai's weights") {
-    const auto heads = read_torch_file(checkpoint::read_file(kDir + "/head.pt")).toGenericDict();
+    const auto heads = read_torch_file(read_file(kDir + "/head.pt")).toGenericDict();
     const std::map<std::string, vision::HeadOptions> options{
         {"default", {}}, {"deep", {.lin_ftrs = {32, 16}, .ps = 0.25, .bn_final = true}}};
     for (const auto& [name, o] : options) {

@@ -169,7 +169,7 @@ TEST_SUITE("learner") {
     // tests/fixtures/damaged_archive.zip: a torch.save file damaged by libFuzzer so that
     // libtorch's own in-memory readers copied from past the end of the bytes.
     const auto damaged = std::string(FASTCPP_FIXTURES) + "/damaged_archive.zip";
-    const auto bytes = checkpoint::read_file(damaged);
+    const auto bytes = read_file(damaged);
     CHECK_THROWS_AS(read_torch_file(bytes), Error);
     Learner learn(synthetic_dls(), tiny_model(), CrossEntropyLoss(), {}, quiet());
     CHECK(error_of([&] { learn.load(damaged); }).rfind("cannot read checkpoint '" + damaged + "': the file is truncated or not a checkpoint (", 0) == 0);
@@ -181,7 +181,7 @@ TEST_SUITE("learner") {
     Learner a(synthetic_dls(), tiny_model(), CrossEntropyLoss(), {}, quiet());
     a.fit(1, 0.01);
     a.save(path);
-    const auto saved = read_torch_file(checkpoint::read_file(path)).toGenericDict();
+    const auto saved = read_torch_file(read_file(path)).toGenericDict();
     Learner b(synthetic_dls(), tiny_model(4, 3, 1), CrossEntropyLoss(), {}, quiet());
     b.fit(2, 0.02);  // other weights, lr, steps and buffers than the file's
     const auto weights = snapshot(b.model.module());

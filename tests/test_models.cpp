@@ -21,7 +21,7 @@ std::string model_fixture(const std::string& name) {
 }
 
 c10::impl::GenericDict read_dict(const std::string& path) {
-  return read_torch_file(checkpoint::read_file(path)).toGenericDict();
+  return read_torch_file(read_file(path)).toGenericDict();
 }
 
 torch::Tensor entry(const c10::impl::GenericDict& dict, const std::string& key) {
@@ -148,7 +148,7 @@ TEST_SUITE("models") {
     CHECK(error_of([&] { load_state_dict(*model, "/nonexistent/r18.pth"); }) ==
           "weights '/nonexistent/r18.pth' not found or unreadable");
     const auto list = temp_path("list.pt");
-    checkpoint::write_atomically(list, torch::pickle_save(c10::List<int64_t>({1, 2})));
+    write_atomically(list, torch::pickle_save(c10::List<int64_t>({1, 2})));
     CHECK(error_of([&] { load_state_dict(*model, list); }) == "cannot read weights '" + list + "': it holds a GenericList, not a state dict");
     std::filesystem::remove(list);
   }
