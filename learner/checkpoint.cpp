@@ -9,8 +9,8 @@
 #include "core/error.h"
 #include "formats/file_io.h"
 #include "learner/learner.h"
-#include "learner/state_dict.h"
-#include "learner/torch_file.h"
+#include "formats/state_dict.h"
+#include "formats/torch_file.h"
 
 namespace fastcpp::checkpoint {
 

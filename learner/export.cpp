@@ -8,8 +8,8 @@
 #include "learner/checkpoint.h"
 #include "learner/learner.h"
 #include "learner/optimizer.h"
-#include "learner/state_dict.h"
-#include "learner/torch_file.h"
+#include "formats/state_dict.h"
+#include "formats/torch_file.h"
 
 namespace fastcpp {
 namespace {

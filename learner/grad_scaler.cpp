@@ -8,7 +8,7 @@
 
 #include "core/error.h"
 #include "learner/optimizer.h"
-#include "learner/state_dict.h"
+#include "formats/state_dict.h"
 
 namespace fastcpp {
 namespace {

@@ -5,7 +5,7 @@
 #include <map>
 
 #include "core/error.h"
-#include "learner/state_dict.h"
+#include "formats/state_dict.h"
 
 namespace fastcpp {
 

@@ -8,7 +8,7 @@
 #include "core/device.h"
 #include "core/error.h"
 #include "data/dataloader.h"
-#include "learner/state_dict.h"
+#include "formats/state_dict.h"
 #include "vision/image_folder.h"
 #include "vision/vision_learner.h"
 

@@ -2,8 +2,8 @@
 
 #include "core/error.h"
 #include "learner/sequential.h"
-#include "learner/state_dict.h"
-#include "learner/torch_file.h"
+#include "formats/state_dict.h"
+#include "formats/torch_file.h"
 
 namespace fastcpp::vision {
 namespace {

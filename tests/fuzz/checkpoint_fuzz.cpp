@@ -14,7 +14,7 @@
 
 #include "fastcpp.h"
 #include "learner/checkpoint.h"
-#include "learner/torch_file.h"
+#include "formats/torch_file.h"
 
 namespace {
 

@@ -20,11 +20,11 @@ build=$(cd "$3" && pwd)
 out=${4:-$(mktemp -d)}
 mkdir -p "$out/corpus" "$out/objects"
 case "$target" in
-  torch_file) sources=(learner/torch_file.cpp) ;;
+  torch_file) sources=(formats/torch_file.cpp) ;;
   idx) sources=(vision/idx.cpp) ;;
   cifar) sources=(vision/cifar.cpp) ;;
   image) sources=(vision/image.cpp) ;;
-  checkpoint) sources=(learner/checkpoint.cpp learner/torch_file.cpp learner/state_dict.cpp learner/optimizer.cpp
+  checkpoint) sources=(learner/checkpoint.cpp formats/torch_file.cpp formats/state_dict.cpp learner/optimizer.cpp
                        learner/grad_scaler.cpp) ;;
   *) echo "unknown fuzz target '$target': torch_file, idx, cifar, image or checkpoint" >&2; exit 2 ;;
 esac
@@ -35,7 +35,7 @@ if ! echo 'extern "C" int LLVMFuzzerTestOneInput(const char*, unsigned long) { r
 fi
 
 # How the build compiles fastcpp (definitions, include paths) and links a program with it.
-compile=$(cd "$build" && ninja -t commands CMakeFiles/fastcpp.dir/learner/torch_file.cpp.o | tail -1)
+compile=$(cd "$build" && ninja -t commands CMakeFiles/fastcpp.dir/formats/torch_file.cpp.o | tail -1)
 flags=$(grep -oE -- '(-D|-I)[^ ]+|-isystem [^ ]+' <<<"$compile" | tr '\n' ' ')
 link=$(cd "$build" && ninja -t commands tests/dist_worker | tail -1 | sed -e 's/.* -o tests\/dist_worker //' -e 's/ *&& *:.*//')
 link=${link//\"/}  # its quotes around paths, which word splitting would keep

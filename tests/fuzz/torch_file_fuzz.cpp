@@ -5,7 +5,7 @@
 #include <vector>
 
 #include "core/error.h"
-#include "learner/torch_file.h"
+#include "formats/torch_file.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   const std::vector<char> bytes(data, data + size);

@@ -1,7 +1,7 @@
 #pragma once
 // The ResNet family (18, 34, 50, 101) with torchvision's layout and parameter names
 // (conv1, bn1, layer1.0.conv1, layer2.0.downsample.0, fc, ...), so a state dict saved
-// from torchvision loads by name (learner/state_dict.h) and ours loads there.
+// from torchvision loads by name (formats/state_dict.h) and ours loads there.
 //
 //   auto model = vision::resnet34({.num_classes = 10});
 //   auto small = vision::resnet18({.num_classes = 10, .in_channels = 1, .stem = vision::Stem::cifar});

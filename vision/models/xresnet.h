@@ -4,7 +4,7 @@
 // average pooling before its 1x1 conv, and the last norm of each block starting at
 // zero so every block starts as the identity. A Sequential with fastai's layout and
 // parameter names (0.0.weight, 4.0.convpath.0.0.weight, 5.0.idpath.1.0.weight,
-// 11.weight, ...), so a fastai state dict loads by name (learner/state_dict.h).
+// 11.weight, ...), so a fastai state dict loads by name (formats/state_dict.h).
 //
 //   Learner learn(dls, vision::xresnet18({.n_out = 10, .c_in = 1}), CrossEntropyLoss(), {metrics::accuracy()});
 //

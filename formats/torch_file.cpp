@@ -1,4 +1,4 @@
-#include "learner/torch_file.h"
+#include "formats/torch_file.h"
 
 #include <caffe2/serialize/inline_container.h>
 #include <caffe2/serialize/read_adapter_interface.h>

@@ -1,4 +1,4 @@
-#include "learner/state_dict.h"
+#include "formats/state_dict.h"
 
 #include <torch/serialize.h>
 #include <torch/torch.h>
@@ -8,7 +8,7 @@
 
 #include "formats/file_io.h"
 #include "core/error.h"
-#include "learner/torch_file.h"
+#include "formats/torch_file.h"
 
 namespace fastcpp {
 namespace {
