@@ -16,7 +16,7 @@
 #include <optional>
 
 #include "learner/callback.h"
-#include "learner/grad_scaler.h"
+#include "optim/grad_scaler.h"
 
 namespace fastcpp {
 

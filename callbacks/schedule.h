@@ -8,7 +8,7 @@
 #include <vector>
 
 #include "learner/callback.h"
-#include "learner/schedules.h"
+#include "optim/schedules.h"
 
 namespace fastcpp {
 

@@ -4,7 +4,7 @@
 
 #include <cmath>
 
-#include "learner/hypers.h"
+#include "optim/hypers.h"
 #include "learner/learner.h"
 #include "learner/recorder.h"
 

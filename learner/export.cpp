@@ -7,7 +7,7 @@
 #include "formats/file_io.h"
 #include "learner/checkpoint.h"
 #include "learner/learner.h"
-#include "learner/optimizer.h"
+#include "optim/optimizer.h"
 #include "formats/state_dict.h"
 #include "formats/torch_file.h"
 

@@ -11,7 +11,7 @@
 #include "learner/checkpoint.h"
 #include "core/device.h"
 #include "core/error.h"
-#include "learner/param_groups.h"
+#include "optim/param_groups.h"
 #include "learner/recorder.h"
 #include "learner/train_eval.h"
 

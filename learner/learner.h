@@ -21,13 +21,13 @@
 #include "callbacks/schedule.h"
 #include "learner/callback.h"
 #include "learner/export.h"
-#include "learner/grad_scaler.h"
+#include "optim/grad_scaler.h"
 #include "learner/loss.h"
-#include "learner/lrs.h"
+#include "optim/lrs.h"
 #include "learner/metrics.h"
 #include "learner/model.h"
-#include "learner/optimizer.h"
-#include "learner/optimizers.h"
+#include "optim/optimizer.h"
+#include "optim/optimizers.h"
 
 namespace fastcpp {
 

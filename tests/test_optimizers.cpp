@@ -5,7 +5,7 @@
 #include <sstream>
 
 #include "helpers.h"
-#include "learner/param_groups.h"
+#include "optim/param_groups.h"
 
 using namespace fastcpp;
 using namespace fastcpp::testing;

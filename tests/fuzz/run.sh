@@ -24,8 +24,8 @@ case "$target" in
   idx) sources=(vision/idx.cpp) ;;
   cifar) sources=(vision/cifar.cpp) ;;
   image) sources=(vision/image.cpp) ;;
-  checkpoint) sources=(learner/checkpoint.cpp formats/torch_file.cpp formats/state_dict.cpp learner/optimizer.cpp
-                       learner/grad_scaler.cpp) ;;
+  checkpoint) sources=(learner/checkpoint.cpp formats/torch_file.cpp formats/state_dict.cpp optim/optimizer.cpp
+                       optim/grad_scaler.cpp) ;;
   *) echo "unknown fuzz target '$target': torch_file, idx, cifar, image or checkpoint" >&2; exit 2 ;;
 esac
 if ! echo 'extern "C" int LLVMFuzzerTestOneInput(const char*, unsigned long) { return 0; }' |

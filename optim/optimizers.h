@@ -21,7 +21,7 @@
 //       when every parameter has a gradient at every step).
 #include <memory>
 
-#include "learner/optimizer.h"
+#include "optim/optimizer.h"
 
 namespace fastcpp {
 

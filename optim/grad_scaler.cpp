@@ -1,4 +1,4 @@
-#include "learner/grad_scaler.h"
+#include "optim/grad_scaler.h"
 
 #include <torch/torch.h>
 
@@ -7,7 +7,7 @@
 #include <utility>
 
 #include "core/error.h"
-#include "learner/optimizer.h"
+#include "optim/optimizer.h"
 #include "formats/state_dict.h"
 
 namespace fastcpp {

@@ -1,4 +1,4 @@
-#include "learner/schedules.h"
+#include "optim/schedules.h"
 
 #include <cmath>
 #include <string>

@@ -1,4 +1,4 @@
-#include "learner/lrs.h"
+#include "optim/lrs.h"
 
 #include <cmath>
 

@@ -1,4 +1,4 @@
-#include "learner/param_groups.h"
+#include "optim/param_groups.h"
 
 #include <torch/torch.h>
 

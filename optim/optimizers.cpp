@@ -1,4 +1,4 @@
-#include "learner/optimizers.h"
+#include "optim/optimizers.h"
 
 #include <torch/torch.h>
 

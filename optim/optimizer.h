@@ -14,7 +14,7 @@
 #include <ATen/core/Dict.h>
 #include <ATen/core/ivalue.h>
 
-#include "learner/hypers.h"
+#include "optim/hypers.h"
 
 namespace fastcpp {
 

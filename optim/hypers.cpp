@@ -1,4 +1,4 @@
-#include "learner/hypers.h"
+#include "optim/hypers.h"
 
 #include "core/error.h"
 

@@ -1,4 +1,4 @@
-#include "learner/optimizer.h"
+#include "optim/optimizer.h"
 
 #include <torch/torch.h>
 
