@@ -5,7 +5,7 @@
 #include <numeric>
 
 #include "core/error.h"
-#include "learner/sequential.h"
+#include "core/sequential.h"
 
 namespace fastcpp::distributed {
 

@@ -5,7 +5,7 @@
 #include "distributed/batchnorm_math.h"
 #include "distributed/process_group.h"
 #include "core/error.h"
-#include "learner/sequential.h"
+#include "core/sequential.h"
 
 namespace fastcpp::distributed {
 namespace {

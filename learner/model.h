@@ -10,7 +10,7 @@
 #include <string>
 #include <type_traits>
 
-#include "learner/sequential.h"
+#include "core/sequential.h"
 
 namespace fastcpp {
 

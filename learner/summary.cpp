@@ -6,7 +6,7 @@
 
 #include "core/error.h"
 #include "learner/learner.h"
-#include "learner/sequential.h"
+#include "core/sequential.h"
 
 namespace fastcpp {
 namespace {

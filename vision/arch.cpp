@@ -3,7 +3,7 @@
 #include <torch/nn/modules/linear.h>
 
 #include "core/error.h"
-#include "learner/sequential.h"
+#include "core/sequential.h"
 
 namespace fastcpp::vision {
 namespace {

@@ -1,7 +1,7 @@
 #include "vision/vision_learner.h"
 
 #include "core/error.h"
-#include "learner/sequential.h"
+#include "core/sequential.h"
 #include "formats/state_dict.h"
 #include "formats/torch_file.h"
 

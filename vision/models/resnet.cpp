@@ -5,7 +5,7 @@
 #include <torch/nn/modules/pooling.h>
 
 #include "core/error.h"
-#include "learner/sequential.h"
+#include "core/sequential.h"
 
 namespace fastcpp::vision {
 namespace {
