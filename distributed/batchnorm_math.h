@@ -1,6 +1,6 @@
 #pragma once
 // The arithmetic of synchronized BatchNorm, shared by its two kinds of peers (processes,
-// distributed/sync_batchnorm.cpp; replicas on threads, distributed/replica_batchnorm.cpp).
+// distributed/sync_batchnorm.cpp; replicas on threads, parallel/replica_batchnorm.cpp).
 // Each peer computes local sums; the sums of every peer are added (an all-reduce, or a
 // plain sum in one process); the normalization and the input gradient follow from them.
 #include <torch/types.h>

@@ -1,7 +1,7 @@
 #pragma once
 // SyncBatchNorm: BatchNorm whose batch statistics span all its peers: every process of
 // the run (set_communicator: to_distributed, on the CPU over Gloo as on CUDA), or every
-// replica of to_parallel (distributed/replica_batchnorm.h). Forward adds up each
+// replica of to_parallel (parallel/replica_batchnorm.h). Forward adds up each
 // channel's sum, sum of squares and count over the peers (so uneven per-peer batches
 // weigh correctly); backward adds up the sums of dy and dy*(x-mean) that the input
 // gradient needs, while weight and bias gradients stay local (DDP's reducer averages

@@ -185,7 +185,7 @@ class Learner {
   void to_distributed();
   void to_distributed(const distributed::DistributedOptions& options);
   // One process, a replica of the model on each device (default: every CUDA device),
-  // BatchNorm synchronized over them unless sync_bn is false (distributed/data_parallel.h).
+  // BatchNorm synchronized over them unless sync_bn is false (parallel/data_parallel.h).
   void to_parallel(std::vector<torch::Device> devices = {}, bool sync_bn = true);
 
   // ---- callbacks

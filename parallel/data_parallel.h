@@ -28,8 +28,8 @@
 #include <optional>
 #include <vector>
 
-#include "distributed/replica_batchnorm.h"
-#include "distributed/replica_workers.h"
+#include "parallel/replica_batchnorm.h"
+#include "parallel/replica_workers.h"
 #include "learner/callback.h"
 #include "learner/model.h"
 

@@ -1,4 +1,4 @@
-#include "distributed/replica_workers.h"
+#include "parallel/replica_workers.h"
 
 #include <string>
 

@@ -1,4 +1,4 @@
-#include "distributed/replica_streams.h"
+#include "parallel/replica_streams.h"
 
 #include <c10/core/impl/DeviceGuardImplInterface.h>
 

@@ -1,4 +1,4 @@
-#include "distributed/replica_batchnorm.h"
+#include "parallel/replica_batchnorm.h"
 
 #include <torch/torch.h>
 
@@ -8,7 +8,7 @@
 
 #include "core/error.h"
 #include "distributed/batchnorm_math.h"
-#include "distributed/replica_streams.h"
+#include "parallel/replica_streams.h"
 #include "distributed/sync_batchnorm.h"
 
 namespace fastcpp::distributed {

@@ -1,11 +1,11 @@
-#include "distributed/replica_grads.h"
+#include "parallel/replica_grads.h"
 
 #include <torch/torch.h>
 
 #include <algorithm>
 #include <map>
 
-#include "distributed/replica_streams.h"
+#include "parallel/replica_streams.h"
 
 #if FASTCPP_HAS_NCCL
 #include <torch/csrc/cuda/nccl.h>

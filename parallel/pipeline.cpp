@@ -1,4 +1,4 @@
-#include "distributed/pipeline.h"
+#include "parallel/pipeline.h"
 
 #include <torch/torch.h>
 

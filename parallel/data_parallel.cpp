@@ -1,4 +1,4 @@
-#include "distributed/data_parallel.h"
+#include "parallel/data_parallel.h"
 
 #include <ATen/ThreadLocalState.h>
 #include <ATen/autocast_mode.h>
@@ -14,8 +14,8 @@
 
 #include "core/device.h"
 #include "core/error.h"
-#include "distributed/replica_grads.h"
-#include "distributed/replica_streams.h"
+#include "parallel/replica_grads.h"
+#include "parallel/replica_streams.h"
 #include "distributed/sync_batchnorm.h"
 #include "learner/learner.h"
 
