@@ -9,7 +9,7 @@
 #include "core/error.h"
 #include "data/dataloader.h"
 #include "formats/state_dict.h"
-#include "vision/image_folder.h"
+#include "vision/datasets/image_folder.h"
 #include "vision/vision_learner.h"
 
 namespace fastcpp::vision {

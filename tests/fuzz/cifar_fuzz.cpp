@@ -3,7 +3,7 @@
 // run by tests/fuzz/run.sh.
 #include "core/error.h"
 #include "memory_file.h"
-#include "vision/cifar.h"
+#include "vision/datasets/cifar.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   static MemoryFile file;

@@ -2,7 +2,7 @@
 // or throw fastcpp::Error. Built and run by tests/fuzz/run.sh.
 #include "core/error.h"
 #include "memory_file.h"
-#include "vision/idx.h"
+#include "vision/datasets/idx.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   static MemoryFile file;

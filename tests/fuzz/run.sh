@@ -21,8 +21,8 @@ out=${4:-$(mktemp -d)}
 mkdir -p "$out/corpus" "$out/objects"
 case "$target" in
   torch_file) sources=(formats/torch_file.cpp) ;;
-  idx) sources=(vision/idx.cpp) ;;
-  cifar) sources=(vision/cifar.cpp) ;;
+  idx) sources=(vision/datasets/idx.cpp) ;;
+  cifar) sources=(vision/datasets/cifar.cpp) ;;
   image) sources=(vision/image.cpp) ;;
   checkpoint) sources=(learner/checkpoint.cpp formats/torch_file.cpp formats/state_dict.cpp optim/optimizer.cpp
                        optim/grad_scaler.cpp) ;;

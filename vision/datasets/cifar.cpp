@@ -1,4 +1,4 @@
-#include "vision/cifar.h"
+#include "vision/datasets/cifar.h"
 
 #include <torch/torch.h>
 

@@ -1,4 +1,4 @@
-#include "vision/idx.h"
+#include "vision/datasets/idx.h"
 
 #include <torch/torch.h>
 #include <zlib.h>

@@ -1,4 +1,4 @@
-#include "vision/export.h"
+#include "vision/datasets/export_image_folder.h"
 
 #include <torch/torch.h>
 

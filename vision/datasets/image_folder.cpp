@@ -1,4 +1,4 @@
-#include "vision/image_folder.h"
+#include "vision/datasets/image_folder.h"
 
 #include <torch/torch.h>
 
