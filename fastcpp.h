@@ -47,6 +47,9 @@
 #include "vision/datasets/idx.h"
 #include "vision/interpret.h"
 #include "vision/models/head.h"
+#include "vision/models/unet.h"
+#include "vision/segmentation.h"
+#include "vision/unet_learner.h"
 #include "vision/models/resnet.h"
 #include "vision/models/xresnet.h"
 #include "vision/vision_learner.h"
@@ -54,6 +57,7 @@
 #include "vision/datasets/export_image_folder.h"
 #include "vision/image.h"
 #include "vision/datasets/image_folder.h"
+#include "vision/datasets/segmentation_data.h"
 #include "vision/predictor.h"
 #include "vision/transforms.h"
 #endif

@@ -9,6 +9,8 @@
 //                       (the same seed), pads it to ceil(n/world)*world by repeating
 //                       from the start, and serves its contiguous block
 #include <memory>
+#include <string>
+#include <utility>
 #include <vector>
 
 namespace fastcpp {
@@ -42,6 +44,12 @@ class RandomSampler : public Sampler {
   size_t n_;
   uint64_t seed_;
 };
+
+// A random split of n items into (train, valid) indices, each sorted: valid_pct of them
+// (rounded) in valid, reproducible from seed (RandomSampler's first epoch). Throws
+// naming `who` for a valid_pct outside (0, 1).
+std::pair<std::vector<int64_t>, std::vector<int64_t>> random_split(size_t n, double valid_pct, uint64_t seed,
+                                                                   const std::string& who);
 
 class WeightedSampler : public Sampler {
  public:

@@ -15,7 +15,8 @@
 // OUT.ckpt, and rank 1 of the first attempt kills itself after epoch 0; `checkpointed`
 // is the same without the kill (tests/multinode.sh kills whole hosts). FASTCPP_WORKER_STEP_MS
 // adds a pause after each training batch, so that a test can act mid-epoch;
-// FASTCPP_WORKER_NCCL_TIMEOUT_S shortens NCCL's watchdog timeout.
+// FASTCPP_WORKER_NCCL_TIMEOUT_S shortens NCCL's watchdog timeout; FASTCPP_WORKER_MODEL=unet
+// trains a U-Net on masks instead (its metric: mean IoU).
 #include <fastcpp.h>
 
 #include <csignal>
@@ -31,8 +32,16 @@ namespace {
 
 constexpr int64_t kTrain = 40, kValid = 13, kLocalBs = 4;
 
+// FASTCPP_WORKER_MODEL=unet: segmentation, a U-Net on 16 px images with masks of 3 classes.
+bool unet_worker() {
+  const char* model = std::getenv("FASTCPP_WORKER_MODEL");
+  return model && std::string(model) == "unet";
+}
+
 std::shared_ptr<TensorDataset> data(int64_t n, uint64_t seed) {
   auto gen = at::make_generator<at::CPUGeneratorImpl>(seed);
+  if (unet_worker())
+    return std::make_shared<TensorDataset>(torch::randn({n, 3, 16, 16}, gen), torch::randint(3, {n, 16, 16}, gen, torch::kLong));
   return std::make_shared<TensorDataset>(torch::randn({n, 3, 8, 8}, gen), torch::randint(3, {n}, gen, torch::kLong));
 }
 
@@ -165,12 +174,15 @@ int main(int argc, char** argv) {
     auto conv = [](int64_t in, int64_t out, int64_t stride) {
       return torch::nn::Conv2d(torch::nn::Conv2dOptions(in, out, 3).stride(stride).padding(1));
     };
-    Model model = mode == "unused" ? Model(WithUnused())
+    Model model = unet_worker() ? Model(vision::DynamicUnet(vision::unet_encoder(vision::resnet18, {.width = 8}),
+                                                            {.n_out = 3, .img_size = {16, 16}}))
+                  : mode == "unused" ? Model(WithUnused())
                                    : Model(torch::nn::Sequential(conv(3, 8, 1), torch::nn::BatchNorm2d(8),
                                                                  torch::nn::ReLU(), conv(8, 8, 2),
                                                                  torch::nn::ReLU(), torch::nn::AdaptiveAvgPool2d(1),
                                                                  torch::nn::Flatten(), torch::nn::Linear(8, 3)));
-    Learner learn(dls, model, CrossEntropyLoss(), {metrics::accuracy()},
+    Learner learn(dls, model, unet_worker() ? vision::CrossEntropyLossFlat() : CrossEntropyLoss(),
+                  {unet_worker() ? vision::jaccard_coeff_multi() : metrics::accuracy()},
                   {.opt_func = sgd({.mom = 0.9}), .device = worker_device(), .progress = false});
     learn.logger = [](const std::string&) {};
     if (!single) {

@@ -30,6 +30,10 @@ TEST_SUITE("distributed") {
     check_two_ranks_equal_one_process(0);
   }
 
+  TEST_CASE("a U-Net on 2 ranks over Gloo (SyncBatchNorm) ends as 1 process with BatchNorm on the same global batches") {
+    check_two_ranks_equal_one_process(12, {"FASTCPP_WORKER_MODEL=unet"}, 1e-4, 1e-5);
+  }
+
   TEST_CASE("fastcpp-launch refuses node settings that could not form a group, naming why") {
     const auto log = temp_path("launch_flags.log");
     auto refusal = [&](const std::string& flags) {

@@ -1,6 +1,8 @@
 // fastcpp against real fastai: the fixtures of tests/fixtures/fastai_reference.py (run by
 // ctest's fastai_fixtures entry with the venv's fastai) for schedules, lr_find, the
 // optimizers and the label-smoothing losses.
+#include <set>
+
 #include "helpers.h"
 
 using namespace fastcpp;
@@ -253,6 +255,79 @@ TEST_SUITE("fastai") {
       const auto output = model->forward(io.at(c10::IValue(std::string("input"))).toTensor());
       CHECK((output - expected).abs().max().item<double>() < 1e-4 * expected.abs().max().item<double>());
     }
+  }
+
+  TEST_CASE("fastai's DynamicUnet on ResNet-34: its state dict loads into ours strictly, same keys, same outputs") {
+    auto unet = vision::DynamicUnet(vision::unet_encoder(vision::resnet34), {.n_out = 5, .img_size = {64, 64}});
+    const auto saved = read_state_dict(kDir + "/unet_resnet34.pth");
+    std::set<std::string> ours, theirs;
+    for (const auto& [name, tensor] : named_state(*unet)) ours.insert(name);
+    for (const auto& entry : saved) theirs.insert(entry.key().toStringRef());
+    CHECK(ours == theirs);  // so ours loads into fastai's strictly as well
+    load_state_dict(*unet, saved, "fastai's DynamicUnet");  // strict: every name and shape
+    unet->eval();
+    const auto io = read_torch_file(read_file(kDir + "/unet_resnet34_io.pt")).toGenericDict();
+    auto entry = [&](const char* key) { return io.at(c10::IValue(std::string(key))).toTensor(); };
+    torch::NoGradGuard no_grad;
+    for (const std::string input : {"input", "odd_input"}) {  // 64x64, and 70x58: every resize path
+      CAPTURE(input);
+      const auto expected = entry(input == "input" ? "output" : "odd_output");
+      const auto output = unet->forward(entry(input.c_str()));
+      REQUIRE(output.sizes() == expected.sizes());
+      CHECK((output - expected).abs().max().item<double>() < 1e-5 * std::max(1.0, expected.abs().max().item<double>()));
+    }
+  }
+
+  TEST_CASE("segmentation losses and metrics equal fastai's: CrossEntropyLossFlat, DiceLoss, FocalLossFlat, Dice, IoU") {
+    const auto fx = fixture("segmentation.txt");
+    auto tensor = [&](const std::string& key, std::vector<int64_t> shape, torch::Dtype dtype = torch::kFloat) {
+      return torch::tensor(fx.at(key), torch::kDouble).view(shape).to(dtype);
+    };
+    const auto output = tensor("output", {2, 3, 5, 4});
+    const auto mask = tensor("mask", {2, 5, 4}, torch::kLong), void_mask = tensor("void_mask", {2, 5, 4}, torch::kLong);
+    auto loss = [&](const Loss& fn, const torch::Tensor& target) { return fn(output, target).item<double>(); };
+    CHECK(loss(vision::CrossEntropyLossFlat(), mask) == doctest::Approx(fx.at("ce_flat")[0]).epsilon(1e-6));
+    CHECK(loss(vision::CrossEntropyLossFlat({.ignore_index = 255}), void_mask) ==
+          doctest::Approx(fx.at("ce_flat_void")[0]).epsilon(1e-6));
+    CHECK(loss(vision::DiceLoss(), mask) == doctest::Approx(fx.at("dice_loss")[0]).epsilon(1e-6));
+    CHECK(loss(vision::DiceLoss({.mean = true, .square_in_union = true}), mask) ==
+          doctest::Approx(fx.at("dice_loss_mean_square")[0]).epsilon(1e-6));
+    CHECK(loss(vision::FocalLossFlat(), mask) == doctest::Approx(fx.at("focal")[0]).epsilon(1e-6));
+    CHECK(loss(vision::FocalLossFlat(1.0), mask) == doctest::Approx(fx.at("focal_gamma1")[0]).epsilon(1e-6));
+
+    // Each metric accumulated over the same two batches (2 and 3 items) as in fastai.
+    Learner learn(synthetic_dls(), tiny_model(), CrossEntropyLoss(), {}, quiet());
+    auto run = [&](const MetricPtr& metric, int n_classes) {
+      metric->reset();
+      const int64_t sizes[] = {2, 3};
+      for (int i = 0; i < 2; ++i) {
+        const auto suffix = std::to_string(n_classes) + "." + std::to_string(i);
+        learn.pred = tensor("pred" + suffix, {sizes[i], n_classes, 6, 5});
+        learn.yb = tensor("mask" + suffix, {sizes[i], 6, 5}, torch::kLong);
+        metric->accumulate(learn);
+      }
+      return metric->value();
+    };
+    CHECK(run(vision::dice(), 2) == doctest::Approx(fx.at("dice")[0]).epsilon(1e-9));
+    CHECK(run(vision::jaccard_coeff(), 2) == doctest::Approx(fx.at("jaccard")[0]).epsilon(1e-9));
+    CHECK(run(vision::dice_multi(), 4) == doctest::Approx(fx.at("dice_multi")[0]).epsilon(1e-9));  // class 3 absent: skipped
+    CHECK(run(vision::jaccard_coeff_multi(), 4) == doctest::Approx(fx.at("jaccard_multi")[0]).epsilon(1e-9));
+    CHECK(run(vision::foreground_acc(), 4) == doctest::Approx(fx.at("foreground_acc")[0]).epsilon(1e-6));
+
+    // Beyond fastai: void pixels are left out. Right everywhere but on the void pixels.
+    learn.yb = void_mask;
+    learn.pred = torch::nn::functional::one_hot(mask, 3).movedim(-1, 1).to(torch::kFloat);
+    for (const auto& metric : {vision::dice_multi({.void_index = 255}), vision::jaccard_coeff_multi({.void_index = 255}),
+                               vision::foreground_acc(0, {.void_index = 255})}) {
+      CAPTURE(metric->name());
+      metric->reset();
+      metric->accumulate(learn);
+      CHECK(metric->value() == 1.0);
+    }
+    const auto counted = vision::dice_multi();
+    counted->reset();
+    counted->accumulate(learn);
+    CHECK(counted->value() < 1.0);  // fastai's way: the void pixels' predictions count in the union
   }
 
   TEST_CASE("MixUp and CutMix after the same seed: fastai's images, lam, shuffled targets and loss") {

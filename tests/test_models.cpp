@@ -2,6 +2,7 @@
 // made by the models_fixtures ctest entry), vision_learner, summary, interpretation.
 #include <cstdlib>
 #include <filesystem>
+#include <map>
 
 #include "helpers.h"
 
@@ -164,6 +165,81 @@ TEST_SUITE("models") {
     CHECK(vision::resnet101()->parameters().size() == 314);
     CHECK(vision::resnet34({.stem = vision::Stem::imagenet})->body()->forward(torch::zeros({1, 3, 64, 64})).sizes() ==
           torch::IntArrayRef{1, 512, 2, 2});
+  }
+
+  TEST_CASE("DynamicUnet: any input size, fastai's initialisation, deep clones, clear errors") {
+    torch::manual_seed(0);
+    auto unet = vision::DynamicUnet(vision::unet_encoder(vision::resnet18, {.width = 8}), {.n_out = 3, .img_size = {32, 32}});
+    unet->eval();
+    torch::NoGradGuard no_grad;
+    CHECK(unet->forward(torch::randn({2, 3, 32, 32})).sizes() == torch::IntArrayRef({2, 3, 32, 32}));
+    CHECK(unet->forward(torch::randn({1, 3, 37, 45})).sizes() == torch::IntArrayRef({1, 3, 37, 45}));
+
+    std::map<std::string, torch::Tensor> state;
+    for (const auto& [name, tensor] : named_state(*unet)) state[name] = tensor;
+    CHECK(torch::all(state.at("layers.1.bias") == 1e-3f).item<bool>());     // fastai's BatchNorm
+    CHECK(torch::all(state.at("layers.4.bn.bias") == 1e-3f).item<bool>());
+    CHECK(torch::all(state.at("layers.4.shuf.0.0.bias") == 0).item<bool>());  // PixelShuffle_ICNR: bias_std 0
+    CHECK(torch::all(state.at("layers.4.conv1.0.bias") == 0).item<bool>());   // apply_init
+    CHECK(torch::all(state.at("layers.3.0.0.bias") == 0).item<bool>());
+    const auto icnr = state.at("layers.4.shuf.0.0.weight");  // the 4 channels of each shuffled one equal
+    CHECK(torch::equal(icnr.view({-1, 4, icnr.size(1)}), icnr.view({-1, 1, icnr.size(1)}).expand({-1, 4, -1})));
+    CHECK_FALSE(torch::equal(icnr[0], icnr[4]));
+
+    auto copy = std::dynamic_pointer_cast<vision::DynamicUnetImpl>(unet->clone());
+    const auto x = torch::randn({1, 3, 32, 32});
+    CHECK(torch::equal(copy->forward(x), unet->forward(x)));
+    copy->layers->ptr<vision::UnetBlockImpl>(4)->conv1[0]->as<torch::nn::Conv2dImpl>()->weight.add_(1);
+    CHECK_FALSE(torch::equal(copy->forward(x), unet->forward(x)));  // its own tensors
+
+    auto encoder = [] { return vision::unet_encoder(vision::resnet18, {.width = 8}); };
+    CHECK(error_of([&] { vision::DynamicUnet(encoder(), {.n_out = 3}); }) ==
+          "DynamicUnet: img_size must be {height, width}, got 0 values");
+    CHECK(error_of([&] { vision::DynamicUnet(encoder(), {.n_out = 3, .img_size = {32, 32}, .self_attention = true}); }) ==
+          "DynamicUnet: self_attention is not supported: fastai's needs spectral normalization, which libtorch's C++ "
+          "API does not have");
+  }
+
+  TEST_CASE("unet_learner: fastai's three groups, a frozen encoder with weights, n_out from the codes, img_size from the data") {
+    auto make = [](int64_t n, uint64_t seed) {
+      auto gen = at::make_generator<at::CPUGeneratorImpl>(seed);
+      return std::make_shared<TensorDataset>(torch::randn({n, 3, 32, 40}, gen), torch::randint(3, {n, 32, 40}, gen, torch::kLong));
+    };
+    DataLoaders dls{DataLoader(make(8, 1), {.bs = 4}), DataLoader(make(4, 2), {.bs = 4}), {"background", "item", "rim"}};
+    torch::manual_seed(0);
+    auto pretrained = vision::resnet18({.width = 8});
+    const auto weights = temp_path("unet_encoder.pth");
+    save_state_dict(*pretrained, weights);
+    auto learn = vision::unet_learner(dls, vision::resnet18, {vision::dice_multi()},
+                                      {.pretrained_weights = weights, .width = 8}, quiet());
+    silence(learn);
+    std::filesystem::remove(weights);
+    auto* unet = dynamic_cast<vision::DynamicUnetImpl*>(&learn.model.module());
+    REQUIRE(unet != nullptr);
+    CHECK(unet->options().n_out == 3);
+    CHECK(unet->options().img_size == std::vector<int64_t>{32, 40});
+    auto params = unet->named_parameters();
+    CHECK(torch::equal(params["layers.0.6.1.conv2.weight"], pretrained->named_parameters()["layer3.1.conv2.weight"]));
+
+    const auto conv_before = params["layers.0.5.0.conv1.weight"].clone();
+    const auto bn_before = params["layers.0.5.0.bn1.weight"].clone();
+    const auto decoder_before = params["layers.4.conv1.0.weight"].clone();
+    learn.fit(1, 1e-2);
+    CHECK(torch::equal(params["layers.0.5.0.conv1.weight"], conv_before));  // frozen
+    CHECK(!torch::equal(params["layers.0.5.0.bn1.weight"], bn_before));     // norm layers train
+    CHECK(!torch::equal(params["layers.4.conv1.0.weight"], decoder_before));
+
+    // The groups: stem to layer2 (encoder layers 0-5), layer3 and layer4, the decoder.
+    const auto& groups = learn.opt->param_groups();
+    REQUIRE(groups.size() == 3);
+    size_t stem_to_layer2 = 0, encoder = unet->encoder()->parameters().size();
+    for (size_t i = 0; i < 6; ++i) stem_to_layer2 += unet->encoder()->ptr(i)->parameters().size();
+    CHECK(groups[0].params.size() == stem_to_layer2);
+    CHECK(groups[1].params.size() == encoder - stem_to_layer2);
+    CHECK(groups[2].params.size() == unet->parameters().size() - encoder);
+
+    CHECK(error_of([&] { vision::unet_learner(DataLoaders{dls.train, dls.valid}, vision::resnet18, {}, {}, quiet()); }) ==
+          "unet_learner: the data have no codes; give n_out");
   }
 
   TEST_CASE("create_head is fastai's: concat pool, BatchNorm, dropout, bias-free linears") {

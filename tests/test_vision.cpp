@@ -1,4 +1,5 @@
-// Image decoding, item transforms and ImageFolder, on images the test writes itself.
+// Image decoding, item transforms, ImageFolder and segmentation pairs, on images the
+// test writes itself.
 #include <filesystem>
 #include <fstream>
 #include <opencv2/imgcodecs.hpp>
@@ -34,6 +35,23 @@ std::string make_folder(const std::string& name, int per_class) {
   for (const char* cls : {"cat", "dog"}) {
     fs::create_directories(fs::path(root) / cls);
     for (int i = 0; i < per_class; ++i) write(root + "/" + cls + "/" + std::to_string(i) + ".png", gradient(40 + i, 30 + 2 * i));
+  }
+  return root;
+}
+
+// root/images/<i>.png and root/masks/<i>.png: masks of 8x8 blocks of classes 0-2, and
+// grey images whose pixels are 20 x their mask's value (so a pair's geometry can be
+// compared pixel by pixel); sizes vary from image to image.
+std::string make_segmentation_folder(const std::string& name, int n) {
+  const auto root = temp_dir(name);
+  fs::create_directories(fs::path(root) / "images");
+  fs::create_directories(fs::path(root) / "masks");
+  for (int i = 0; i < n; ++i) {
+    cv::Mat mask(30 + i, 36 + 2 * i, CV_8UC1);
+    for (int y = 0; y < mask.rows; ++y)
+      for (int x = 0; x < mask.cols; ++x) mask.at<uint8_t>(y, x) = static_cast<uint8_t>((x / 8 + y / 8 + i) % 3);
+    write(root + "/images/" + std::to_string(i) + ".png", mask * 20);
+    write(root + "/masks/" + std::to_string(i) + ".png", mask);
   }
   return root;
 }
@@ -226,6 +244,91 @@ TEST_SUITE("vision") {
 }
 
 TEST_SUITE("vision") {
+  TEST_CASE("segmentation pairs: the same draws for image and mask, masks never interpolated, any worker count") {
+    const auto root = make_segmentation_folder("seg", 6);
+    std::vector<std::string> images, masks;
+    for (int i = 0; i < 6; ++i) {
+      images.push_back(root + "/images/" + std::to_string(i) + ".png");
+      masks.push_back(root + "/masks/" + std::to_string(i) + ".png");
+    }
+    const std::vector<std::string> codes{"a", "b", "c"};
+    // Crops with padding and flips move image and mask alike: the image is 20 x the mask
+    // wherever the mask is not the void fill.
+    auto moved = std::make_shared<vision::SegmentationDataset>(
+        images, masks, codes,
+        vision::SegmentationOptions{.channels = 1, .item_tfms = {vision::RandomCrop(24, 6), vision::FlipItem()},
+                                    .void_index = 255, .mask_fill = 255});
+    int padded = 0;
+    for (size_t i = 0; i < moved->size(); ++i) {
+      Rng rng(100 + i);
+      const auto item = moved->get(i, rng);
+      REQUIRE((item.y.sizes() == torch::IntArrayRef{24, 24}));
+      CHECK(item.y.scalar_type() == torch::kLong);
+      const auto void_pixels = item.y == 255;
+      padded += void_pixels.sum().item<int>();
+      CHECK(torch::equal(item.x[0].to(torch::kLong).masked_select(~void_pixels), (item.y * 20).masked_select(~void_pixels)));
+      CHECK(torch::all(item.x[0].masked_select(void_pixels) == 0).item<bool>());
+    }
+    CHECK(padded > 0);  // some crops reached the padding
+    // Resizing: the image is interpolated, the mask keeps only values it had.
+    vision::SegmentationDataset resized(images, masks, codes,
+                                        {.channels = 1, .item_tfms = {vision::RandomResizedCrop(20, {0.3, 1.0})}});
+    for (size_t i = 0; i < resized.size(); ++i) {
+      const auto y = resized.get(i).y;
+      CHECK(torch::all((y >= 0).logical_and(y <= 2)).item<bool>());
+    }
+
+    std::vector<torch::Tensor> xs, ys;
+    for (int workers : {0, 1, 8}) {
+      DataLoader loader(moved, {.bs = 4, .shuffle = true, .workers = workers, .seed = 3});
+      std::vector<torch::Tensor> x_parts, y_parts;
+      for (const auto& b : loader) {
+        x_parts.push_back(b.x);
+        y_parts.push_back(b.y);
+      }
+      xs.push_back(torch::cat(x_parts));
+      ys.push_back(torch::cat(y_parts));
+    }
+    CHECK((ys[0].sizes() == torch::IntArrayRef{6, 24, 24}));
+    for (int k = 1; k < 3; ++k) {
+      CHECK(torch::equal(xs[0], xs[k]));
+      CHECK(torch::equal(ys[0], ys[k]));
+    }
+
+    auto dls = vision::SegmentationDataLoaders::from_folders(root + "/images", root + "/masks", codes,
+                                                             {.valid_pct = 0.34, .bs = 2, .workers = 0, .channels = 1,
+                                                              .item_tfms = {vision::Resize(16, vision::ResizeMethod::Squish)}});
+    CHECK(dls.vocab == codes);
+    CHECK(dls.valid.dataset().size() == 2);
+    const auto batch = *dls.train.begin();
+    CHECK((batch.x.sizes() == torch::IntArrayRef{2, 1, 16, 16}));
+    CHECK(batch.x.scalar_type() == torch::kFloat);  // IntToFloat: images only
+    CHECK(batch.y.scalar_type() == torch::kLong);
+    fs::remove_all(root);
+  }
+
+  TEST_CASE("segmentation: a missing mask, a mask of another size, a value out of range are errors naming the file") {
+    const auto root = make_segmentation_folder("seg_bad", 1);
+    const auto image = root + "/images/0.png";
+    write(root + "/small.png", cv::Mat::zeros(10, 10, CV_8UC1));
+    cv::Mat bad = cv::Mat::zeros(30, 36, CV_8UC1);
+    bad.at<uint8_t>(4, 7) = 9;
+    write(root + "/bad.png", bad);
+    auto item_of = [&](const std::string& mask, std::optional<int64_t> void_index = std::nullopt) {
+      return error_of([&] {
+        vision::SegmentationDataset({image}, {mask}, {"a", "b", "c"}, {.void_index = void_index}).get(0);
+      });
+    };
+    CHECK(item_of(root + "/none.png") == "mask '" + root + "/none.png' of image '" + image + "' not found");
+    CHECK(item_of(root + "/small.png") == "mask '" + root + "/small.png' is 10x10 but its image '" + image + "' is 36x30");
+    CHECK(item_of(root + "/bad.png") == "mask '" + root + "/bad.png' has value 9 at pixel (7, 4): not a class index (3 codes)");
+    CHECK(item_of(root + "/bad.png", 255) ==
+          "mask '" + root + "/bad.png' has value 9 at pixel (7, 4): not a class index (3 codes) nor the void index 255");
+    CHECK(error_of([&] { vision::SegmentationDataset({image}, {image}, {"a"}, {.mask_fill = 255}); }) ==
+          "SegmentationDataset: mask_fill 255 is neither a class index nor the void index");
+    fs::remove_all(root);
+  }
+
   TEST_CASE("CIFAR binary batches and the export to an image folder round-trip") {
     const auto dir = temp_dir("cifar");
     auto gen = at::make_generator<at::CPUGeneratorImpl>(4);

@@ -4,6 +4,7 @@
 
 #include "core/error.h"
 #include "core/sequential.h"
+#include "formats/state_dict.h"
 
 namespace fastcpp::vision {
 namespace {
@@ -26,6 +27,18 @@ std::vector<std::vector<torch::Tensor>> split_body_and_head(torch::nn::Module& m
   return groups;
 }
 
+// fastai's way of starting a first conv with other than 3 input channels from RGB
+// weights: the sum of the three for 1 channel, the first two times 1.5 for 2, the
+// three and zeros for more.
+torch::Tensor adapt_input_channels(const torch::Tensor& rgb, int64_t n_in) {
+  if (rgb.dim() != 4 || rgb.size(1) != 3 || n_in == 3) return rgb;
+  if (n_in == 1) return rgb.sum(1, /*keepdim=*/true);
+  if (n_in == 2) return rgb.narrow(1, 0, 2) * 1.5;
+  auto weight = torch::zeros({rgb.size(0), n_in, rgb.size(2), rgb.size(3)}, rgb.options());
+  weight.narrow(1, 0, 3).copy_(rgb);
+  return weight;
+}
+
 using ResNetPtr = ResNet (*)(ResNetOptions);
 using XResNetPtr = torch::nn::Sequential (*)(XResNetOptions);
 
@@ -45,12 +58,15 @@ std::string name_of(const Fn& make, const std::vector<std::pair<std::string, Ptr
 
 }  // namespace
 
+constexpr const char* kResNetSecondGroup = "layer3";
+constexpr const char* kXResNetSecondGroup = "3";
+
 std::vector<std::vector<torch::Tensor>> resnet_split(torch::nn::Module& model) {
-  return split_body_and_head(model, "layer3", "resnet_split");
+  return split_body_and_head(model, kResNetSecondGroup, "resnet_split");
 }
 
 std::vector<std::vector<torch::Tensor>> xresnet_split(torch::nn::Module& model) {
-  return split_body_and_head(model, "3", "xresnet_split");
+  return split_body_and_head(model, kXResNetSecondGroup, "xresnet_split");
 }
 
 Arch Arch::from_resnet(ResNetFn make) {
@@ -61,6 +77,7 @@ Arch Arch::from_resnet(ResNetFn make) {
     return Body{net->body(), net->num_features(), "conv1.weight", "fc."};
   };
   arch.split_ = resnet_split;
+  arch.second_group_ = kResNetSecondGroup;
   return arch;
 }
 
@@ -80,6 +97,7 @@ Arch Arch::from_xresnet(XResNetFn make) {
     return body;
   };
   arch.split_ = xresnet_split;
+  arch.second_group_ = kXResNetSecondGroup;
   return arch;
 }
 
@@ -98,6 +116,17 @@ Arch Arch::named(const std::string& name) {
   std::string list;
   for (const auto& known : names()) list += (list.empty() ? "" : ", ") + known;
   throw Error("unknown architecture '" + name + "' (known: " + list + ")");
+}
+
+Body pretrained_body(const Arch& arch, const BodyOptions& options, const std::string& weights) {
+  auto body = arch.body(options);
+  if (weights.empty()) return body;
+  auto state = read_state_dict(weights);
+  const c10::IValue first_conv(body.first_conv);
+  if (auto it = state.find(first_conv); it != state.end() && it->value().isTensor())
+    state.insert_or_assign(first_conv, adapt_input_channels(it->value().toTensor(), options.in_channels));
+  load_state_dict(*body.layers, state, "weights '" + weights + "'", {.skip = {body.classifier}});
+  return body;
 }
 
 }  // namespace fastcpp::vision

@@ -59,12 +59,21 @@ class Arch {
   const Splitter& split() const { return split_; }
   // The model function's name when it is one of ours; empty for others (a lambda).
   const std::string& name() const { return name_; }
+  // The name of the body's layer where its second parameter group starts (fastai's
+  // split: "layer3" for a ResNet, "3" for an XResNet).
+  const std::string& second_group() const { return second_group_; }
 
  private:
   std::function<Body(const BodyOptions&)> body_;
   Splitter split_;
   std::string name_;
+  std::string second_group_;
 };
+
+// The body of `arch` with the weights of a state dict of `arch` (torchvision's, or
+// save_state_dict's; empty: random weights): its classifier is left out, and its first
+// conv adapted to other input channels as fastai does (summed for 1).
+Body pretrained_body(const Arch& arch, const BodyOptions& options, const std::string& weights);
 
 // fastai's splits of a create_vision_model model into three parameter groups:
 // resnet: [stem, layer1, layer2], [layer3, layer4], [head]; xresnet: [the stem's three

@@ -9,21 +9,22 @@
 namespace fastcpp::vision {
 namespace {
 
-cv::Mat resize_to(const cv::Mat& image, cv::Size size) {
+cv::Mat resize_to(const cv::Mat& image, cv::Size size, const Sampling& sampling) {
   if (image.size() == size) return image;
   cv::Mat out;
   // Area averaging only for strong shrinking, where bilinear would alias; it costs
   // several times more.
   const bool strong = size.width * 2 < image.cols && size.height * 2 < image.rows;
-  cv::resize(image, out, size, 0, 0, strong ? cv::INTER_AREA : cv::INTER_LINEAR);
+  const int how = sampling.nearest ? cv::INTER_NEAREST : strong ? cv::INTER_AREA : cv::INTER_LINEAR;
+  cv::resize(image, out, size, 0, 0, how);
   return out;
 }
 
-// The size x size window at (x, y), zero-filled where it leaves the image.
-cv::Mat window(const cv::Mat& image, int x, int y, int size) {
+// The size x size window at (x, y), filled where it leaves the image.
+cv::Mat window(const cv::Mat& image, int x, int y, int size, const Sampling& sampling) {
   const cv::Rect inside = cv::Rect(x, y, size, size) & cv::Rect(0, 0, image.cols, image.rows);
   if (inside.width == size && inside.height == size) return image(inside).clone();
-  cv::Mat out = cv::Mat::zeros(size, size, image.type());
+  cv::Mat out(size, size, image.type(), cv::Scalar::all(sampling.fill));
   if (inside.area() > 0) image(inside).copyTo(out(cv::Rect(inside.x - x, inside.y - y, inside.width, inside.height)));
   return out;
 }
@@ -34,25 +35,42 @@ void check_size(int size, const char* name) {
 
 }  // namespace
 
+cv::Mat ImageTransform::apply_mask(const cv::Mat&, Rng&, bool, int) const {
+  throw Error("item transform '" + spec() + "' has no form for masks (ImageTransform::apply_mask)");
+}
+
+std::vector<std::string> transform_specs(const std::vector<ItemTransform>& tfms, const std::string& who) {
+  std::vector<std::string> specs;
+  for (size_t i = 0; i < tfms.size(); ++i) {
+    specs.push_back(tfms[i].spec());
+    if (specs.back().empty())
+      throw Error(who + ": item transform " + std::to_string(i) +
+                  " has no text form (ImageTransform::spec), so an exported model cannot carry it");
+  }
+  return specs;
+}
+
 Resize::Resize(int size, ResizeMethod method) : size_(size), method_(method) { check_size(size, "Resize"); }
 
-cv::Mat Resize::apply(const cv::Mat& image, Rng& rng, bool train) const {
+cv::Mat Resize::transform(const cv::Mat& image, Rng& rng, bool train, const Sampling& sampling) const {
   const double w = image.cols, h = image.rows;
   switch (method_) {
     case ResizeMethod::Squish:
-      return resize_to(image, {size_, size_});
+      return resize_to(image, {size_, size_}, sampling);
     case ResizeMethod::Crop: {
       const double scale = size_ / std::min(w, h);
-      auto resized = resize_to(image, {std::max(size_, int(std::lround(w * scale))), std::max(size_, int(std::lround(h * scale)))});
+      const cv::Size covering(std::max(size_, int(std::lround(w * scale))), std::max(size_, int(std::lround(h * scale))));
+      auto resized = resize_to(image, covering, sampling);
       const int slack_x = resized.cols - size_, slack_y = resized.rows - size_;
       const int x = train ? int(rng.integer(0, slack_x)) : slack_x / 2;
       const int y = train ? int(rng.integer(0, slack_y)) : slack_y / 2;
-      return window(resized, x, y, size_);
+      return window(resized, x, y, size_, sampling);
     }
     case ResizeMethod::Pad: {
       const double scale = size_ / std::max(w, h);
-      auto resized = resize_to(image, {std::max(1, int(std::lround(w * scale))), std::max(1, int(std::lround(h * scale)))});
-      return window(resized, -(size_ - resized.cols) / 2, -(size_ - resized.rows) / 2, size_);
+      const cv::Size inside(std::max(1, int(std::lround(w * scale))), std::max(1, int(std::lround(h * scale))));
+      auto resized = resize_to(image, inside, sampling);
+      return window(resized, -(size_ - resized.cols) / 2, -(size_ - resized.rows) / 2, size_, sampling);
     }
   }
   return image;
@@ -91,26 +109,27 @@ cv::Rect RandomResizedCrop::crop_for(cv::Size image, Rng& rng) const {
   return {(image.width - w) / 2, (image.height - h) / 2, w, h};
 }
 
-cv::Mat RandomResizedCrop::apply(const cv::Mat& image, Rng& rng, bool train) const {
+cv::Mat RandomResizedCrop::transform(const cv::Mat& image, Rng& rng, bool train, const Sampling& sampling) const {
   if (!train) {
     const int side = std::min(image.cols, image.rows);
-    return resize_to(image(cv::Rect((image.cols - side) / 2, (image.rows - side) / 2, side, side)), {size_, size_});
+    const cv::Rect centre((image.cols - side) / 2, (image.rows - side) / 2, side, side);
+    return resize_to(image(centre), {size_, size_}, sampling);
   }
-  return resize_to(image(crop_for(image.size(), rng)), {size_, size_});
+  return resize_to(image(crop_for(image.size(), rng)), {size_, size_}, sampling);
 }
 
-cv::Mat CenterCrop::apply(const cv::Mat& image, Rng&, bool) const {
-  return window(image, (image.cols - size_) / 2, (image.rows - size_) / 2, size_);
+cv::Mat CenterCrop::transform(const cv::Mat& image, Rng&, bool, const Sampling& sampling) const {
+  return window(image, (image.cols - size_) / 2, (image.rows - size_) / 2, size_, sampling);
 }
 
-cv::Mat RandomCrop::apply(const cv::Mat& image, Rng& rng, bool train) const {
-  if (!train) return window(image, (image.cols - size_) / 2, (image.rows - size_) / 2, size_);
+cv::Mat RandomCrop::transform(const cv::Mat& image, Rng& rng, bool train, const Sampling& sampling) const {
+  if (!train) return window(image, (image.cols - size_) / 2, (image.rows - size_) / 2, size_, sampling);
   const int x = int(rng.integer(-padding_, std::max(-padding_, image.cols + padding_ - size_)));
   const int y = int(rng.integer(-padding_, std::max(-padding_, image.rows + padding_ - size_)));
-  return window(image, x, y, size_);
+  return window(image, x, y, size_, sampling);
 }
 
-cv::Mat FlipItem::apply(const cv::Mat& image, Rng& rng, bool train) const {
+cv::Mat FlipItem::transform(const cv::Mat& image, Rng& rng, bool train, const Sampling& sampling) const {
   if (!train || !rng.bernoulli(p_)) return image;
   cv::Mat out;
   cv::flip(image, out, 1);

@@ -27,6 +27,11 @@ class ImageTransform {
  public:
   virtual ~ImageTransform() = default;
   virtual cv::Mat apply(const cv::Mat& image, Rng& rng, bool train) const = 0;
+  // The same change of geometry on a mask of class indices, drawing what apply draws
+  // (give it a copy of the Rng that apply gets): resampled by nearest neighbour, never
+  // interpolated, and `fill` wherever it leaves the mask. The default refuses: a
+  // transform of a program's own has no mask form unless it gives one.
+  virtual cv::Mat apply_mask(const cv::Mat& mask, Rng& rng, bool train, int fill) const;
   // The shortest image side this transform needs for full quality (0: no need):
   // lets JPEG decoding skip pixels that would be thrown away.
   virtual int min_input_side() const { return 0; }
@@ -42,6 +47,9 @@ class ItemTransform {
   ItemTransform(T transform)  // NOLINT: implicit on purpose
       : impl_(std::make_shared<T>(std::move(transform))) {}
   cv::Mat operator()(const cv::Mat& image, Rng& rng, bool train) const { return impl_->apply(image, rng, train); }
+  cv::Mat mask(const cv::Mat& mask, Rng& rng, bool train, int fill) const {
+    return impl_->apply_mask(mask, rng, train, fill);
+  }
   int min_input_side() const { return impl_->min_input_side(); }
   std::string spec() const { return impl_->spec(); }
 
@@ -49,12 +57,32 @@ class ItemTransform {
   std::shared_ptr<const ImageTransform> impl_;
 };
 
+// How a geometric transform resamples: images bilinearly (by area when shrinking
+// strongly) with zeros outside; masks by nearest neighbour with their fill value.
+struct Sampling {
+  bool nearest = false;
+  int fill = 0;
+};
+
+// The built-in transforms: one geometry for images and masks.
+class GeometricTransform : public ImageTransform {
+ public:
+  cv::Mat apply(const cv::Mat& image, Rng& rng, bool train) const final { return transform(image, rng, train, {}); }
+  cv::Mat apply_mask(const cv::Mat& mask, Rng& rng, bool train, int fill) const final {
+    return transform(mask, rng, train, {true, fill});
+  }
+  virtual cv::Mat transform(const cv::Mat& pixels, Rng& rng, bool train, const Sampling& sampling) const = 0;
+};
+
+// The text forms of `tfms`; throws naming `who` for a transform without one.
+std::vector<std::string> transform_specs(const std::vector<ItemTransform>& tfms, const std::string& who);
+
 enum class ResizeMethod { Squish, Crop, Pad };
 
-class Resize : public ImageTransform {
+class Resize : public GeometricTransform {
  public:
   explicit Resize(int size, ResizeMethod method = ResizeMethod::Crop);
-  cv::Mat apply(const cv::Mat& image, Rng& rng, bool train) const override;
+  cv::Mat transform(const cv::Mat& pixels, Rng& rng, bool train, const Sampling& sampling) const override;
   int min_input_side() const override { return size_; }
   std::string spec() const override;
 
@@ -63,11 +91,11 @@ class Resize : public ImageTransform {
   ResizeMethod method_;
 };
 
-class RandomResizedCrop : public ImageTransform {
+class RandomResizedCrop : public GeometricTransform {
  public:
   explicit RandomResizedCrop(int size, std::pair<double, double> scale = {0.08, 1.0},
                              std::pair<double, double> ratio = {3.0 / 4, 4.0 / 3});
-  cv::Mat apply(const cv::Mat& image, Rng& rng, bool train) const override;
+  cv::Mat transform(const cv::Mat& pixels, Rng& rng, bool train, const Sampling& sampling) const override;
   // Reduced decoding must keep even the smallest possible crop (scale.first of the
   // area, at the widest ratio) at >= size pixels, so that no crop is upscaled more
   // than torchvision's would be: short side >= size * sqrt(ratio.second / scale.first).
@@ -81,30 +109,30 @@ class RandomResizedCrop : public ImageTransform {
   std::pair<double, double> scale_, ratio_;
 };
 
-class CenterCrop : public ImageTransform {
+class CenterCrop : public GeometricTransform {
  public:
   explicit CenterCrop(int size) : size_(size) {}
-  cv::Mat apply(const cv::Mat& image, Rng& rng, bool train) const override;
+  cv::Mat transform(const cv::Mat& pixels, Rng& rng, bool train, const Sampling& sampling) const override;
   std::string spec() const override;
 
  private:
   int size_;
 };
 
-class RandomCrop : public ImageTransform {
+class RandomCrop : public GeometricTransform {
  public:
   explicit RandomCrop(int size, int padding = 0) : size_(size), padding_(padding) {}
-  cv::Mat apply(const cv::Mat& image, Rng& rng, bool train) const override;
+  cv::Mat transform(const cv::Mat& pixels, Rng& rng, bool train, const Sampling& sampling) const override;
   std::string spec() const override;
 
  private:
   int size_, padding_;
 };
 
-class FlipItem : public ImageTransform {
+class FlipItem : public GeometricTransform {
  public:
   explicit FlipItem(double p = 0.5) : p_(p) {}
-  cv::Mat apply(const cv::Mat& image, Rng& rng, bool train) const override;
+  cv::Mat transform(const cv::Mat& pixels, Rng& rng, bool train, const Sampling& sampling) const override;
   std::string spec() const override;
 
  private:

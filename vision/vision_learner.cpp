@@ -2,7 +2,6 @@
 
 #include "core/error.h"
 #include "core/sequential.h"
-#include "formats/state_dict.h"
 #include "formats/torch_file.h"
 
 namespace fastcpp::vision {
@@ -10,18 +9,6 @@ namespace {
 
 void append(torch::nn::Sequential& to, const torch::nn::Sequential& from) {
   for (auto& layer : named_layers(*from)) to->push_back(layer.name, layer.any);
-}
-
-// fastai's way of starting a first conv with other than 3 input channels from RGB
-// weights: the sum of the three for 1 channel, the first two times 1.5 for 2, the
-// three and zeros for more.
-torch::Tensor adapt_input_channels(const torch::Tensor& rgb, int64_t n_in) {
-  if (rgb.dim() != 4 || rgb.size(1) != 3 || n_in == 3) return rgb;
-  if (n_in == 1) return rgb.sum(1, /*keepdim=*/true);
-  if (n_in == 2) return rgb.narrow(1, 0, 2) * 1.5;
-  auto weight = torch::zeros({rgb.size(0), n_in, rgb.size(2), rgb.size(3)}, rgb.options());
-  weight.narrow(1, 0, 3).copy_(rgb);
-  return weight;
 }
 
 c10::IValue spec_entry(const ModelSpec& spec, const std::string& key) {
@@ -34,14 +21,8 @@ c10::IValue spec_entry(const ModelSpec& spec, const std::string& key) {
 
 torch::nn::Sequential create_vision_model(const Arch& arch, int64_t n_out, const VisionLearnerOptions& o) {
   if (!arch) throw Error("vision_learner: no architecture given");
-  auto body = arch.body({.in_channels = o.in_channels, .stem = o.stem, .width = o.width});
-  if (!o.pretrained_weights.empty()) {
-    auto state = read_state_dict(o.pretrained_weights);
-    const c10::IValue first_conv(body.first_conv);
-    if (auto it = state.find(first_conv); it != state.end() && it->value().isTensor())
-      state.insert_or_assign(first_conv, adapt_input_channels(it->value().toTensor(), o.in_channels));
-    load_state_dict(*body.layers, state, "weights '" + o.pretrained_weights + "'", {.skip = {body.classifier}});
-  }
+  const auto body = pretrained_body(arch, {.in_channels = o.in_channels, .stem = o.stem, .width = o.width},
+                                    o.pretrained_weights);
   torch::nn::Sequential model;
   append(model, body.layers);
   append(model, create_head(body.num_features, n_out, o.head()));

@@ -93,14 +93,7 @@ DatasetPtr ImageFolder::augmented() const {
 }
 
 std::vector<std::string> ImageFolder::item_transform_specs() const {
-  std::vector<std::string> specs;
-  for (size_t i = 0; i < options_.item_tfms.size(); ++i) {
-    specs.push_back(options_.item_tfms[i].spec());
-    if (specs.back().empty())
-      throw Error("ImageFolder: item transform " + std::to_string(i) +
-                  " has no text form (ImageTransform::spec), so an exported model cannot carry it");
-  }
-  return specs;
+  return transform_specs(options_.item_tfms, "ImageFolder");
 }
 
 ImageFolder ImageFolder::subset(const std::vector<int64_t>& indices) const {
@@ -163,14 +156,8 @@ DataLoaders ImageDataLoaders::from_folder(const std::string& root, FromFolderOpt
   ImageFolderOptions valid_options{o.channels, o.item_tfms, /*train=*/false, o.skip_bad};
   std::shared_ptr<ImageFolder> train, valid;
   if (o.valid_pct > 0) {
-    if (o.valid_pct >= 1) throw Error("from_folder: valid_pct must be in (0, 1), got " + std::to_string(o.valid_pct));
     auto all = ImageFolder::scan(root, train_options);
-    auto order = RandomSampler(all.size(), o.seed).indices(0);
-    const auto n_valid = static_cast<size_t>(std::lround(o.valid_pct * static_cast<double>(all.size())));
-    std::vector<int64_t> valid_idx(order.begin(), order.begin() + static_cast<std::ptrdiff_t>(n_valid));
-    std::vector<int64_t> train_idx(order.begin() + static_cast<std::ptrdiff_t>(n_valid), order.end());
-    std::sort(valid_idx.begin(), valid_idx.end());
-    std::sort(train_idx.begin(), train_idx.end());
+    const auto [train_idx, valid_idx] = random_split(all.size(), o.valid_pct, o.seed, "from_folder");
     train = std::make_shared<ImageFolder>(all.subset(train_idx));
     valid = std::make_shared<ImageFolder>(all.subset(valid_idx).with_options(valid_options));
   } else {

@@ -1,0 +1,133 @@
+#include "vision/datasets/segmentation_data.h"
+
+#include <torch/torch.h>
+
+#include <algorithm>
+#include <filesystem>
+#include <thread>
+
+#include "core/error.h"
+#include "data/sampler.h"
+#include "vision/datasets/image_folder.h"
+#include "vision/image.h"
+
+namespace fastcpp::vision {
+namespace {
+
+namespace fs = std::filesystem;
+
+std::string size_text(const cv::Mat& m) { return std::to_string(m.cols) + "x" + std::to_string(m.rows); }
+
+// Throws naming the file and the first pixel (x, y) whose value is neither a class index
+// nor the void index.
+void check_mask_values(const cv::Mat& mask, const std::string& path, size_t n_codes, std::optional<int64_t> void_index) {
+  for (int y = 0; y < mask.rows; ++y) {
+    const auto* row = mask.ptr<uint8_t>(y);
+    for (int x = 0; x < mask.cols; ++x) {
+      const int64_t value = row[x];
+      if (value < static_cast<int64_t>(n_codes) || (void_index && value == *void_index)) continue;
+      throw Error("mask '" + path + "' has value " + std::to_string(value) + " at pixel (" + std::to_string(x) + ", " +
+                  std::to_string(y) + "): not a class index (" + std::to_string(n_codes) + " codes)" +
+                  (void_index ? " nor the void index " + std::to_string(*void_index) : std::string()));
+    }
+  }
+}
+
+}  // namespace
+
+SegmentationDataset::SegmentationDataset(std::vector<std::string> images, std::vector<std::string> masks,
+                                         std::vector<std::string> codes, SegmentationOptions options)
+    : images_(std::move(images)), masks_(std::move(masks)), codes_(std::move(codes)), options_(std::move(options)) {
+  if (images_.size() != masks_.size())
+    throw Error("SegmentationDataset: " + std::to_string(images_.size()) + " images but " +
+                std::to_string(masks_.size()) + " masks");
+  if (codes_.empty()) throw Error("SegmentationDataset: no codes (the class names)");
+  if (codes_.size() > 256) throw Error("SegmentationDataset: 8-bit masks hold at most 256 classes, got " + std::to_string(codes_.size()) + " codes");
+  const bool fill_ok = options_.mask_fill >= 0 && (options_.mask_fill < static_cast<int>(codes_.size()) ||
+                                                   (options_.void_index && options_.mask_fill == *options_.void_index));
+  if (!fill_ok)
+    throw Error("SegmentationDataset: mask_fill " + std::to_string(options_.mask_fill) +
+                " is neither a class index nor the void index");
+}
+
+Example SegmentationDataset::get(size_t index) const {
+  Rng rng(index);
+  return get(index, rng);
+}
+
+Example SegmentationDataset::get(size_t index, Rng& rng) const {
+  const auto& image_path = images_.at(index);
+  const auto& mask_path = masks_.at(index);
+  if (!fs::exists(mask_path)) throw Error("mask '" + mask_path + "' of image '" + image_path + "' not found");
+  cv::Mat image = read_image(image_path, {.channels = options_.channels});
+  cv::Mat mask = read_image(mask_path, {.channels = 1});
+  if (mask.size() != image.size())
+    throw Error("mask '" + mask_path + "' is " + size_text(mask) + " but its image '" + image_path + "' is " + size_text(image));
+  check_mask_values(mask, mask_path, codes_.size(), options_.void_index);
+  for (const auto& tfm : options_.item_tfms) {
+    Rng mask_rng = rng;  // the mask takes the image's draws
+    image = tfm(image, rng, options_.train);
+    mask = tfm.mask(mask, mask_rng, options_.train, options_.mask_fill);
+  }
+  if (!mask.isContinuous()) mask = mask.clone();
+  auto y = torch::from_blob(mask.data, {mask.rows, mask.cols}, torch::kUInt8).to(torch::kLong);
+  return {image_to_tensor(image), y};
+}
+
+DatasetPtr SegmentationDataset::augmented() const {
+  if (options_.item_tfms.empty()) return nullptr;
+  auto options = options_;
+  options.train = true;
+  return std::make_shared<SegmentationDataset>(with_options(std::move(options)));
+}
+
+std::vector<std::string> SegmentationDataset::item_transform_specs() const {
+  return transform_specs(options_.item_tfms, "SegmentationDataset");
+}
+
+SegmentationDataset SegmentationDataset::with_options(SegmentationOptions options) const {
+  return SegmentationDataset(images_, masks_, codes_, std::move(options));
+}
+
+SegmentationDataset SegmentationDataset::subset(const std::vector<int64_t>& indices) const {
+  std::vector<std::string> images, masks;
+  for (const auto i : indices) {
+    images.push_back(images_.at(static_cast<size_t>(i)));
+    masks.push_back(masks_.at(static_cast<size_t>(i)));
+  }
+  return SegmentationDataset(std::move(images), std::move(masks), codes_, options_);
+}
+
+DataLoaders SegmentationDataLoaders::from_label_func(const std::vector<std::string>& images,
+                                                     const std::function<std::string(const std::string&)>& label_func,
+                                                     std::vector<std::string> codes, SegmentationLoadersOptions o) {
+  if (images.empty()) throw Error("SegmentationDataLoaders: no images");
+  std::vector<std::string> masks;
+  for (const auto& image : images) masks.push_back(label_func(image));
+  SegmentationOptions train_options{o.channels, o.item_tfms, /*train=*/true, o.void_index, o.mask_fill};
+  auto valid_options = train_options;
+  valid_options.train = false;
+  const SegmentationDataset all(images, std::move(masks), codes, train_options);
+  const auto [train_idx, valid_idx] = random_split(all.size(), o.valid_pct, o.seed, "SegmentationDataLoaders");
+  auto train = std::make_shared<SegmentationDataset>(all.subset(train_idx));
+  auto valid = std::make_shared<SegmentationDataset>(all.subset(valid_idx).with_options(valid_options));
+  const int workers = o.workers >= 0 ? o.workers : static_cast<int>(std::thread::hardware_concurrency());
+  auto tfms = o.batch_tfms.empty() ? std::vector<BatchTransform>{IntToFloat()} : o.batch_tfms;
+  return {DataLoader(train, {.bs = o.bs, .shuffle = true, .drop_last = true, .workers = workers, .seed = o.seed, .batch_tfms = tfms}),
+          DataLoader(valid, {.bs = 2 * o.bs, .workers = workers, .seed = o.seed, .batch_tfms = tfms}), std::move(codes)};
+}
+
+DataLoaders SegmentationDataLoaders::from_folders(const std::string& images_dir, const std::string& masks_dir,
+                                                  std::vector<std::string> codes, SegmentationLoadersOptions options) {
+  std::error_code ec;
+  if (!fs::is_directory(images_dir, ec)) throw Error("SegmentationDataLoaders: image folder '" + images_dir + "' not found");
+  std::vector<std::string> images;
+  for (const auto& entry : fs::directory_iterator(images_dir))
+    if (entry.is_regular_file() && is_image_file(entry.path().string())) images.push_back(entry.path().string());
+  std::sort(images.begin(), images.end());
+  return from_label_func(
+      images, [&](const std::string& image) { return (fs::path(masks_dir) / fs::path(image).filename()).string(); },
+      std::move(codes), std::move(options));
+}
+
+}  // namespace fastcpp::vision

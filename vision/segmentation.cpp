@@ -1,0 +1,157 @@
+#include "vision/segmentation.h"
+
+#include <torch/torch.h>
+
+#include <cmath>
+#include <string>
+#include <tuple>
+
+#include "core/error.h"
+#include "learner/learner.h"
+
+namespace fastcpp::vision {
+namespace {
+
+namespace F = torch::nn::functional;
+
+void check_masks(const std::string& who, const torch::Tensor& pred, const torch::Tensor& target) {
+  if (pred.dim() < 3 || target.dim() != pred.dim() - 1 || target.size(0) != pred.size(0) ||
+      target.sizes().slice(1) != pred.sizes().slice(2))
+    throw Error(who + ": expected outputs [N, C, H, W] and masks [N, H, W], got " + c10::str(pred.sizes()) + " and " +
+                c10::str(target.sizes()));
+}
+
+Loss::Activation softmax_over_classes() {
+  return [](const torch::Tensor& pred) { return torch::softmax(pred, 1); };
+}
+
+// The argmax predictions and the masks, flattened, and 1 where a pixel counts (0 where
+// its mask is void): a weight rather than a selection, which would read its size back.
+struct Pixels {
+  torch::Tensor pred, target, counts;
+};
+
+Pixels decided_pixels(const torch::Tensor& output, const torch::Tensor& mask, const std::string& who,
+                      const SegmentationMetricOptions& options) {
+  check_masks(who, output, mask);
+  Pixels pixels{output.detach().argmax(1).reshape(-1), mask.detach().reshape(-1).to(torch::kLong), {}};
+  pixels.counts = options.void_index ? (pixels.target != *options.void_index).to(torch::kDouble)
+                                     : torch::ones_like(pixels.target, torch::kDouble);
+  return pixels;
+}
+
+// Each class's intersection and union (in pixels) of the decided pixels: [C] each.
+std::pair<torch::Tensor, torch::Tensor> class_overlaps(const Pixels& pixels, int64_t n_classes) {
+  const auto classes = torch::arange(n_classes, pixels.pred.options()).unsqueeze(1);
+  const auto p = (pixels.pred.unsqueeze(0) == classes).to(torch::kDouble) * pixels.counts;
+  const auto t = (pixels.target.unsqueeze(0) == classes).to(torch::kDouble) * pixels.counts;
+  return {(p * t).sum(1), (p + t).sum(1)};
+}
+
+// Sums of intersections and unions over the epoch, kept on the device (no sync per batch).
+class OverlapMetric : public Metric {
+ public:
+  enum class Score { dice, jaccard };
+  OverlapMetric(std::string name, Score score, bool per_class, SegmentationMetricOptions options)
+      : name_(std::move(name)), score_(score), per_class_(per_class), options_(options) {}
+  std::string name() const override { return name_; }
+  void reset() override { inter_ = union_ = torch::Tensor(); }
+  void accumulate(const Learner& learn) override {
+    const auto pixels = decided_pixels(learn.pred, learn.yb, name_, options_);
+    torch::Tensor inter, uni;
+    if (per_class_) {
+      std::tie(inter, uni) = class_overlaps(pixels, learn.pred.size(1));
+    } else {  // fastai's binary Dice multiplies and adds the class indices themselves
+      inter = ((pixels.pred * pixels.target).to(torch::kDouble) * pixels.counts).sum().reshape({1});
+      uni = ((pixels.pred + pixels.target).to(torch::kDouble) * pixels.counts).sum().reshape({1});
+    }
+    inter_ = inter_.defined() ? inter_ + inter : inter;
+    union_ = union_.defined() ? union_ + uni : uni;
+  }
+  double value() const override {
+    if (!inter_.defined()) return std::nan("");
+    const auto present = union_ > 0;
+    if (!present.any().item<bool>()) return std::nan("");
+    const auto inter = inter_.masked_select(present), uni = union_.masked_select(present);
+    const auto scores = score_ == Score::dice ? 2 * inter / uni : inter / (uni - inter);
+    return scores.mean().item<double>();
+  }
+
+ private:
+  std::string name_;
+  Score score_;
+  bool per_class_;
+  SegmentationMetricOptions options_;
+  torch::Tensor inter_, union_;
+};
+
+}  // namespace
+
+Loss CrossEntropyLossFlat(FlatLossOptions options) {
+  return Loss(
+      [options](const torch::Tensor& pred, const torch::Tensor& target) {
+        check_masks("CrossEntropyLossFlat", pred, target);
+        return F::cross_entropy(pred, target.to(torch::kLong), F::CrossEntropyFuncOptions().ignore_index(options.ignore_index));
+      },
+      softmax_over_classes());
+}
+
+Loss FocalLossFlat(double gamma) {
+  return Loss(
+      [gamma](const torch::Tensor& pred, const torch::Tensor& target) {
+        check_masks("FocalLossFlat", pred, target);
+        const auto ce = F::cross_entropy(pred, target.to(torch::kLong), F::CrossEntropyFuncOptions().reduction(torch::kNone));
+        return ((1 - torch::exp(-ce)).pow(gamma) * ce).mean();
+      },
+      softmax_over_classes());
+}
+
+Loss DiceLoss(DiceLossOptions options) {
+  return Loss(
+      [options](const torch::Tensor& pred, const torch::Tensor& target) {
+        check_masks("DiceLoss", pred, target);
+        const auto probs = torch::softmax(pred, 1);
+        const auto one_hot = F::one_hot(target.to(torch::kLong), pred.size(1)).movedim(-1, 1).to(probs.dtype());
+        std::vector<int64_t> pixel_dims;
+        for (int64_t d = 2; d < pred.dim(); ++d) pixel_dims.push_back(d);
+        const auto inter = (probs * one_hot).sum(pixel_dims);
+        const auto uni = ((options.square_in_union ? probs.pow(2) : probs) + one_hot).sum(pixel_dims);
+        const auto loss = 1 - (2 * inter + options.smooth) / (uni + options.smooth);
+        return options.mean ? loss.mean() : loss.sum();
+      },
+      softmax_over_classes());
+}
+
+MetricPtr dice(SegmentationMetricOptions options) {
+  return std::make_shared<OverlapMetric>("dice", OverlapMetric::Score::dice, false, options);
+}
+
+MetricPtr jaccard_coeff(SegmentationMetricOptions options) {
+  return std::make_shared<OverlapMetric>("jaccard_coeff", OverlapMetric::Score::jaccard, false, options);
+}
+
+MetricPtr dice_multi(SegmentationMetricOptions options) {
+  return std::make_shared<OverlapMetric>("dice_multi", OverlapMetric::Score::dice, true, options);
+}
+
+MetricPtr jaccard_coeff_multi(SegmentationMetricOptions options) {
+  return std::make_shared<OverlapMetric>("jaccard_coeff_multi", OverlapMetric::Score::jaccard, true, options);
+}
+
+std::vector<double> per_class_iou(const torch::Tensor& output, const torch::Tensor& masks,
+                                  SegmentationMetricOptions options) {
+  const auto [inter, uni] = class_overlaps(decided_pixels(output, masks, "per_class_iou", options), output.size(1));
+  const auto iou = (inter / (uni - inter)).cpu();  // 0 / 0: NaN for an absent class
+  return {iou.data_ptr<double>(), iou.data_ptr<double>() + iou.numel()};
+}
+
+MetricPtr foreground_acc(int64_t background, SegmentationMetricOptions options) {
+  return std::make_shared<AvgMetric>("foreground_acc", [background, options](const torch::Tensor& pred,
+                                                                              const torch::Tensor& target) {
+    const auto [decided, mask, counts] = decided_pixels(pred, target, "foreground_acc", options);
+    const auto kept = counts * (mask != background).to(torch::kDouble);
+    return ((decided == mask).to(torch::kDouble) * kept).sum() / kept.sum();
+  });
+}
+
+}  // namespace fastcpp::vision

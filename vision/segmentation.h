@@ -1,0 +1,60 @@
+#pragma once
+// Losses and metrics of per-pixel classification (semantic segmentation): model outputs
+// [N, C, H, W], masks [N, H, W] of class indices. Each equals fastai's on the same
+// predictions (the `fastai` test suite). Beyond fastai, the metrics take a void index
+// whose pixels they skip (fastai counts them in the union).
+//
+//   Learner learn(dls, unet, vision::CrossEntropyLossFlat({.ignore_index = 255}),
+//                 {vision::dice_multi({.void_index = 255}), vision::jaccard_coeff_multi({.void_index = 255})});
+#include <optional>
+#include <vector>
+
+#include "learner/loss.h"
+#include "learner/metrics.h"
+
+namespace fastcpp::vision {
+
+struct FlatLossOptions {
+  int64_t ignore_index = -100;  // pixels of this value add nothing (torch's default: none)
+};
+
+// fastai's CrossEntropyLossFlat(axis=1): the mean over the pixels not ignored.
+Loss CrossEntropyLossFlat(FlatLossOptions options = {});
+
+// fastai's FocalLossFlat(axis=1, gamma): cross-entropy scaled by (1 - p_t)^gamma, the
+// mean over every pixel.
+Loss FocalLossFlat(double gamma = 2.0);
+
+struct DiceLossOptions {
+  double smooth = 1e-6;
+  bool mean = false;             // fastai's reduction: "sum" (default) or "mean" over items and classes
+  bool square_in_union = false;  // the union sums squared probabilities
+};
+
+// fastai's DiceLoss: 1 - soft Dice of the softmax against the one-hot masks, per item and class.
+Loss DiceLoss(DiceLossOptions options = {});
+
+struct SegmentationMetricOptions {
+  std::optional<int64_t> void_index;  // pixels whose mask holds it are left out
+};
+
+// fastai's Dice and JaccardCoeff for 2 classes: over the epoch, inter = sum(pred * mask),
+// union = sum(pred + mask) of the argmax predictions; 2 inter / union and inter / (union - inter).
+MetricPtr dice(SegmentationMetricOptions options = {});
+MetricPtr jaccard_coeff(SegmentationMetricOptions options = {});
+
+// fastai's DiceMulti and JaccardCoeffMulti (mean IoU): the same per class, averaged over
+// the classes present in a prediction or a mask (a class absent from both is skipped).
+MetricPtr dice_multi(SegmentationMetricOptions options = {});
+MetricPtr jaccard_coeff_multi(SegmentationMetricOptions options = {});
+
+// Each class's IoU over outputs [N, C, H, W] and masks [N, H, W]: NaN for a class absent
+// from both the argmax predictions and the masks.
+std::vector<double> per_class_iou(const torch::Tensor& output, const torch::Tensor& masks,
+                                  SegmentationMetricOptions options = {});
+
+// fastai's foreground_acc: the accuracy over the pixels whose mask is not the background
+// (nor void), a mean per batch weighted by its size.
+MetricPtr foreground_acc(int64_t background = 0, SegmentationMetricOptions options = {});
+
+}  // namespace fastcpp::vision
