@@ -1,16 +1,18 @@
-// Semantic segmentation: a U-Net (ResNet-18 encoder, CIFAR stem) trained on a set made
-// from Fashion-MNIST. Each 72x56 canvas (sides that are not multiples of 32) holds three
+// Semantic segmentation: a U-Net on a ResNet-18 encoder trained on a set made from
+// Fashion-MNIST. Each 72x56 canvas (sides that are not multiples of 32) holds three
 // items at random places; its mask is the item's class (1-10) where the item's pixels
 // are on, 0 for the background, and 255 (void) on a one-pixel rim around each item.
 // The set is written once from the seed as two PNG folders (images/, masks/) under
-// --out, so any tool can read it (the fastai race reads the same files).
+// --out, so any tool can read it (bench/segmentation_vs_fastai.sh gives fastai the
+// same files). The defaults are fastai's unet_learner on SegmentationDataLoaders: the
+// grey images read as RGB, no item transforms, pixels divided by 255.
 //
-//   segmentation [--epochs 4] [--bs 16] [--lr 3e-3] [--items 1200] [--width 16]
-//                [--threads N] [--data DIR] [--out segmentation_data] [--seed 42]
+//   segmentation [--epochs 4] [--bs 16] [--lr 3e-3] [--items 1200] [--width 64]
+//                [--stem imagenet|cifar] [--threads N] [--data DIR] [--out segmentation_data] [--seed 42]
 //
 // Prints the epoch table with Dice and mean IoU (void pixels left out), then each
 // class's IoU; writes segmentation_results.png (image, true mask, predicted mask for
-// 4 validation images, fastai's show_results) and segmentation_loss.png.
+// 4 validation images, as fastai's show_results) and segmentation_loss.png.
 #include <fastcpp.h>
 
 #include <opencv2/imgcodecs.hpp>
@@ -94,7 +96,7 @@ void write_results(const std::string& path, const torch::Tensor& images, const t
                    const torch::Tensor& predicted, int rows) {
   std::vector<cv::Mat> lines;
   for (int i = 0; i < rows; ++i) {
-    const auto grey = images[i][0].cpu().contiguous();
+    const auto grey = images[i][0].cpu().contiguous();  // the grey image's R (= G = B)
     cv::Mat image(static_cast<int>(grey.size(0)), static_cast<int>(grey.size(1)), CV_8UC1, grey.data_ptr<uint8_t>());
     cv::Mat image_bgr;
     cv::cvtColor(image, image_bgr, cv::COLOR_GRAY2BGR);
@@ -112,9 +114,9 @@ void write_results(const std::string& path, const torch::Tensor& images, const t
 
 int main(int argc, char** argv) {
   int epochs = 4, items = 1200, seed = 42, threads = static_cast<int>(std::thread::hardware_concurrency());
-  int64_t bs = 16, width = 16;
+  int64_t bs = 16, width = 64;
   double lr = 3e-3;
-  std::string data = vision::fashion_mnist_dir(), out = "segmentation_data";
+  std::string data = vision::fashion_mnist_dir(), out = "segmentation_data", stem = "imagenet";
   for (int i = 1; i + 1 < argc; i += 2) {
     const std::string flag = argv[i], value = argv[i + 1];
     if (flag == "--epochs") epochs = std::stoi(value);
@@ -126,6 +128,7 @@ int main(int argc, char** argv) {
     else if (flag == "--seed") seed = std::stoi(value);
     else if (flag == "--data") data = value;
     else if (flag == "--out") out = value;
+    else if (flag == "--stem") stem = value;
     else {
       std::cerr << "unknown flag " << flag << "\n";
       return 2;
@@ -138,11 +141,11 @@ int main(int argc, char** argv) {
     const vision::SegmentationMetricOptions no_void{.void_index = kVoid};
     auto dls = vision::SegmentationDataLoaders::from_folders(
         (fs::path(out) / "images").string(), (fs::path(out) / "masks").string(), kCodes,
-        {.seed = static_cast<uint64_t>(seed), .bs = bs, .channels = 1, .item_tfms = {vision::FlipItem()},
-         .batch_tfms = {Normalize{{0.1}, {0.25}}}, .void_index = kVoid, .mask_fill = kVoid});
+        {.seed = static_cast<uint64_t>(seed), .bs = bs, .void_index = kVoid, .mask_fill = kVoid});
     auto learn = vision::unet_learner(dls, vision::resnet18,
                                       {vision::dice_multi(no_void), vision::jaccard_coeff_multi(no_void)},
-                                      {.in_channels = 1, .stem = vision::Stem::cifar, .width = width,
+                                      {.stem = stem == "cifar" ? vision::Stem::cifar : vision::Stem::imagenet,
+                                       .width = width,
                                        .loss_func = vision::CrossEntropyLossFlat({.ignore_index = kVoid})});
     learn.fit_one_cycle(epochs, lr);
 

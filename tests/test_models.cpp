@@ -183,7 +183,8 @@ TEST_SUITE("models") {
     CHECK(torch::all(state.at("layers.4.conv1.0.bias") == 0).item<bool>());   // apply_init
     CHECK(torch::all(state.at("layers.3.0.0.bias") == 0).item<bool>());
     const auto icnr = state.at("layers.4.shuf.0.0.weight");  // the 4 channels of each shuffled one equal
-    CHECK(torch::equal(icnr.view({-1, 4, icnr.size(1)}), icnr.view({-1, 1, icnr.size(1)}).expand({-1, 4, -1})));
+    const auto groups = icnr.view({-1, 4, icnr.size(1)});
+    CHECK(torch::equal(groups, groups.narrow(1, 0, 1).expand_as(groups)));
     CHECK_FALSE(torch::equal(icnr[0], icnr[4]));
 
     auto copy = std::dynamic_pointer_cast<vision::DynamicUnetImpl>(unet->clone());

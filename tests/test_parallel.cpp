@@ -121,11 +121,12 @@ void check_equal(const Run& parallel, const Run& single, double tolerance = 1e-5
 // A small U-Net (ResNet-18 encoder of width 8) on 3x32x32 images with masks of 3
 // classes: 21 training images in batches of 8 leave a last batch of 5.
 struct UnetRun {
+  std::vector<std::string> names;
   std::vector<torch::Tensor> state;
   double valid_loss = 0;
 };
 
-UnetRun train_unet(const std::vector<torch::Device>& devices) {
+UnetRun train_unet(const std::vector<torch::Device>& devices, const OptFunc& opt_func) {
   auto make = [](int64_t n, uint64_t seed) {
     auto gen = at::make_generator<at::CPUGeneratorImpl>(seed);
     return std::make_shared<TensorDataset>(torch::randn({n, 3, 32, 32}, gen),
@@ -137,12 +138,15 @@ UnetRun train_unet(const std::vector<torch::Device>& devices) {
   Loss pixel_ce([](const torch::Tensor& pred, const torch::Tensor& target) {
     return torch::nn::functional::cross_entropy(pred, target);
   });
-  Learner learn(dls, unet, pixel_ce, {}, quiet({.opt_func = adam()}));
+  Learner learn(dls, unet, pixel_ce, {}, quiet({.opt_func = opt_func}));
   silence(learn);
   if (!devices.empty()) learn.to_parallel(devices);
   learn.fit_one_cycle(2, 1e-3);
   UnetRun run;
-  for (const auto& [name, tensor] : named_state(learn.model.module())) run.state.push_back(tensor.detach().clone());
+  for (const auto& [name, tensor] : named_state(learn.model.module())) {
+    run.names.push_back(name);
+    run.state.push_back(tensor.detach().clone());
+  }
   run.valid_loss = learn.validate()[0];
   return run;
 }
@@ -152,20 +156,30 @@ UnetRun train_unet(const std::vector<torch::Device>& devices) {
 TEST_SUITE("parallel") {
   TEST_CASE("a U-Net trains on 2 and 3 CPU replicas as on one device: every weight and BatchNorm buffer, the loss") {
     // fastai's DynamicUnet keeps its skips in hooks on the module, which replicas overwrite;
-    // ours passes them through forward.
-    const auto single = train_unet({});
-    for (const auto& devices : {kTwoCpus, kThreeCpus}) {
-      CAPTURE(devices.size());
-      const auto parallel = train_unet(devices);
-      REQUIRE(parallel.state.size() == single.state.size());
-      for (size_t i = 0; i < single.state.size(); ++i) {
-        INFO("entry " << i);
-        if (single.state[i].is_floating_point())
-          CHECK(torch::allclose(parallel.state[i], single.state[i], 1e-5, 1e-5));
-        else
-          CHECK(torch::equal(parallel.state[i], single.state[i]));
+    // ours passes them through forward. The replicas add up BatchNorm's sums in another
+    // order than one device does: with SGD the weights agree to 1e-5 and the running
+    // variance of the 1x1 map after the encoder to 1e-4; Adam divides each step by the
+    // gradient's own size, so that rounding becomes steps of up to ~4e-4 (1e-3 here).
+    const std::vector<std::tuple<std::string, OptFunc, double>> optimizers{{"sgd", sgd({.mom = 0.9}), 1e-5},
+                                                                            {"adam", adam(), 1e-3}};
+    for (const auto& [name, opt_func, tolerance] : optimizers) {
+      const auto single = train_unet({}, opt_func);
+      for (const auto& devices : {kTwoCpus, kThreeCpus}) {
+        CAPTURE(name);
+        CAPTURE(devices.size());
+        const auto parallel = train_unet(devices, opt_func);
+        REQUIRE(parallel.state.size() == single.state.size());
+        for (size_t i = 0; i < single.state.size(); ++i) {
+          INFO(single.names[i] << ", largest difference " << (parallel.state[i] - single.state[i]).abs().max().item<double>());
+          const bool running_stat = single.names[i].find("running_") != std::string::npos;
+          const double rtol = running_stat ? std::max(tolerance, 1e-4) : tolerance;
+          if (single.state[i].is_floating_point())
+            CHECK(torch::allclose(parallel.state[i], single.state[i], rtol, tolerance));
+          else
+            CHECK(torch::equal(parallel.state[i], single.state[i]));  // batches tracked: each global batch once
+        }
+        CHECK(parallel.valid_loss == doctest::Approx(single.valid_loss).epsilon(tolerance));
       }
-      CHECK(parallel.valid_loss == doctest::Approx(single.valid_loss).epsilon(1e-5));
     }
   }
 

@@ -263,7 +263,7 @@ TEST_SUITE("vision") {
       Rng rng(100 + i);
       const auto item = moved->get(i, rng);
       REQUIRE((item.y.sizes() == torch::IntArrayRef{24, 24}));
-      CHECK(item.y.scalar_type() == torch::kLong);
+      CHECK((item.y.scalar_type() == torch::kLong));
       const auto void_pixels = item.y == 255;
       padded += void_pixels.sum().item<int>();
       CHECK(torch::equal(item.x[0].to(torch::kLong).masked_select(~void_pixels), (item.y * 20).masked_select(~void_pixels)));
@@ -302,8 +302,8 @@ TEST_SUITE("vision") {
     CHECK(dls.valid.dataset().size() == 2);
     const auto batch = *dls.train.begin();
     CHECK((batch.x.sizes() == torch::IntArrayRef{2, 1, 16, 16}));
-    CHECK(batch.x.scalar_type() == torch::kFloat);  // IntToFloat: images only
-    CHECK(batch.y.scalar_type() == torch::kLong);
+    CHECK((batch.x.scalar_type() == torch::kFloat));  // IntToFloat: images only
+    CHECK((batch.y.scalar_type() == torch::kLong));
     fs::remove_all(root);
   }
 

@@ -77,7 +77,10 @@ inline c10::impl::GenericList read_result(const std::string& path) { return read
 inline void check_same_params(const std::string& a, const std::string& b, double rtol = 1e-5, double atol = 1e-6) {
   const auto x = read_result(a).get(0).toTensorList(), y = read_result(b).get(0).toTensorList();
   REQUIRE(x.size() == y.size());
-  for (size_t i = 0; i < x.size(); ++i) CHECK(torch::allclose(x.get(i), y.get(i), rtol, atol));
+  for (size_t i = 0; i < x.size(); ++i) {
+    INFO("parameter " << i << ", largest difference " << (x.get(i) - y.get(i)).abs().max().item<double>());
+    CHECK(torch::allclose(x.get(i), y.get(i), rtol, atol));
+  }
 }
 
 inline std::vector<std::string> rank_env(int rank, int world, int port) {
