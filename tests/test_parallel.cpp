@@ -126,7 +126,8 @@ struct UnetRun {
   double valid_loss = 0;
 };
 
-UnetRun train_unet(const std::vector<torch::Device>& devices, const OptFunc& opt_func) {
+UnetRun train_unet(const std::vector<torch::Device>& devices, const OptFunc& opt_func, torch::Device device = torch::kCPU,
+                   const std::function<void(Learner&)>& setup = {}) {
   auto make = [](int64_t n, uint64_t seed) {
     auto gen = at::make_generator<at::CPUGeneratorImpl>(seed);
     return std::make_shared<TensorDataset>(torch::randn({n, 3, 32, 32}, gen),
@@ -138,14 +139,17 @@ UnetRun train_unet(const std::vector<torch::Device>& devices, const OptFunc& opt
   Loss pixel_ce([](const torch::Tensor& pred, const torch::Tensor& target) {
     return torch::nn::functional::cross_entropy(pred, target);
   });
-  Learner learn(dls, unet, pixel_ce, {}, quiet({.opt_func = opt_func}));
+  auto options = quiet({.opt_func = opt_func});
+  options.device = device;
+  Learner learn(dls, unet, pixel_ce, {}, options);
   silence(learn);
+  if (setup) setup(learn);
   if (!devices.empty()) learn.to_parallel(devices);
   learn.fit_one_cycle(2, 1e-3);
   UnetRun run;
   for (const auto& [name, tensor] : named_state(learn.model.module())) {
     run.names.push_back(name);
-    run.state.push_back(tensor.detach().clone());
+    run.state.push_back(tensor.detach().cpu().clone());
   }
   run.valid_loss = learn.validate()[0];
   return run;
@@ -368,6 +372,24 @@ TEST_SUITE("gpu" * doctest::skip(!torch::cuda::is_available())) {
     for (const auto& devices : device_sets) {
       CAPTURE(devices.size());
       check_equal(train(devices, sgd({.mom = 0.9}), {}, cuda0), single, 1e-4);
+    }
+  }
+
+  TEST_CASE("a U-Net on {cuda:0, cuda:0} in fp32 and fp16 ends as on one GPU") {
+    const torch::Device cuda0("cuda:0");
+    for (const auto& [name, setup, tolerance] : std::vector<std::tuple<std::string, std::function<void(Learner&)>, double>>{
+             {"fp32", {}, 1e-4}, {"fp16", [](Learner& l) { l.to_fp16(); }, 2e-2}}) {
+      CAPTURE(name);
+      const auto single = train_unet({}, sgd({.mom = 0.9}), cuda0, setup);
+      const auto parallel = train_unet({cuda0, cuda0}, sgd({.mom = 0.9}), cuda0, setup);
+      REQUIRE(parallel.state.size() == single.state.size());
+      for (size_t i = 0; i < single.state.size(); ++i) {
+        INFO(single.names[i] << ", largest difference " << (parallel.state[i] - single.state[i]).abs().max().item<double>());
+        if (single.state[i].is_floating_point())
+          CHECK(torch::allclose(parallel.state[i], single.state[i], tolerance, tolerance));
+        else
+          CHECK(torch::equal(parallel.state[i], single.state[i]));
+      }
     }
   }
 
