@@ -225,11 +225,14 @@ void Communicator::wait(const c10::intrusive_ptr<c10d::Work>& work, const std::s
     work->wait();
   } catch (const std::exception& e) {
     const std::string error = e.what();
-    // A dying peer's sockets close one after another: give its probe socket a moment to follow.
-    std::string lost;
-    for (int attempt = 0; attempt < 5 && lost.empty(); ++attempt) {
+    // A dying peer's sockets close one after another, and a lost host's processes die one
+    // after another: probe again until two probes agree (at most 5 probes, 200 ms apart).
+    std::string lost, previous;
+    for (int attempt = 0; attempt < 5; ++attempt) {
       if (attempt > 0) std::this_thread::sleep_for(std::chrono::milliseconds(200));
       lost = impl_->peers.unreachable(rank_, std::chrono::seconds(2));
+      if (!lost.empty() && lost == previous) break;
+      previous = lost;
     }
     throw Error(what + " failed on rank " + std::to_string(rank_) + " (host " + host_name() + "): " +
                 (lost.empty() ? "a peer died or timed out" : "lost " + lost) + ": " +

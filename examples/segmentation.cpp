@@ -8,7 +8,8 @@
 // grey images read as RGB, no item transforms, pixels divided by 255.
 //
 //   segmentation [--epochs 8] [--bs 16] [--lr 1e-2] [--items 1200] [--width 16]
-//                [--stem imagenet|cifar] [--threads N] [--data DIR] [--out segmentation_data] [--seed 42]
+//                [--stem imagenet|cifar] [--threads N] [--workers N] [--data DIR] [--out segmentation_data]
+//                [--seed 42]
 //
 // Prints the epoch table with Dice and mean IoU (void pixels left out), then each
 // class's IoU; writes segmentation_results.png (image, true mask, predicted mask for
@@ -114,6 +115,7 @@ void write_results(const std::string& path, const torch::Tensor& images, const t
 
 int main(int argc, char** argv) {
   int epochs = 8, items = 1200, seed = 42, threads = static_cast<int>(std::thread::hardware_concurrency());
+  int workers = -1;  // the loader's threads: one per core
   int64_t bs = 16, width = 16;  // 64: torchvision's ResNet-18 (about 3 min an epoch on 2 cores)
   double lr = 1e-2;
   std::string data = vision::fashion_mnist_dir(), out = "segmentation_data", stem = "imagenet";
@@ -125,6 +127,7 @@ int main(int argc, char** argv) {
     else if (flag == "--items") items = std::stoi(value);
     else if (flag == "--width") width = std::stoll(value);
     else if (flag == "--threads") threads = std::stoi(value);
+    else if (flag == "--workers") workers = std::stoi(value);
     else if (flag == "--seed") seed = std::stoi(value);
     else if (flag == "--data") data = value;
     else if (flag == "--out") out = value;
@@ -141,7 +144,7 @@ int main(int argc, char** argv) {
     const vision::SegmentationMetricOptions no_void{.void_index = kVoid};
     auto dls = vision::SegmentationDataLoaders::from_folders(
         (fs::path(out) / "images").string(), (fs::path(out) / "masks").string(), kCodes,
-        {.seed = static_cast<uint64_t>(seed), .bs = bs, .void_index = kVoid, .mask_fill = kVoid});
+        {.seed = static_cast<uint64_t>(seed), .bs = bs, .workers = workers, .void_index = kVoid, .mask_fill = kVoid});
     auto learn = vision::unet_learner(dls, vision::resnet18,
                                       {vision::dice_multi(no_void), vision::jaccard_coeff_multi(no_void)},
                                       {.stem = stem == "cifar" ? vision::Stem::cifar : vision::Stem::imagenet,
