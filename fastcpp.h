@@ -48,6 +48,7 @@
 #include "vision/interpret.h"
 #include "vision/models/head.h"
 #include "vision/models/unet.h"
+#include "vision/mask_png.h"
 #include "vision/segmentation.h"
 #include "vision/unet_learner.h"
 #include "vision/models/resnet.h"

@@ -3,8 +3,12 @@
 # fp16 channels-last) on one replica, on two replicas sharing cuda:0 (the overhead of the replica machinery),
 # and on every GPU when there are several (the scaling).
 #
-#   bench/gpu_parallel.sh [BUILD_DIR]
+#   bench/gpu_parallel.sh [BUILD_DIR [TRACE_DIR]]
+#
+# With TRACE_DIR: the two-replica runs again under PyTorch's profiler, 3 steps each
+# (traces and the kernels that took the most GPU time; one replica's too, to compare).
 set -euo pipefail
+traces=${2:-}
 bench=${1:-build}/bench/bench_train_step
 rate() { awk '{print $5}' <<<"$1"; }
 gpus=$(nvidia-smi -L 2>/dev/null | wc -l)
@@ -19,6 +23,11 @@ for cell in "resnet18 fp32 contiguous" "resnet50 fp16 channels_last"; do
   echo "2 replicas, 1 GPU:   $shared"
   awk -v a="$(rate "$one")" -v b="$(rate "$shared")" -v c="$arch $precision $layout" \
     'BEGIN {printf "to_parallel {cuda:0, cuda:0} %s: %.2fx the images/s of 1 replica (goal >= 0.85x)\n", c, b / a}'
+  if [ -n "$traces" ]; then
+    profiled=(--arch "$arch" --precision "$precision" --layout "$layout" --warmup 10 --steps 3)
+    "$bench" "${profiled[@]}" --profile "$traces/${arch}_${precision}_one.json"
+    "$bench" "${profiled[@]}" --parallel cuda:0,cuda:0 --profile "$traces/${arch}_${precision}_shared.json"
+  fi
   if [ "$gpus" -gt 1 ]; then
     every=$("$bench" "${args[@]}" --parallel all)
     echo "$gpus replicas, $gpus GPUs: $every"

@@ -44,7 +44,7 @@ seconds_since() { awk -v a="$(now)" -v b="$1" 'BEGIN{print a-b}'; }
 example=("$build/examples/segmentation" --data "$data" --items "$items" --width 64 --threads "$threads")
 (cd "$work" && "${example[@]}" --epochs 0 > /dev/null)
 start=$(now)
-(cd "$work" && "${example[@]}" --epochs "$epochs" --lr "$lr") | tee "$work/cpp.txt"
+(cd "$work" && "${example[@]}" --epochs "$epochs" --lr "$lr" --export '') | tee "$work/cpp.txt"
 cpp_seconds=$(seconds_since "$start")
 start=$(now)
 (cd "$work" && "$python" "$root/bench/segmentation_fastai.py" --epochs "$epochs" --lr "$lr" --threads "$threads") | tee "$work/py.txt"

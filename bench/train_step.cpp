@@ -8,11 +8,15 @@
 //                    [--layout contiguous|channels_last|all] [--warmup 5] [--steps 20]
 //                    [--distributed]   (to_distributed: run it under a launcher, e.g. world 1 on NCCL)
 //                    [--parallel all|DEVICE,DEVICE...]  (to_parallel over these devices)
+//                    [--profile TRACE.json]  (PyTorch's profiler over the timed steps: the
+//                                             trace, and the kernels that took the most time)
 //
 // One line per cell: "<arch> <bs> <precision> <layout> <images/s> img/s peak <MiB> MiB"
 // (peak: the caching allocator's max allocated bytes over the timed steps, as
 // torch.cuda.max_memory_allocated after reset_peak_memory_stats).
 #include <fastcpp.h>
+
+#include "profile_window.h"
 
 #include <c10/cuda/CUDACachingAllocator.h>
 #include <torch/cuda.h>
@@ -45,17 +49,21 @@ class RepeatSampler : public Sampler {
 // Times the training batches after `warmup`, over `steps`, then ends the fit.
 class StepTimer : public Callback {
  public:
-  StepTimer(int warmup, int steps) : warmup_(warmup), steps_(steps) { order = 200; }
+  StepTimer(int warmup, int steps, std::string trace) : warmup_(warmup), steps_(steps), trace_(std::move(trace)) {
+    order = 200;
+  }
   void before_batch() override {
     if (!learn().training || seen_ != warmup_) return;
     torch::cuda::synchronize();
     c10::cuda::CUDACachingAllocator::resetPeakStats(learn().device.index());
+    if (!trace_.empty()) profile_.start();
     start_ = std::chrono::steady_clock::now();
   }
   void after_batch() override {
     if (!learn().training || ++seen_ < warmup_ + steps_) return;
     torch::cuda::synchronize();
     seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start_).count();
+    if (!trace_.empty()) profile_.stop(trace_, steps_);
     peak_mib = static_cast<double>(
                    c10::cuda::CUDACachingAllocator::getDeviceStats(learn().device.index()).allocated_bytes[0].peak) /
                (1024.0 * 1024.0);
@@ -65,6 +73,8 @@ class StepTimer : public Callback {
 
  private:
   int warmup_, steps_, seen_ = 0;
+  std::string trace_;
+  bench::ProfileWindow profile_;
   std::chrono::steady_clock::time_point start_;
 };
 
@@ -73,7 +83,8 @@ struct Cell {
   int64_t bs;
 };
 
-void run(const Cell& cell, int warmup, int steps, bool distributed, const std::string& parallel) {
+void run(const Cell& cell, int warmup, int steps, bool distributed, const std::string& parallel,
+         const std::string& trace) {
   const torch::Device device(torch::kCUDA, 0);
   const bool tf32 = cell.precision == "tf32";
   at::globalContext().setAllowTF32CuBLAS(tf32);
@@ -97,8 +108,11 @@ void run(const Cell& cell, int warmup, int steps, bool distributed, const std::s
   if (cell.layout == "channels_last") learn.to_channels_last();
   if (distributed) learn.to_distributed();
   if (!parallel.empty()) learn.to_parallel(parse_devices(parallel));
-  auto timer = learn.add_cb(StepTimer(warmup, steps));
+  auto timer = learn.add_cb(StepTimer(warmup, steps, trace));
   learn.fit(1, 0.01);
+  if (timer->seconds <= 0)
+    throw Error("the training epoch (" + std::to_string(learn.dls.train.size()) + " batches) ended before " +
+                std::to_string(warmup) + " warm-up and " + std::to_string(steps) + " timed steps");
   const double images_per_s = static_cast<double>(cell.bs * steps) / timer->seconds;
   std::printf("%s %lld %s %s %.1f img/s peak %.1f MiB%s\n", cell.arch.c_str(), static_cast<long long>(cell.bs),
               cell.precision.c_str(), cell.layout.c_str(), images_per_s, timer->peak_mib,
@@ -114,7 +128,8 @@ std::vector<std::string> choices(const std::string& value, std::vector<std::stri
 
 int main(int argc, char** argv) {
   std::map<std::string, std::string> flags{{"--arch", "all"}, {"--precision", "all"}, {"--layout", "all"},
-                                           {"--warmup", "5"},   {"--steps", "20"},      {"--parallel", ""}};
+                                           {"--warmup", "5"},   {"--steps", "20"},      {"--parallel", ""},
+                                           {"--profile", ""}};
   bool distributed = false;
   for (int i = 1; i < argc; ++i) {
     const std::string arg = argv[i];
@@ -122,7 +137,7 @@ int main(int argc, char** argv) {
     else if (flags.count(arg) && i + 1 < argc) flags[arg] = argv[++i];
     else {
       std::cerr << "usage: bench_train_step [--arch A|all] [--precision P|all] [--layout L|all] [--warmup N] "
-                   "[--steps N] [--distributed] [--parallel all|DEVICE,...]\n";
+                   "[--steps N] [--distributed] [--parallel all|DEVICE,...] [--profile TRACE.json]\n";
       return 2;
     }
   }
@@ -136,7 +151,7 @@ int main(int argc, char** argv) {
       for (const auto& precision : choices(flags["--precision"], {"fp32", "tf32", "fp16", "bf16"}))
         for (const auto& layout : choices(flags["--layout"], {"contiguous", "channels_last"}))
           run({arch, precision, layout, arch == "resnet18" ? 256 : 128}, std::stoi(flags["--warmup"]),
-              std::stoi(flags["--steps"]), distributed, flags["--parallel"]);
+              std::stoi(flags["--steps"]), distributed, flags["--parallel"], flags["--profile"]);
   } catch (const std::exception& e) {
     std::cerr << "bench_train_step: " << e.what() << "\n";
     return 1;

@@ -25,6 +25,7 @@ void MixHandler::before_train() {
       [plain](const torch::Tensor& pred) { return plain.activation(pred); },
       [plain](const torch::Tensor& pred, const torch::Tensor& y) { return plain.per_item(pred, y); },
       plain.activation_name());
+  l.loss_func.share_checks(plain.checks());
 }
 
 void MixHandler::after_train() {

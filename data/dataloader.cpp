@@ -15,14 +15,13 @@ DataLoader::DataLoader(DatasetPtr dataset, DataLoaderOptions options)
   set_sampler(options_.sampler);
 }
 
-void DataLoader::set_sampler(SamplerPtr sampler) {
-  if (!sampler) {
-    sampler = options_.sampler ? options_.sampler
-              : options_.shuffle ? SamplerPtr(std::make_shared<RandomSampler>(dataset_->size(), options_.seed))
-                                 : SamplerPtr(std::make_shared<SequentialSampler>(dataset_->size()));
-  }
-  sampler_ = std::move(sampler);
+SamplerPtr DataLoader::own_sampler() const {
+  if (options_.sampler) return options_.sampler;
+  if (options_.shuffle) return std::make_shared<RandomSampler>(dataset_->size(), options_.seed);
+  return std::make_shared<SequentialSampler>(dataset_->size());
 }
+
+void DataLoader::set_sampler(SamplerPtr sampler) { sampler_ = sampler ? std::move(sampler) : own_sampler(); }
 
 size_t DataLoader::size() const {
   const auto n = n_items();

@@ -60,6 +60,8 @@ class DataLoader {
   const Sampler& sampler() const { return *sampler_; }
   // Replaces the sampler; nullptr restores the one the options give.
   void set_sampler(SamplerPtr sampler);
+  // The sampler the options give: theirs, else random from the seed or sequential.
+  SamplerPtr own_sampler() const;
 
   void set_epoch(int64_t epoch) { epoch_ = epoch; }
   int64_t epoch() const { return epoch_; }

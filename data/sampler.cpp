@@ -46,18 +46,23 @@ std::vector<int64_t> WeightedSampler::indices(int64_t epoch) const {
   return drawn;
 }
 
-DistributedSampler::DistributedSampler(size_t n, int rank, int world_size, bool shuffle, uint64_t seed)
-    : n_(n), rank_(rank), world_size_(world_size), shuffle_(shuffle), seed_(seed) {
+DistributedSampler::DistributedSampler(SamplerPtr base, int rank, int world_size)
+    : base_(std::move(base)), rank_(rank), world_size_(world_size) {
   if (world_size < 1 || rank < 0 || rank >= world_size)
     throw Error("DistributedSampler: rank " + std::to_string(rank) + " is not in [0, " + std::to_string(world_size) + ")");
-  if (n == 0) throw Error("DistributedSampler: empty dataset");
-  per_rank_ = (n + static_cast<size_t>(world_size) - 1) / static_cast<size_t>(world_size);
+  if (!base_ || base_->size() == 0) throw Error("DistributedSampler: empty dataset");
+  per_rank_ = (base_->size() + static_cast<size_t>(world_size) - 1) / static_cast<size_t>(world_size);
 }
 
+DistributedSampler::DistributedSampler(size_t n, int rank, int world_size, bool shuffle, uint64_t seed)
+    : DistributedSampler(shuffle ? SamplerPtr(std::make_shared<RandomSampler>(n, seed))
+                                 : SamplerPtr(std::make_shared<SequentialSampler>(n)),
+                         rank, world_size) {}
+
 std::vector<int64_t> DistributedSampler::indices(int64_t epoch) const {
-  auto all = shuffle_ ? RandomSampler(n_, seed_).indices(epoch) : SequentialSampler(n_).indices(epoch);
-  const size_t padded = per_rank_ * static_cast<size_t>(world_size_);
-  for (size_t i = 0; all.size() < padded; ++i) all.push_back(all[i % n_]);
+  auto all = base_->indices(epoch);
+  const size_t n = all.size(), padded = per_rank_ * static_cast<size_t>(world_size_);
+  for (size_t i = 0; all.size() < padded; ++i) all.push_back(all[i % n]);
   const auto first = all.begin() + static_cast<std::ptrdiff_t>(per_rank_ * static_cast<size_t>(rank_));
   return {first, first + static_cast<std::ptrdiff_t>(per_rank_)};
 }

@@ -5,7 +5,7 @@
 //   SequentialSampler   0, 1, ..., n-1
 //   RandomSampler       a permutation from (seed, epoch)
 //   WeightedSampler     n draws with replacement, probability proportional to weight
-//   DistributedSampler  fastai's DistributedDL: every rank takes rank 0's permutation
+//   DistributedSampler  fastai's DistributedDL: a rank's share of another sampler's epoch
 //                       (the same seed), pads it to ceil(n/world)*world by repeating
 //                       from the start, and serves its contiguous block
 #include <memory>
@@ -64,17 +64,20 @@ class WeightedSampler : public Sampler {
   size_t n_samples_;
 };
 
+// One rank's share of another sampler's epoch: the epoch (the same on every rank, as
+// samplers draw from (seed, epoch)) padded by its first indices to a multiple of the
+// world, then the rank's contiguous slice, as fastai's DistributedDL.
 class DistributedSampler : public Sampler {
  public:
+  DistributedSampler(SamplerPtr base, int rank, int world_size);
+  // Over n items, shuffled from seed or in order.
   DistributedSampler(size_t n, int rank, int world_size, bool shuffle, uint64_t seed);
   std::vector<int64_t> indices(int64_t epoch) const override;
   size_t size() const override { return per_rank_; }
 
  private:
-  size_t n_;
+  SamplerPtr base_;
   int rank_, world_size_;
-  bool shuffle_;
-  uint64_t seed_;
   size_t per_rank_;
 };
 

@@ -35,11 +35,9 @@ void DistributedTrainer::before_fit() {
     comm_->broadcast(data, 0);
   }
 
-  const uint64_t seed = l.dls.train.options().seed;
-  l.dls.train.set_sampler(std::make_shared<DistributedSampler>(l.dls.train.dataset().size(), env_.rank,
-                                                               env_.world_size, l.dls.train.options().shuffle, seed));
-  l.dls.valid.set_sampler(
-      std::make_shared<DistributedSampler>(l.dls.valid.dataset().size(), env_.rank, env_.world_size, false, 0));
+  // Each rank takes its share of the loaders' own samplers (a WeightedSampler stays one).
+  for (auto* loader : {&l.dls.train, &l.dls.valid})
+    loader->set_sampler(std::make_shared<DistributedSampler>(loader->own_sampler(), env_.rank, env_.world_size));
   l.rank = env_.rank;
   l.barrier = [comm = comm_] { comm->barrier(); };
   was_logging_ = l.logging;
@@ -80,7 +78,7 @@ void DistributedTrainer::gather_validation_batch() {
   auto& l = learn();
   const auto& sampler = l.dls.valid.sampler();
   const int64_t per_rank = static_cast<int64_t>(sampler.size());
-  const int64_t n = static_cast<int64_t>(l.dls.valid.dataset().size());
+  const int64_t n = static_cast<int64_t>(l.dls.valid.own_sampler()->size());  // the epoch before padding
   const int64_t first = static_cast<int64_t>(l.iter) * l.dls.valid.bs();
   std::vector<torch::Tensor> preds = comm_->all_gather(l.pred.detach().contiguous());
   std::vector<torch::Tensor> targets = comm_->all_gather(l.yb.contiguous());

@@ -1,11 +1,14 @@
-// Classifies image files with an exported model (Learner::export_learner), without the
-// training data:
+// Classifies image files, or segments them, with an exported model
+// (Learner::export_learner), without the training data:
 //
-//   predict MODEL IMAGE|FOLDER... [--top 3] [--bs 64] [--workers 2]
+//   predict MODEL IMAGE|FOLDER... [--top 3] [--bs 64] [--workers 2] [--masks DIR]
 //
 // e.g. with the model the image_folder example exports:
 //   build/examples/predict image_folder_export.pt photo.jpg more_photos/
-// prints a line per image: its path, then the top classes with their probabilities.
+// prints a line per image: its path, then the top classes with their probabilities. With
+// a segmentation model (the segmentation example's segmentation_export.pt): each image's
+// share of pixels per class, and with --masks DIR the class masks as PNGs
+// (DIR/<image name>.png, a colour per class).
 #include <fastcpp.h>
 
 #include <filesystem>
@@ -14,13 +17,31 @@
 
 using namespace fastcpp;
 
+namespace {
+
+// A segmented image's line: its path, then each class present with its share of pixels.
+void print_mask_shares(const vision::Prediction& p, const vision::Predictor& predictor) {
+  const auto counts = torch::bincount(p.mask.flatten());
+  std::cout << p.path << ":";
+  for (int64_t c = 0; c < counts.numel(); ++c)
+    if (const auto n = counts[c].item<int64_t>(); n > 0)
+      std::cout << " " << predictor.label(c) << " " << std::fixed << std::setprecision(4)
+                << static_cast<double>(n) / static_cast<double>(p.mask.numel());
+  std::cout << "\n";
+}
+
+}  // namespace
+
 int main(int argc, char** argv) {
   std::vector<std::string> inputs;
   int64_t top = 3, bs = 64;
   int workers = 2;
+  std::string masks;
   for (int i = 1; i < argc; ++i) {
     const std::string arg = argv[i];
-    if ((arg == "--top" || arg == "--bs" || arg == "--workers") && i + 1 < argc) {
+    if (arg == "--masks" && i + 1 < argc) {
+      masks = argv[++i];
+    } else if ((arg == "--top" || arg == "--bs" || arg == "--workers") && i + 1 < argc) {
       const auto value = std::stoll(argv[++i]);
       if (arg == "--top") top = value;
       else if (arg == "--bs") bs = value;
@@ -30,7 +51,7 @@ int main(int argc, char** argv) {
     }
   }
   if (inputs.size() < 2) {
-    std::cerr << "usage: predict MODEL IMAGE|FOLDER... [--top 3] [--bs 64] [--workers 2]\n";
+    std::cerr << "usage: predict MODEL IMAGE|FOLDER... [--top 3] [--bs 64] [--workers 2] [--masks DIR]\n";
     return 2;
   }
   try {
@@ -39,6 +60,14 @@ int main(int argc, char** argv) {
       const auto predictions = std::filesystem::is_directory(inputs[i]) ? predictor.predict_folder(inputs[i], bs)
                                                                          : std::vector{predictor.predict(inputs[i])};
       for (const auto& p : predictions) {
+        if (p.mask.defined()) {
+          print_mask_shares(p, predictor);
+          if (!masks.empty()) {
+            std::filesystem::create_directories(masks);
+            vision::write_mask_png((std::filesystem::path(masks) / std::filesystem::path(p.path).filename()).replace_extension(".png").string(), p.mask);
+          }
+          continue;
+        }
         const auto [probs, indices] = p.probs.topk(std::min<int64_t>(top, p.probs.numel()));
         std::cout << p.path << ":";
         for (int64_t j = 0; j < probs.numel(); ++j) {

@@ -9,11 +9,12 @@
 //
 //   segmentation [--epochs 8] [--bs 16] [--lr 1e-2] [--items 1200] [--width 16]
 //                [--stem imagenet|cifar] [--threads N] [--workers N] [--data DIR] [--out segmentation_data]
-//                [--seed 42]
+//                [--seed 42] [--export segmentation_export.pt]
 //
 // Prints the epoch table with Dice and mean IoU (void pixels left out), then each
 // class's IoU; writes segmentation_results.png (image, true mask, predicted mask for
-// 4 validation images, as fastai's show_results) and segmentation_loss.png.
+// 4 validation images, as fastai's show_results), segmentation_loss.png, and the model
+// for examples/predict (--export '' writes none).
 #include <fastcpp.h>
 
 #include <opencv2/imgcodecs.hpp>
@@ -75,20 +76,12 @@ void write_set(const std::string& fashion_mnist, const std::string& out, int n, 
   std::ofstream(fs::path(out) / "done") << "complete\n";
 }
 
-// A colour per class (background black, void white), for masks.
+// The library's colours per class, as an OpenCV image (BGR).
 cv::Mat colour_mask(const torch::Tensor& mask) {
-  static const cv::Vec3b palette[] = {{0, 0, 0},       {230, 25, 75},  {60, 180, 75}, {255, 225, 25}, {0, 130, 200},
-                                      {245, 130, 48},  {145, 30, 180}, {70, 240, 240}, {240, 50, 230}, {210, 245, 60},
-                                      {250, 190, 212}};
-  const auto m = mask.to(torch::kLong).cpu();
-  cv::Mat out(static_cast<int>(m.size(0)), static_cast<int>(m.size(1)), CV_8UC3);
-  const auto a = m.accessor<int64_t, 2>();
-  for (int y = 0; y < out.rows; ++y)
-    for (int x = 0; x < out.cols; ++x) {
-      const auto v = a[y][x];
-      const cv::Vec3b rgb = v == kVoid ? cv::Vec3b(255, 255, 255) : palette[v % 11];
-      out.at<cv::Vec3b>(y, x) = {rgb[2], rgb[1], rgb[0]};  // OpenCV writes BGR
-    }
+  const auto rgb = vision::colour_mask(mask, kVoid).contiguous();
+  cv::Mat out;
+  cv::cvtColor(cv::Mat(static_cast<int>(rgb.size(0)), static_cast<int>(rgb.size(1)), CV_8UC3, rgb.data_ptr<uint8_t>()), out,
+               cv::COLOR_RGB2BGR);
   return out;
 }
 
@@ -118,7 +111,8 @@ int main(int argc, char** argv) {
   int workers = -1;  // the loader's threads: one per core
   int64_t bs = 16, width = 16;  // 64: torchvision's ResNet-18 (about 3 min an epoch on 2 cores)
   double lr = 1e-2;
-  std::string data = vision::fashion_mnist_dir(), out = "segmentation_data", stem = "imagenet";
+  std::string data = vision::fashion_mnist_dir(), out = "segmentation_data", stem = "imagenet",
+              export_path = "segmentation_export.pt";
   for (int i = 1; i + 1 < argc; i += 2) {
     const std::string flag = argv[i], value = argv[i + 1];
     if (flag == "--epochs") epochs = std::stoi(value);
@@ -132,6 +126,7 @@ int main(int argc, char** argv) {
     else if (flag == "--data") data = value;
     else if (flag == "--out") out = value;
     else if (flag == "--stem") stem = value;
+    else if (flag == "--export") export_path = value;
     else {
       std::cerr << "unknown flag " << flag << "\n";
       return 2;
@@ -156,12 +151,16 @@ int main(int argc, char** argv) {
     const auto iou = vision::per_class_iou(preds.preds, preds.targets, no_void);
     std::printf("IoU per class:");
     for (size_t c = 0; c < iou.size(); ++c) std::printf(" %s %.3f%s", kCodes[c].c_str(), iou[c], c + 1 < iou.size() ? "," : "\n");
-    const auto results = learn.validate();  // [valid_loss, dice_multi, jaccard_coeff_multi]
+    // [valid_loss, dice_multi, jaccard_coeff_multi] of the pass get_preds just made: no
+    // second pass over the validation set.
+    auto results = learn.recorder->valid_values();
+    if (results.size() < 3) results = learn.validate();
     std::printf("final valid Dice %.4f, mean IoU %.4f\n", results[1], results[2]);
 
     const auto batch = dls.valid.dataset().get_batch({0, 1, 2, 3});
     write_results("segmentation_results.png", batch.x, batch.y, preds.preds.narrow(0, 0, 4).argmax(1), 4);
     learn.recorder->plot_loss("segmentation_loss.png");
+    if (!export_path.empty()) learn.export_learner(export_path);  // for examples/predict --masks
   } catch (const Error& e) {
     std::cerr << "error: " << e.what() << "\n";
     return 1;

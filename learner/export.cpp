@@ -12,6 +12,12 @@
 #include "formats/torch_file.h"
 
 namespace fastcpp {
+
+c10::IValue spec_entry(const ModelSpec& spec, const std::string& key) {
+  auto it = spec.find(key);
+  if (it == spec.end()) throw Error("its architecture record has no '" + key + "'");
+  return it->second;
+}
 namespace {
 
 constexpr const char* kFormat = "fastcpp.export.v1";

@@ -25,6 +25,9 @@ namespace fastcpp {
 // program's own module), and the model must be given when loading.
 using ModelSpec = std::map<std::string, c10::IValue>;
 
+// The entry `key` of an architecture record; throws fastcpp::Error naming it if absent.
+c10::IValue spec_entry(const ModelSpec& spec, const std::string& key);
+
 struct ExportedModel {
   std::string source;                  // "exported model 'PATH'", for messages
   ModelSpec spec;
@@ -34,7 +37,7 @@ struct ExportedModel {
   c10::ScalarType item_dtype = c10::ScalarType::Byte;
   std::vector<std::string> item_tfms;  // text forms (vision::item_transform_from_spec)
   std::vector<std::string> batch_tfms; // text forms (batch_transform_from_spec)
-  std::string activation;              // the loss's: "softmax", or empty for none
+  std::string activation;              // the loss's: "softmax" (last axis), "softmax_classes" (axis 1), or empty
 };
 
 // Throws fastcpp::Error naming the file when it is missing, cut short, or not an

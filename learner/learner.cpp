@@ -191,6 +191,7 @@ void Learner::all_batches() {
   n_iter = dl->size();
   size_t i = 0;
   for (const Batch& batch : *dl) one_batch(i++, batch);
+  loss_func.finish_checks();  // the checks made on the device without waiting, read at last
 }
 
 void Learner::one_batch(size_t i, const Batch& batch) {

@@ -9,7 +9,15 @@
 namespace fastcpp {
 namespace {
 
-void check_class_targets(const torch::Tensor& pred, const torch::Tensor& target) {
+std::string label_error(int64_t label, int64_t position, const char* batch, int64_t n_classes) {
+  std::ostringstream msg;
+  msg << "label " << label << " at position " << position << " of " << batch << " is outside [0, " << n_classes
+      << "): the model has " << n_classes << " outputs; check the dataset's labels or the model's output size";
+  return msg.str();
+}
+
+// Checks the targets; returns them as the kernel may read them.
+torch::Tensor check_class_targets(const torch::Tensor& pred, const torch::Tensor& target, DeviceCheck& checks) {
   if (pred.dim() != 2)
     throw Error("CrossEntropyLoss: expected model output [batch, n_classes], got " + c10::str(pred.sizes()));
   if (target.dim() != 1 || target.size(0) != pred.size(0))
@@ -19,14 +27,21 @@ void check_class_targets(const torch::Tensor& pred, const torch::Tensor& target)
     throw Error(std::string("CrossEntropyLoss: targets must be integer class indices, got ") +
                 c10::toString(target.scalar_type()));
   const int64_t n_classes = pred.size(1);
-  auto bad = (target < 0).logical_or_(target >= n_classes);
-  if (!bad.any().item<bool>()) return;  // the one host sync of the check
-  const int64_t position = bad.nonzero()[0][0].item<int64_t>();
-  std::ostringstream msg;
-  msg << "label " << target[position].item<int64_t>() << " at position " << position
-      << " of the batch is outside [0, " << n_classes << "): the model has " << n_classes
-      << " outputs; check the dataset's labels or the model's output size";
-  throw Error(msg.str());
+  const auto labels = target.to(torch::kLong);
+  const auto bad = (labels < 0).logical_or_(labels >= n_classes);
+  if (labels.is_cpu()) {
+    if (!bad.any().item<bool>()) return labels;
+    const int64_t position = bad.nonzero()[0][0].item<int64_t>();
+    throw Error(label_error(labels[position].item<int64_t>(), position, "the batch", n_classes));
+  }
+  // On the device: the first bad label and its position, read later; meanwhile the
+  // kernel sees labels in range (a bad one would be a device-side assert, the end of
+  // the CUDA context).
+  torch::NoGradGuard no_grad;
+  const auto position = bad.to(torch::kByte).argmax().reshape({1});
+  checks.post(torch::cat({bad.any().to(torch::kLong).reshape({1}), position, labels.index_select(0, position)}),
+              [n_classes](const std::vector<int64_t>& found) { return label_error(found[2], found[1], "a batch", n_classes); });
+  return labels.clamp(0, n_classes - 1);
 }
 
 void check_same_shape(const torch::Tensor& pred, const torch::Tensor& target) {
@@ -45,16 +60,17 @@ torch::Tensor Loss::per_item(const torch::Tensor& pred, const torch::Tensor& tar
 }
 
 Loss CrossEntropyLoss(CrossEntropyOptions options) {
-  auto with_reduction = [options](torch::nn::functional::CrossEntropyFuncOptions::reduction_t reduction) {
-    return [options, reduction](const torch::Tensor& pred, const torch::Tensor& target) {
-      check_class_targets(pred, target);
+  auto checks = std::make_shared<DeviceCheck>();
+  auto with_reduction = [options, checks](torch::nn::functional::CrossEntropyFuncOptions::reduction_t reduction) {
+    return [options, reduction, checks](const torch::Tensor& pred, const torch::Tensor& target) {
       return torch::nn::functional::cross_entropy(
-          pred, target.to(torch::kLong),
+          pred, check_class_targets(pred, target, *checks),
           torch::nn::functional::CrossEntropyFuncOptions().label_smoothing(options.label_smoothing).reduction(reduction));
     };
   };
   return Loss(with_reduction(torch::kMean), [](const torch::Tensor& pred) { return torch::softmax(pred, -1); },
-              with_reduction(torch::kNone), "softmax");
+              with_reduction(torch::kNone), "softmax")
+      .share_checks(checks);
 }
 
 Loss MSELoss() {

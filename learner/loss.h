@@ -6,7 +6,10 @@
 #include <torch/types.h>
 
 #include <functional>
+#include <memory>
 #include <string>
+
+#include "core/device_check.h"
 
 namespace fastcpp {
 
@@ -33,11 +36,25 @@ class Loss {
   const std::string& activation_name() const { return activation_name_; }
   explicit operator bool() const { return static_cast<bool>(fn_); }
 
+  // The checks of its input made on the device without waiting (CrossEntropyLoss's
+  // labels on a GPU); a loss that wraps another shares them.
+  const std::shared_ptr<DeviceCheck>& checks() const { return checks_; }
+  Loss& share_checks(std::shared_ptr<DeviceCheck> checks) {
+    checks_ = std::move(checks);
+    return *this;
+  }
+  // Waits for those checks and throws for the first that failed: the Learner calls it at
+  // the end of each phase, where it waits for the device anyway.
+  void finish_checks() const {
+    if (checks_) checks_->finish();
+  }
+
  private:
   Fn fn_;
   Activation activation_;
   Fn per_item_;
   std::string activation_name_;
+  std::shared_ptr<DeviceCheck> checks_;
 };
 
 struct CrossEntropyOptions {
@@ -45,8 +62,10 @@ struct CrossEntropyOptions {
 };
 
 // Mean cross-entropy over class indices. Checks the targets: integer type, and every
-// label in [0, n_classes) (an error naming the label and its position, where CUDA
-// would raise a device-side assert). Activation: softmax.
+// label in [0, n_classes): an error naming the label and its position, where CUDA
+// would raise a device-side assert. On a GPU the range check does not stop the device:
+// the labels are clamped for the kernel and the check is read a few batches later (by
+// the end of the phase at the latest). Activation: softmax.
 Loss CrossEntropyLoss(CrossEntropyOptions options = {});
 Loss MSELoss();
 

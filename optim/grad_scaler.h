@@ -63,9 +63,11 @@ class GradScaler {
     restore(parse(state, source));
   }
 
- private:
-  // The scale and growth tracker moved to `device` (where the first gradients or loss are).
+  // The scale and growth tracker moved to `device` (where the gradients and loss are);
+  // done on first use if not before.
   void place_on(const torch::Device& device);
+
+ private:
   GradScalerOptions options_;
   torch::Tensor scale_;           // float32, shape [1]
   torch::Tensor growth_tracker_;  // int32, shape [1]

@@ -19,16 +19,27 @@ Optimizer::Optimizer(std::vector<ParamGroup> groups) : groups_(std::move(groups)
   }
 }
 
+torch::Tensor& state_buffer(ParamState& state, const char* name, const torch::Tensor& like) {
+  auto& tensor = state.buffers[name];
+  if (!tensor.defined()) tensor = torch::zeros_like(like, torch::MemoryFormat::Preserve);
+  return tensor;
+}
+
 void Optimizer::step() {
   torch::NoGradGuard no_grad;
   for (size_t g = 0; g < groups_.size(); ++g) {
     auto& group = groups_[g];
+    GroupTensors with_grads;
     for (size_t i = 0; i < group.params.size(); ++i) {
-      auto& param = group.params[i];
-      const auto& grad = param.grad();
-      if (!grad.defined()) continue;
-      update(param, grad, state_[g][i], group.hypers, group.do_wd[i]);
+      if (!group.params[i].grad().defined()) continue;
+      with_grads.params.push_back(group.params[i]);
+      with_grads.grads.push_back(group.params[i].grad());
+      with_grads.states.push_back(&state_[g][i]);
+      with_grads.do_wd.push_back(group.do_wd[i]);
     }
+    if (with_grads.params.empty() || update_group(with_grads, group.hypers)) continue;
+    for (size_t i = 0; i < with_grads.params.size(); ++i)
+      update(with_grads.params[i], with_grads.grads[i], *with_grads.states[i], group.hypers, with_grads.do_wd[i]);
   }
 }
 

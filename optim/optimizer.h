@@ -30,6 +30,16 @@ struct ParamState {
   int64_t step = 0;
 };
 
+// The state buffer `name`, zeros shaped and laid out as `like` on first use.
+torch::Tensor& state_buffer(ParamState& state, const char* name, const torch::Tensor& like);
+
+// The params of one group that have gradients, for an update of all of them at once.
+struct GroupTensors {
+  std::vector<torch::Tensor> params, grads;
+  std::vector<ParamState*> states;
+  std::vector<bool> do_wd;
+};
+
 class Optimizer {
  public:
   explicit Optimizer(std::vector<ParamGroup> groups);
@@ -60,6 +70,9 @@ class Optimizer {
   friend class Lookahead;  // runs the update of the optimizer it wraps
   virtual void update(torch::Tensor& param, const torch::Tensor& grad, ParamState& state,
                       const Hypers& hypers, bool do_wd) = 0;
+  // The same update for a whole group in a few kernel launches, where the optimizer can
+  // (SGD and Adam on a GPU: ATen's fused kernels); false leaves it to update().
+  virtual bool update_group(GroupTensors& group, const Hypers& hypers) { return false; }
 
  private:
   std::vector<ParamGroup> groups_;

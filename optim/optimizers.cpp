@@ -4,6 +4,8 @@
 
 #include <cmath>
 
+#include "optim/fused_updates.h"
+
 namespace fastcpp {
 namespace {
 
@@ -11,19 +13,13 @@ void decay_weights(torch::Tensor& param, const Hypers& hypers, bool do_wd) {
   if (do_wd && hypers.wd != 0) param.mul_(1 - hypers.lr * hypers.wd);
 }
 
-torch::Tensor& buffer(ParamState& state, const char* name, const torch::Tensor& like) {
-  auto& tensor = state.buffers[name];
-  if (!tensor.defined()) tensor = torch::zeros_like(like, torch::MemoryFormat::Preserve);
-  return tensor;
-}
-
 // fastai's average_grad (dampened: Adam's 1 - mom) and average_sqr_grad.
 torch::Tensor& average_grad(ParamState& state, const torch::Tensor& grad, double mom, bool dampened) {
-  return buffer(state, "grad_avg", grad).mul_(mom).add_(grad, dampened ? 1 - mom : 1.0);
+  return state_buffer(state, "grad_avg", grad).mul_(mom).add_(grad, dampened ? 1 - mom : 1.0);
 }
 
 torch::Tensor& average_sqr_grad(ParamState& state, const torch::Tensor& grad, double sqr_mom) {
-  return buffer(state, "sqr_avg", grad).mul_(sqr_mom).addcmul_(grad, grad, 1 - sqr_mom);
+  return state_buffer(state, "sqr_avg", grad).mul_(sqr_mom).addcmul_(grad, grad, 1 - sqr_mom);
 }
 
 // Adam's two averages and its step count, one step on.
@@ -54,6 +50,18 @@ void SGD::update(torch::Tensor& param, const torch::Tensor& grad, ParamState& st
     return;
   }
   param.add_(average_grad(state, grad, hypers.mom, false), -hypers.lr);
+}
+
+bool SGD::update_group(GroupTensors& group, const Hypers& hypers) {
+  if (!group.params.front().is_cuda() || !fusable(group)) return false;
+  fused_sgd_update(group, hypers);
+  return true;
+}
+
+bool Adam::update_group(GroupTensors& group, const Hypers& hypers) {
+  if (!group.params.front().is_cuda() || !fusable(group)) return false;
+  fused_adam_update(group, hypers);
+  return true;
 }
 
 void Adam::update(torch::Tensor& param, const torch::Tensor& grad, ParamState& state, const Hypers& hypers,

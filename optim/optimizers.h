@@ -31,7 +31,7 @@ class SGD : public Optimizer {
 
  protected:
   void update(torch::Tensor& param, const torch::Tensor& grad, ParamState& state, const Hypers& hypers,
-              bool do_wd) override;
+              bool do_wd) override;  bool update_group(GroupTensors& group, const Hypers& hypers) override;
 };
 
 class Adam : public Optimizer {
@@ -40,7 +40,7 @@ class Adam : public Optimizer {
 
  protected:
   void update(torch::Tensor& param, const torch::Tensor& grad, ParamState& state, const Hypers& hypers,
-              bool do_wd) override;
+              bool do_wd) override;  bool update_group(GroupTensors& group, const Hypers& hypers) override;
 };
 
 class RAdam : public Optimizer {

@@ -3,7 +3,7 @@
 # packages needs to build and check fastcpp with scripts/gpu_check.sh: doctest's single
 # header, Gloo's headers (c10d's Gloo backend includes them; the torch wheel ships none),
 # zlib's headers, the Fashion-MNIST files, and the fixtures of the fastai suite (made
-# here with the venv's fastai, which the GPU machines lack). About 31 MB.
+# here with the venv's fastai, which the GPU machines lack). About 33 MB.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bundle=.gpu_bundle
@@ -14,4 +14,8 @@ cp -r /usr/include/gloo "$bundle/include/"
 cp /usr/include/zlib.h /usr/include/zconf.h "$bundle/include/"
 cp /usr/share/datasets/fashion-mnist/*.gz "$bundle/data/fashion-mnist/"
 .venv/bin/python tests/fixtures/fastai_reference.py "$bundle/fastai_fixtures"
+# fastai's U-Net weights (165 MB) exceed what a device call carries; that case compares
+# CPU forwards only, and CI runs it. The fastai suite skips a fixture listed here.
+rm "$bundle/fastai_fixtures/unet_resnet34.pth"
+echo "unet_resnet34.pth" > "$bundle/fastai_fixtures/left_out.txt"
 du -sh "$bundle"

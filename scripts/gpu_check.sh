@@ -4,17 +4,19 @@
 # GPU tests, runs the GPU benchmarks, and writes the logs and one results table to OUT.
 #
 #   scripts/gpu_bundle.sh                         # once, on a machine with Debian's packages
-#   scripts/gpu_check.sh OUT [build] [test] [bench]   # on the GPU machine (default: all three)
+#   scripts/gpu_check.sh OUT [build] [test] [bench] [step]   # on the GPU machine (default: all)
 #
-# Every bench step has its own time limit and adds its lines to results.md as it ends.
+# A device call is at most 10 minutes: build+test, bench and step (the Learner against
+# eager, 16 cells x 3 alternating rounds) fit one call each. Every bench step has its own
+# time limit and adds its lines to results.md as it ends.
 # Files in OUT: build.log, tests.log, bench.log, results.md. Environment: FASTCPP_PYTHON
 # (default python3), FASTCPP_BUNDLE (default .gpu_bundle), FASTCPP_GPU_BUILD (default
 # build-gpu), FASTCPP_BENCH_STEPS (timed steps per benchmark cell, default 20).
 set -uo pipefail
 cd "$(dirname "$0")/.."
-out=${1:?usage: scripts/gpu_check.sh OUT [build] [test] [bench]}
+out=${1:?usage: scripts/gpu_check.sh OUT [build] [test] [bench] [step]}
 shift
-stages=${*:-build test bench}
+stages=${*:-build test bench step}
 mkdir -p "$out"
 out=$(realpath "$out")
 python=${FASTCPP_PYTHON:-python3}
@@ -78,7 +80,9 @@ step() {
   local status=$?
   cat "$log" >> "$out/bench.log"
   row "$title" "$([ $status -eq 0 ] && echo "done" || echo "FAILED (exit $status$([ $status -eq 124 ] && echo ", past ${limit} s"))") in $(since "$started") s"
-  { grep -E '^\|' "$log"; grep -E 'goal|time ratio|time: data|race|equal' "$log"; } >> "$results"
+  # Of a step that reprints its table after each round, the last one.
+  awk '/^Medians of/ {kept = ""} {kept = kept $0 "\n"} END {printf "%s", kept}' "$log" > "$log.last"
+  { grep -E '^\|' "$log.last"; grep -E 'goal|time ratio|time: data|race|equal|^profile|ms/step' "$log.last"; } >> "$results"
 }
 
 # Two runs of the example (1 epoch, to_parallel on {cuda:0, cuda:0}, fp16) from the same
@@ -116,16 +120,23 @@ stream_race() {
   fi
 }
 
+example() { "$build/examples/fashion_mnist" --data "$bundle/data/fashion-mnist" "$@"; }
+export out bundle build python
+export -f now since example example_fast peer_race stream_race
+[[ " $stages " == *" bench "* || " $stages " == *" step "* ]] && : > "$out/bench.log"
+
+if [[ " $stages " == *" step "* ]]; then
+  # The table is printed again after each round: a step cut by its limit still leaves
+  # the medians of the rounds it finished.
+  step 540 "Training step, fastcpp Learner vs PyTorch eager (${steps} timed steps, rounds alternating)" \
+    env FASTCPP_BENCH_ROUNDS="${FASTCPP_BENCH_ROUNDS:-3}" bench/gpu_train_step.sh "$build" "$python" -- --steps "$steps"
+fi
+
 if [[ " $stages " == *" bench "* ]]; then
   start=$(now)
-  : > "$out/bench.log"
-  example() { "$build/examples/fashion_mnist" --data "$bundle/data/fashion-mnist" "$@"; }
-  export out bundle build python
-  export -f now since example example_fast peer_race stream_race
-  step 200 "Training step, fastcpp Learner vs PyTorch eager (${steps} timed steps, rounds alternating)" \
-    env FASTCPP_BENCH_ROUNDS="${FASTCPP_BENCH_ROUNDS:-3}" bench/gpu_train_step.sh "$build" "$python" -- --steps "$steps"
   step 60 "DDP at world size 1 on NCCL" bench/gpu_ddp_overhead.sh "$build"
-  step 90 "to_parallel" bench/gpu_parallel.sh "$build"
+  mkdir -p "$out/traces"
+  step 150 "to_parallel (and its profile)" bench/gpu_parallel.sh "$build" "$out/traces"
   step 60 "SyncBatchNorm's synced path vs BatchNorm (ResNet-50's layers, fp16 channels-last)" "$build/bench/bench_sync_batchnorm"
   step 60 "Fashion-MNIST example, time split (5 epochs, bf16, batch 512, data on the GPU)" example_fast
   step 60 "Stream race stress" stream_race
@@ -133,6 +144,9 @@ if [[ " $stages " == *" bench "* ]]; then
     step 120 "Fashion-MNIST example vs the PyTorch peer (5 epochs, both $layout, data on the GPU)" peer_race "$layout"
   done
   row benchmarks "done in $(since "$start") s (log: bench.log)"
+fi
+
+if [ -s "$out/bench.log" ]; then
   # One line per goal the steps print ("...: 0.91x ... (goal >= 0.85x)"): met or not.
   { echo; echo "| goal | figure | met |"; echo "|---|---|---|"
     grep -E 'goal[^<>]*(>=|<=) -?[0-9.]+' "$out/bench.log" | awk '{
@@ -141,6 +155,7 @@ if [[ " $stages " == *" bench "* ]]; then
       match($0, /goal[^<>]*(>=|<=) -?[0-9.]+/); spec = substr($0, RSTART, RLENGTH)
       op = substr(spec, match(spec, /(>=|<=)/), 2); target = substr(spec, RSTART + 3) + 0
       met = (op == ">=") ? (figure + 0 >= target) : (figure + 0 <= target)
+      if (figure == "" || $0 ~ /(^|[^a-z])(inf|nan)([^a-z]|$)/) met = 0  # no figure, or a broken one
       printf "| %s | %s | %s |\n", $0, figure, (met ? "met" : "NOT met")}'
   } >> "$results"
 fi

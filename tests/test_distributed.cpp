@@ -34,6 +34,24 @@ TEST_SUITE("distributed") {
     check_two_ranks_equal_one_process(12, {"FASTCPP_WORKER_MODEL=unet"}, 1e-4, 1e-5);
   }
 
+  TEST_CASE("the U-Net's 2 ranks started by fastcpp-launch and by torchrun end as 1 process") {
+    const auto single_out = temp_path("unet_single");
+    REQUIRE(wait_for(spawn_worker("single", single_out, {"FASTCPP_WORKER_MODEL=unet"}), 120) == 0);
+    const auto base = temp_path("unet_launched");
+    const std::string worker = std::string(FASTCPP_DIST_WORKER) + " ddp " + base, model = "FASTCPP_WORKER_MODEL=unet ";
+    const std::vector<std::pair<std::string, std::string>> launchers{
+        {"fastcpp-launch", model + FASTCPP_LAUNCH + " --nproc-per-node 2 --master-port " + std::to_string(free_port() + 13)},
+        {"torchrun", model + FASTCPP_PYTHON + " -m torch.distributed.run --no_python --log_dir " + base +
+                         "_logs --nproc_per_node 2 --master_port " + std::to_string(free_port() + 14)}};
+    for (const auto& [name, launcher] : launchers) {
+      CAPTURE(name);
+      REQUIRE(run_command(launcher + " " + worker + " > " + base + ".log 2>&1") == 0);
+      for (const auto& out : {base + ".0", base + ".1"}) check_same_params(out, single_out, 1e-4, 1e-5);
+    }
+    for (const auto& f : {single_out, base + ".0", base + ".1", base + ".log"}) std::filesystem::remove(f);
+    std::filesystem::remove_all(base + "_logs");
+  }
+
   TEST_CASE("fastcpp-launch refuses node settings that could not form a group, naming why") {
     const auto log = temp_path("launch_flags.log");
     auto refusal = [&](const std::string& flags) {

@@ -25,11 +25,12 @@ namespace {
 const torch::Device kCuda0("cuda:0");
 
 // Every warning libtorch raises on this thread (and those the autograd engine's threads
-// hand back to it at the end of backward).
+// hand back to it at the end of backward), each with the calls that raised it: a sync
+// warning names no operation, the stack does.
 struct WarningCollector : c10::WarningHandler {
   void process(const c10::Warning& warning) override {
     std::lock_guard<std::mutex> lock(mutex);
-    messages.push_back(warning.msg());
+    messages.push_back(warning.msg() + "\n" + c10::get_backtrace(/*frames_to_skip=*/1, /*maximum_number_of_frames=*/24));
   }
   size_t count(const std::string& text) {
     std::lock_guard<std::mutex> lock(mutex);
@@ -99,6 +100,22 @@ TEST_SUITE("gpu" * doctest::skip(!torch::cuda::is_available())) {
         CHECK(counter->per_batch[i] == expected);
       }
     }
+  }
+
+  TEST_CASE("a label out of range on the GPU ends the fit with the CPU's error, and the device stays usable") {
+    auto gen = at::make_generator<at::CPUGeneratorImpl>(2);
+    auto labels = torch::randint(0, 3, {64}, gen, torch::kLong);
+    labels[37] = 7;  // batch 2, position 5
+    auto data = std::make_shared<TensorDataset>(torch::randn({64, 4}, gen), labels);
+    torch::manual_seed(0);
+    Learner learn({DataLoader(data, {.bs = 16}), DataLoader(data, {.bs = 16})},
+                  torch::nn::Sequential(torch::nn::Linear(4, 3)), CrossEntropyLoss(), {}, {.device = kCuda0});
+    silence(learn);
+    const auto message = error_of([&] { learn.fit(1, 1e-2); });
+    CHECK(message.rfind("label 7 at position 5 of a batch is outside [0, 3): the model has 3 outputs; check the "
+                        "dataset's labels or the model's output size", 0) == 0);
+    // No device-side assert: the CUDA context still computes.
+    CHECK((torch::ones({4}, kCuda0) * 2).sum().item<double>() == 8.0);
   }
 
   TEST_CASE("in-memory data go to the GPU once and give the host loader's batches, bitwise") {

@@ -5,6 +5,7 @@
 #include <sstream>
 
 #include "helpers.h"
+#include "optim/fused_updates.h"
 #include "optim/param_groups.h"
 
 using namespace fastcpp;
@@ -32,9 +33,74 @@ void check_trajectory(const OptFunc& opt_func, const std::string& expected_key, 
   }
 }
 
+// Three steps of `opt_func`'s per-param update and of `fused` on copies of the same
+// params (a conv weight in channels-last, a bias without decay), with the same gradients
+// and a scheduled momentum: every param and state buffer agree.
+void check_fused_equals_per_param(const OptFunc& opt_func, void (*fused)(GroupTensors&, const Hypers&)) {
+  torch::manual_seed(0);
+  const std::vector<torch::Tensor> init{torch::randn({4, 3, 3, 3}).contiguous(at::MemoryFormat::ChannelsLast),
+                                        torch::randn({4})};
+  std::vector<torch::Tensor> looped, fused_params;
+  for (const auto& t : init) {
+    looped.push_back(t.clone().requires_grad_(true));
+    fused_params.push_back(t.clone().requires_grad_(true));
+  }
+  auto opt = opt_func({ParamGroup{looped, {true, false}, {}}});
+  opt->set_hyper("lr", 0.05);
+  opt->set_hyper("wd", 0.1);
+  std::vector<ParamState> states(init.size());
+  for (int k = 0; k < 3; ++k) {
+    opt->set_hyper("mom", 0.9 - 0.05 * k);
+    GroupTensors group{fused_params, {}, {&states[0], &states[1]}, {true, false}};
+    for (size_t i = 0; i < init.size(); ++i) {
+      const auto grad = torch::randn_like(init[i]);
+      looped[i].mutable_grad() = grad.clone();
+      fused_params[i].mutable_grad() = grad.clone();
+      group.grads.push_back(fused_params[i].grad());
+    }
+    opt->step();
+    REQUIRE(fusable(group));
+    torch::NoGradGuard no_grad;
+    fused(group, opt->param_groups()[0].hypers);
+  }
+  const auto expected_state = opt->state_dict();
+  for (size_t i = 0; i < init.size(); ++i) {
+    CAPTURE(i);
+    CHECK(torch::allclose(fused_params[i], looped[i], 1e-6, 1e-7));
+    CHECK(states[i].step == 3);
+    for (const auto& [name, buffer] : states[i].buffers) {
+      CAPTURE(name);
+      const auto key = "0." + std::to_string(i) + "." + name;
+      REQUIRE(expected_state.contains(key));
+      CHECK(torch::allclose(buffer, expected_state.at(key).toTensor(), 1e-6, 1e-7));
+    }
+  }
+}
+
 }  // namespace
 
 TEST_SUITE("optimizers") {
+  TEST_CASE("the fused group updates (ATen's kernels, taken on a GPU) equal SGD's and Adam's per-param updates") {
+    check_fused_equals_per_param(sgd({.mom = 0.9}), fused_sgd_update);
+    check_fused_equals_per_param(adam({.sqr_mom = 0.99, .eps = 1e-5}), fused_adam_update);
+  }
+
+  TEST_CASE("a group is fused only on one device and dtype, with gradients laid out as the params, at one step") {
+    auto a = torch::randn({2, 3}), b = torch::randn({3});
+    ParamState s0, s1;
+    GroupTensors group{{a, b}, {torch::randn({2, 3}), torch::randn({3})}, {&s0, &s1}, {true, true}};
+    CHECK(fusable(group));
+    s1.step = 1;
+    CHECK(!fusable(group));
+    s1.step = 0;
+    group.grads[0] = torch::randn({3, 2}).t();  // other strides
+    CHECK(!fusable(group));
+    group.grads[0] = torch::randn({2, 3});
+    group.params[1] = torch::randn({3}, torch::kDouble);
+    group.grads[1] = torch::randn({3}, torch::kDouble);
+    CHECK(!fusable(group));
+  }
+
   TEST_CASE("Adam equals torch.optim.AdamW, with a scheduled beta1 and decoupled weight decay") {
     check_trajectory(adam({.sqr_mom = 0.99, .eps = 1e-5}), "adamw", /*schedule_mom=*/true, 1e-2, 0.1);
   }

@@ -28,6 +28,21 @@ TEST_SUITE("samplers") {
     CHECK(sequential.indices(0) == std::vector<int64_t>{9, 0, 1});
   }
 
+  TEST_CASE("DistributedSampler shares out any sampler's epoch: a WeightedSampler's draws over 3 ranks") {
+    auto weighted = std::make_shared<WeightedSampler>(std::vector<double>{1.0, 2.0, 3.0, 4.0}, 5, 10);
+    std::vector<int64_t> all_ranks;
+    for (int rank = 0; rank < 3; ++rank) {
+      DistributedSampler share(weighted, rank, 3);
+      CHECK(share.size() == 4);
+      const auto part = share.indices(1);
+      all_ranks.insert(all_ranks.end(), part.begin(), part.end());
+    }
+    auto expected = weighted->indices(1);
+    expected.push_back(expected[0]);
+    expected.push_back(expected[1]);  // padded to 12 by the epoch's first draws
+    CHECK(all_ranks == expected);
+  }
+
   TEST_CASE("DistributedSampler rejects a rank outside the world") {
     CHECK(testing::error_of([] { DistributedSampler(10, 2, 2, true, 0); }) ==
           "DistributedSampler: rank 2 is not in [0, 2)");

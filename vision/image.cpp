@@ -3,6 +3,7 @@
 #include <torch/torch.h>
 
 #include <algorithm>
+#include <cctype>
 #include <fstream>
 #include <initializer_list>
 #include <opencv2/imgcodecs.hpp>
@@ -26,7 +27,8 @@ bool is_decodable_format(const std::vector<uint8_t>& b) {
   return is_jpeg(b) || starts_with(b, {0x89, 'P', 'N', 'G', 0x0D, 0x0A, 0x1A, 0x0A}) || starts_with(b, {'B', 'M'}) ||
          starts_with(b, {'I', 'I', 0x2A, 0x00}) || starts_with(b, {'M', 'M', 0x00, 0x2A}) ||  // TIFF
          (starts_with(b, {'R', 'I', 'F', 'F'}) && starts_with(b, {'W', 'E', 'B', 'P'}, 8)) ||
-         (b.size() > 2 && b[0] == 'P' && b[1] >= '1' && b[1] <= '6');  // PBM, PGM, PPM
+         // PBM, PGM, PPM: as strict as OpenCV's own check, so that no other decoder is tried
+         (b.size() > 2 && b[0] == 'P' && b[1] >= '1' && b[1] <= '6' && std::isspace(b[2]));
 }
 
 // The end-of-image marker FF D9, allowing for a little padding after it.

@@ -10,6 +10,7 @@
 #include "data/dataloader.h"
 #include "formats/state_dict.h"
 #include "vision/datasets/image_folder.h"
+#include "vision/unet_learner.h"
 #include "vision/vision_learner.h"
 
 namespace fastcpp::vision {
@@ -23,6 +24,7 @@ Model build_model(const ExportedModel& exported, const LoadLearnerOptions& optio
                 " records no architecture (its Learner trained a module of the program's own); "
                 "give that model: load_learner(path, {.model = make_model()})");
   try {
+    if (is_unet_spec(exported.spec)) return Model(create_unet_model(exported.spec, exported.source));
     return Model(create_vision_model(exported.spec, exported.source));
   } catch (const Error& e) {
     throw Error(std::string("load_learner: ") + e.what());
@@ -47,7 +49,7 @@ Predictor::Predictor(ExportedModel exported, LoadLearnerOptions options)
       device_(options.device.value_or(default_device())),
       workers_(options.workers) {
   check_device(device_, "load_learner");
-  if (!exported_.activation.empty() && exported_.activation != "softmax")
+  if (!exported_.activation.empty() && exported_.activation != "softmax" && exported_.activation != "softmax_classes")
     throw Error("load_learner: " + exported_.source + " names an unknown activation '" + exported_.activation + "'");
   for (const auto& spec : exported_.batch_tfms)
     batch_tfms_.push_back(parse_spec(batch_transform_from_spec, spec, exported_.source));
@@ -66,6 +68,7 @@ torch::Tensor Predictor::forward(torch::Tensor batch) const {
   torch::NoGradGuard no_grad;
   auto out = model_(batch);
   if (exported_.activation == "softmax") out = torch::softmax(out.to(torch::kFloat), -1);
+  if (exported_.activation == "softmax_classes") out = torch::softmax(out.to(torch::kFloat), 1);
   return out.to(torch::kCPU);
 }
 
@@ -75,8 +78,10 @@ std::string Predictor::label(int64_t index) const {
 }
 
 Prediction Predictor::decode(const torch::Tensor& probs, std::string path) const {
+  if (probs.dim() >= 3)  // a class per pixel: [classes, H, W]
+    return {std::move(path), "", 0, probs, probs.argmax(0)};
   const auto index = probs.flatten().argmax().item<int64_t>();
-  return {std::move(path), label(index), index, probs};
+  return {std::move(path), label(index), index, probs, {}};
 }
 
 Prediction Predictor::predict(const torch::Tensor& item) const {

@@ -12,7 +12,11 @@
 // items' size; then the valid loader's batch transforms run on the
 // predictor's device. Files are decoded on loader workers, a batch at a time.
 //
-// The model is built again from the recorded architecture (vision_learner's models);
+// A segmentation model (unet_learner's) gives a class mask per image (Prediction::mask;
+// write_mask_png draws it).
+//
+// The model is built again from the recorded architecture (vision_learner's and
+// unet_learner's models);
 // a model of the program's own is given to load_learner, which loads the weights into
 // it by name (a mismatch lists every missing, unexpected and mis-shaped key).
 #include <optional>
@@ -30,9 +34,10 @@ class ImageFolder;
 
 struct Prediction {
   std::string path;     // the image file (empty for a tensor)
-  std::string label;    // the class name (its index as text when there is no vocab)
+  std::string label;    // the class name (its index as text when there is no vocab); empty for a mask
   int64_t index = 0;    // the most probable class
-  torch::Tensor probs;  // the activated output, on the CPU
+  torch::Tensor probs;  // the activated output, on the CPU ([classes, H, W] for a segmentation model)
+  torch::Tensor mask;   // a segmentation model's: the most probable class of each pixel, int64 [H, W]
 };
 
 struct LoadLearnerOptions {

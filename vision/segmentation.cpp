@@ -93,7 +93,7 @@ Loss CrossEntropyLossFlat(FlatLossOptions options) {
         check_masks("CrossEntropyLossFlat", pred, target);
         return F::cross_entropy(pred, target.to(torch::kLong), F::CrossEntropyFuncOptions().ignore_index(options.ignore_index));
       },
-      softmax_over_classes());
+      softmax_over_classes(), nullptr, "softmax_classes");
 }
 
 Loss FocalLossFlat(double gamma) {
@@ -103,7 +103,7 @@ Loss FocalLossFlat(double gamma) {
         const auto ce = F::cross_entropy(pred, target.to(torch::kLong), F::CrossEntropyFuncOptions().reduction(torch::kNone));
         return ((1 - torch::exp(-ce)).pow(gamma) * ce).mean();
       },
-      softmax_over_classes());
+      softmax_over_classes(), nullptr, "softmax_classes");
 }
 
 Loss DiceLoss(DiceLossOptions options) {
@@ -119,7 +119,7 @@ Loss DiceLoss(DiceLossOptions options) {
         const auto loss = 1 - (2 * inter + options.smooth) / (uni + options.smooth);
         return options.mean ? loss.mean() : loss.sum();
       },
-      softmax_over_classes());
+      softmax_over_classes(), nullptr, "softmax_classes");
 }
 
 MetricPtr dice(SegmentationMetricOptions options) {

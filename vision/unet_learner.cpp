@@ -2,6 +2,7 @@
 
 #include "core/error.h"
 #include "core/sequential.h"
+#include "formats/torch_file.h"
 #include "vision/models/unet.h"
 
 namespace fastcpp::vision {
@@ -25,7 +26,75 @@ Splitter unet_split(size_t cut) {
   };
 }
 
+Body unet_body(const Arch& arch, const UnetLearnerOptions& o) {
+  if (!arch) throw Error("unet_learner: no architecture given");
+  return pretrained_body(arch, {.in_channels = o.in_channels, .stem = o.stem, .width = o.width}, o.pretrained_weights);
+}
+
+DynamicUnet unet_on(const Body& body, int64_t n_out, std::vector<int64_t> img_size, const UnetLearnerOptions& o) {
+  return DynamicUnet(unet_encoder(body), {.n_out = n_out, .img_size = std::move(img_size), .blur = o.blur,
+                                          .blur_final = o.blur_final, .self_attention = o.self_attention,
+                                          .last_cross = o.last_cross, .bottle = o.bottle, .y_range = o.y_range});
+}
+
 }  // namespace
+
+DynamicUnet create_unet_model(const Arch& arch, int64_t n_out, std::vector<int64_t> img_size,
+                              const UnetLearnerOptions& o) {
+  return unet_on(unet_body(arch, o), n_out, std::move(img_size), o);
+}
+
+ModelSpec unet_model_spec(const Arch& arch, int64_t n_out, const std::vector<int64_t>& img_size,
+                          const UnetLearnerOptions& o) {
+  ModelSpec spec;
+  if (arch.name().empty()) return spec;
+  spec["model"] = std::string("unet");
+  spec["encoder"] = arch.name();
+  spec["n_out"] = n_out;
+  spec["img_size"] = c10::List<int64_t>(img_size);
+  spec["in_channels"] = o.in_channels;
+  spec["stem"] = std::string(o.stem == Stem::cifar ? "cifar" : "imagenet");
+  spec["width"] = o.width;
+  spec["blur"] = o.blur;
+  spec["blur_final"] = o.blur_final;
+  spec["self_attention"] = o.self_attention;
+  spec["last_cross"] = o.last_cross;
+  spec["bottle"] = o.bottle;
+  spec["y_range"] = o.y_range ? c10::List<double>({o.y_range->first, o.y_range->second}) : c10::List<double>();
+  return spec;
+}
+
+bool is_unet_spec(const ModelSpec& spec) {
+  const auto it = spec.find("model");
+  return it != spec.end() && it->second.isString() && it->second.toStringRef() == "unet";
+}
+
+DynamicUnet create_unet_model(const ModelSpec& spec, const std::string& source) {
+  auto entry = [&](const std::string& key) { return spec_entry(spec, key); };
+  try {
+    UnetLearnerOptions o;
+    const auto arch = Arch::named(entry("encoder").toStringRef());
+    const int64_t n_out = entry("n_out").toInt();
+    const auto img_size = int64s_of(entry("img_size"));
+    o.in_channels = entry("in_channels").toInt();
+    o.stem = entry("stem").toStringRef() == "cifar" ? Stem::cifar : Stem::imagenet;
+    o.width = entry("width").toInt();
+    o.blur = entry("blur").toBool();
+    o.blur_final = entry("blur_final").toBool();
+    o.self_attention = entry("self_attention").toBool();
+    o.last_cross = entry("last_cross").toBool();
+    o.bottle = entry("bottle").toBool();
+    std::vector<double> y_range;  // an empty list reads back untyped
+    for (const auto& value : entry("y_range").toListRef()) y_range.push_back(value.toDouble());
+    if (y_range.size() == 2) o.y_range = std::make_pair(y_range[0], y_range[1]);
+    return create_unet_model(arch, n_out, img_size, o);
+  } catch (const c10::Error& e) {
+    throw Error(source + ": an entry of its architecture record has the wrong type (" +
+                std::string(e.what_without_backtrace()).substr(0, 200) + ")");
+  } catch (const Error& e) {
+    throw Error(source + ": " + e.what());
+  }
+}
 
 Learner unet_learner(DataLoaders dls, const Arch& arch, std::vector<MetricPtr> metrics, UnetLearnerOptions o,
                      LearnerOptions learner_options) {
@@ -39,19 +108,16 @@ Learner unet_learner(DataLoaders dls, const Arch& arch, std::vector<MetricPtr> m
     if (x.dim() < 2) throw Error("unet_learner: expected images [C, H, W], got an item of shape " + c10::str(x.sizes()));
     img_size = {x.size(-2), x.size(-1)};
   }
-  const BodyOptions body_options{.in_channels = o.in_channels, .stem = o.stem, .width = o.width};
-  const auto body = pretrained_body(arch, body_options, o.pretrained_weights);
+  const auto body = unet_body(arch, o);
   size_t cut = 0;  // where the second parameter group starts, counted in the body's layers
   for (const auto& layer : named_layers(*body.layers)) {
     if (layer.name == arch.second_group()) break;
     ++cut;
   }
-  auto unet = DynamicUnet(unet_encoder(body),
-                          {.n_out = n_out, .img_size = img_size, .blur = o.blur, .blur_final = o.blur_final,
-                           .self_attention = o.self_attention, .last_cross = o.last_cross, .bottle = o.bottle,
-                           .y_range = o.y_range});
+  auto unet = unet_on(body, n_out, img_size, o);
   learner_options.splitter = unet_split(cut);
   learner_options.frozen = !o.pretrained_weights.empty();
+  learner_options.model_spec = unet_model_spec(arch, n_out, img_size, o);
   auto loss = o.loss_func ? o.loss_func : CrossEntropyLossFlat();
   return Learner(std::move(dls), unet, std::move(loss), std::move(metrics), std::move(learner_options));
 }

@@ -17,6 +17,7 @@
 
 #include "learner/learner.h"
 #include "vision/arch.h"
+#include "vision/models/unet.h"
 #include "vision/segmentation.h"
 
 namespace fastcpp::vision {
@@ -34,6 +35,16 @@ struct UnetLearnerOptions {
   std::optional<std::pair<double, double>> y_range;
   Loss loss_func;                   // default: CrossEntropyLossFlat
 };
+
+// The DynamicUnet unet_learner trains, on `arch`'s body; img_size {height, width}.
+DynamicUnet create_unet_model(const Arch& arch, int64_t n_out, std::vector<int64_t> img_size,
+                                       const UnetLearnerOptions& options);
+// Its record in an exported model ({"model": "unet", "encoder": "resnet18", ...}), and
+// the model built again from one (errors name `source`).
+ModelSpec unet_model_spec(const Arch& arch, int64_t n_out, const std::vector<int64_t>& img_size,
+                          const UnetLearnerOptions& options);
+bool is_unet_spec(const ModelSpec& spec);
+DynamicUnet create_unet_model(const ModelSpec& spec, const std::string& source);
 
 // `learner_options`: optimizer, callbacks, device, ... (its splitter and frozen are set here).
 Learner unet_learner(DataLoaders dls, const Arch& arch, std::vector<MetricPtr> metrics = {},

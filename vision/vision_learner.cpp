@@ -11,12 +11,6 @@ void append(torch::nn::Sequential& to, const torch::nn::Sequential& from) {
   for (auto& layer : named_layers(*from)) to->push_back(layer.name, layer.any);
 }
 
-c10::IValue spec_entry(const ModelSpec& spec, const std::string& key) {
-  auto it = spec.find(key);
-  if (it == spec.end()) throw Error("its architecture record has no '" + key + "'");
-  return it->second;
-}
-
 }  // namespace
 
 torch::nn::Sequential create_vision_model(const Arch& arch, int64_t n_out, const VisionLearnerOptions& o) {

@@ -1,0 +1,82 @@
+#include "optim/fused_updates.h"
+
+#include <torch/torch.h>
+
+#include <array>
+
+namespace fastcpp {
+namespace {
+
+// The group's tensors (with one state buffer list or two) split by weight decay.
+struct Part {
+  bool decay = false;
+  std::vector<torch::Tensor> params, grads, first, second;
+};
+
+std::array<Part, 2> split_by_decay(const GroupTensors& group, const std::vector<torch::Tensor>& first,
+                                   const std::vector<torch::Tensor>& second) {
+  std::array<Part, 2> parts;
+  parts[1].decay = true;
+  for (size_t i = 0; i < group.params.size(); ++i) {
+    auto& part = parts[group.do_wd[i] ? 1 : 0];
+    part.params.push_back(group.params[i]);
+    part.grads.push_back(group.grads[i]);
+    if (!first.empty()) part.first.push_back(first[i]);
+    if (!second.empty()) part.second.push_back(second[i]);
+  }
+  return parts;
+}
+
+}  // namespace
+
+bool fusable(const GroupTensors& group) {
+  if (group.params.empty()) return false;
+  const auto& head = group.params.front();
+  if (!c10::isFloatingType(head.scalar_type())) return false;
+  for (size_t i = 0; i < group.params.size(); ++i) {
+    const auto &param = group.params[i], &grad = group.grads[i];
+    if (param.device() != head.device() || param.scalar_type() != head.scalar_type() ||
+        grad.scalar_type() != head.scalar_type() || grad.is_sparse() || grad.strides() != param.strides() ||
+        !param.is_non_overlapping_and_dense() || group.states[i]->step != group.states.front()->step)
+      return false;
+  }
+  return true;
+}
+
+void fused_sgd_update(GroupTensors& group, const Hypers& hypers) {
+  std::vector<torch::Tensor> momentum;
+  for (size_t i = 0; i < group.params.size(); ++i) {
+    ++group.states[i]->step;
+    if (hypers.mom != 0) momentum.push_back(state_buffer(*group.states[i], "grad_avg", group.grads[i]));
+  }
+  for (auto& part : split_by_decay(group, momentum, {})) {
+    if (part.params.empty()) continue;
+    // fastai's decay is decoupled (PyTorch's SGD adds it to the gradient instead).
+    if (part.decay && hypers.wd != 0) torch::_foreach_mul_(part.params, 1 - hypers.lr * hypers.wd);
+    // The buffers start at zero: mom * 0 + grad is PyTorch's first-step copy of the gradient.
+    at::_fused_sgd_(part.params, part.grads, part.first, /*weight_decay=*/0, hypers.mom, hypers.lr,
+                    /*dampening=*/0, /*nesterov=*/false, /*maximize=*/false, /*is_first_step=*/false);
+  }
+}
+
+void fused_adam_update(GroupTensors& group, const Hypers& hypers) {
+  std::vector<torch::Tensor> grad_avgs, sqr_avgs;
+  for (size_t i = 0; i < group.params.size(); ++i) {
+    ++group.states[i]->step;
+    grad_avgs.push_back(state_buffer(*group.states[i], "grad_avg", group.grads[i]));
+    sqr_avgs.push_back(state_buffer(*group.states[i], "sqr_avg", group.grads[i]));
+  }
+  // The kernels read the step (for the bias corrections) from a float tensor per param,
+  // all at the same step here: one tensor, filled on the device (no copy from the host).
+  const auto step = torch::full({}, static_cast<double>(group.states.front()->step),
+                                group.params.front().options().dtype(torch::kFloat));
+  for (auto& part : split_by_decay(group, grad_avgs, sqr_avgs)) {
+    if (part.params.empty()) continue;
+    const std::vector<torch::Tensor> steps(part.params.size(), step);
+    at::_fused_adamw_(part.params, part.grads, part.first, part.second, /*max_exp_avg_sqs=*/{}, steps, hypers.lr,
+                      hypers.mom, hypers.sqr_mom, part.decay ? hypers.wd : 0.0, hypers.eps, /*amsgrad=*/false,
+                      /*maximize=*/false);
+  }
+}
+
+}  // namespace fastcpp
