@@ -100,11 +100,13 @@ double median(std::vector<double> v) {
 
 int main(int argc, char** argv) {
   int threads = 2, repeats = 5, epochs = 2;
-  for (int i = 1; i + 1 < argc; i += 2) {
-    const std::string flag = argv[i];
-    if (flag == "--threads") threads = std::stoi(argv[i + 1]);
-    if (flag == "--repeats") repeats = std::stoi(argv[i + 1]);
-  }
+  CommandLine cli("bench_learner_overhead", "The Learner's cost over a bare libtorch loop on the same data and "
+                                            "model (a small CNN, and an MLP as the worst case), interleaved runs, "
+                                            "medians.");
+  cli.flag("--threads", threads, "CPU threads").range(1, 4096);
+  cli.flag("--repeats", repeats, "interleaved runs of each").range(1, 1000);
+  cli.example("bench_learner_overhead --threads 2 --repeats 5");
+  cli.parse(argc, argv);
   torch::set_num_threads(threads);
   for (const auto& w : {Workload{"small CNN, bs 128", small_cnn}, Workload{"MLP, bs 128 (worst case)", mlp}}) {
     time_bare(w, 1);  // warm-up

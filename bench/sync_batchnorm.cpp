@@ -17,7 +17,6 @@
 #include <chrono>
 #include <cstdio>
 #include <iostream>
-#include <map>
 #include <string>
 
 using namespace fastcpp;
@@ -85,16 +84,16 @@ double median(std::vector<double> values) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  std::map<std::string, std::string> flags{{"--backend", "nccl"}, {"--rounds", "5"}, {"--iters", "10"}};
-  for (int i = 1; i < argc; ++i) {
-    if (flags.count(argv[i]) && i + 1 < argc) {
-      flags[argv[i]] = argv[i + 1];
-      ++i;
-    } else {
-      std::cerr << "usage: bench_sync_batchnorm [--backend nccl|gloo] [--rounds N] [--iters N]\n";
-      return 2;
-    }
-  }
+  std::string backend = "nccl";
+  int rounds = 5, iters = 10;
+  CommandLine cli("bench_sync_batchnorm", "SyncBatchNorm's synced path on a GPU against cuDNN's BatchNorm: forward + "
+                                          "backward over ResNet-50's BatchNorm layers, fp16 channels-last, in a "
+                                          "one-rank process group; alternating rounds, the median.");
+  cli.flag("--backend", backend, "the process group's backend").choices({"nccl", "gloo"});
+  cli.flag("--rounds", rounds, "alternating rounds").range(1, 1000);
+  cli.flag("--iters", iters, "passes per round").range(1, 100000);
+  cli.example("bench_sync_batchnorm --backend nccl");
+  cli.parse(argc, argv);
   if (!torch::cuda::is_available()) {
     std::cout << "bench_sync_batchnorm: skipped: no CUDA device\n";
     return 0;
@@ -104,7 +103,7 @@ int main(int argc, char** argv) {
     distributed::DistEnv one_rank;
     one_rank.master_port = 29541;
     if (const char* port = std::getenv("MASTER_PORT")) one_rank.master_port = std::stoi(port);
-    distributed::Communicator comm(one_rank, {.backend = flags["--backend"], .device = torch::Device(torch::kCUDA, 0)});
+    distributed::Communicator comm(one_rank, {.backend = backend, .device = torch::Device(torch::kCUDA, 0)});
     torch::manual_seed(0);
     auto layers = make_layers(128);
     auto plain = [](Layer& l) {
@@ -112,11 +111,11 @@ int main(int argc, char** argv) {
                                /*training=*/true, l.bn->momentum, l.bn->eps, /*cudnn_enabled=*/true);
     };
     auto synced = [&comm](Layer& l) { return distributed::synchronized_batch_norm(*l.bn, l.x, comm); };
-    const int iters = std::stoi(flags["--iters"]);
+    const int iters = iters;
     time_passes(layers, 2, plain);  // cuDNN's algorithm choice, the allocator's blocks, the communicator
     time_passes(layers, 2, synced);
     std::vector<double> plain_s, synced_s;
-    for (int round = 0; round < std::stoi(flags["--rounds"]); ++round) {
+    for (int round = 0; round < rounds; ++round) {
       plain_s.push_back(time_passes(layers, iters, plain));
       synced_s.push_back(time_passes(layers, iters, synced));
     }
@@ -125,7 +124,7 @@ int main(int argc, char** argv) {
                 synced_ms, layers.size());
     std::printf("SyncBatchNorm's synced path on %s, world 1 (ResNet-50's BatchNorm layers, batch 128, fp16 "
                 "channels-last): %.2fx the forward+backward rate of BatchNorm (goal >= 0.9x)\n",
-                flags["--backend"].c_str(), plain_ms / synced_ms);
+                backend.c_str(), plain_ms / synced_ms);
     comm.shutdown();
   } catch (const std::exception& e) {
     std::cerr << "bench_sync_batchnorm: " << e.what() << "\n";

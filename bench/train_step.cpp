@@ -24,7 +24,6 @@
 #include <chrono>
 #include <cstdio>
 #include <iostream>
-#include <map>
 #include <string>
 
 using namespace fastcpp;
@@ -127,31 +126,32 @@ std::vector<std::string> choices(const std::string& value, std::vector<std::stri
 }  // namespace
 
 int main(int argc, char** argv) {
-  std::map<std::string, std::string> flags{{"--arch", "all"}, {"--precision", "all"}, {"--layout", "all"},
-                                           {"--warmup", "5"},   {"--steps", "20"},      {"--parallel", ""},
-                                           {"--profile", ""}};
+  std::string arch = "all", precision = "all", layout = "all", parallel, trace;
+  int warmup = 5, steps = 20;
   bool distributed = false;
-  for (int i = 1; i < argc; ++i) {
-    const std::string arg = argv[i];
-    if (arg == "--distributed") distributed = true;
-    else if (flags.count(arg) && i + 1 < argc) flags[arg] = argv[++i];
-    else {
-      std::cerr << "usage: bench_train_step [--arch A|all] [--precision P|all] [--layout L|all] [--warmup N] "
-                   "[--steps N] [--distributed] [--parallel all|DEVICE,...] [--profile TRACE.json]\n";
-      return 2;
-    }
-  }
+  CommandLine cli("bench_train_step", "Training-step throughput of the full Learner on a GPU: ResNet-18 (batch 256) "
+                                      "and ResNet-50 (batch 128) on synthetic 224 px images resident there. One line "
+                                      "per cell: arch, batch, precision, layout, img/s, peak MiB.");
+  cli.flag("--arch", arch, "one architecture, or all").choices({"resnet18", "resnet50", "all"});
+  cli.flag("--precision", precision, "one precision, or all").choices({"fp32", "tf32", "fp16", "bf16", "all"});
+  cli.flag("--layout", layout, "one memory layout, or all").choices({"contiguous", "channels_last", "all"});
+  cli.flag("--warmup", warmup, "steps before the timed ones").range(0, 100000);
+  cli.flag("--steps", steps, "timed steps").range(1, 100000);
+  cli.option("--distributed", distributed, "to_distributed (run it under a launcher, e.g. world 1 on NCCL)");
+  cli.flag("--parallel", parallel, "to_parallel over these devices: all, or DEVICE,DEVICE...");
+  cli.flag("--profile", trace, "PyTorch's profiler over the timed steps: the trace here, the top kernels printed");
+  cli.example("bench_train_step --arch resnet50 --precision fp16 --layout channels_last");
+  cli.parse(argc, argv);
   if (!torch::cuda::is_available()) {
     std::cout << "bench_train_step: skipped: no CUDA device\n";
     return 0;
   }
   at::globalContext().setBenchmarkCuDNN(true);
   try {
-    for (const auto& arch : choices(flags["--arch"], {"resnet18", "resnet50"}))
-      for (const auto& precision : choices(flags["--precision"], {"fp32", "tf32", "fp16", "bf16"}))
-        for (const auto& layout : choices(flags["--layout"], {"contiguous", "channels_last"}))
-          run({arch, precision, layout, arch == "resnet18" ? 256 : 128}, std::stoi(flags["--warmup"]),
-              std::stoi(flags["--steps"]), distributed, flags["--parallel"], flags["--profile"]);
+    for (const auto& a : choices(arch, {"resnet18", "resnet50"}))
+      for (const auto& p : choices(precision, {"fp32", "tf32", "fp16", "bf16"}))
+        for (const auto& l : choices(layout, {"contiguous", "channels_last"}))
+          run({a, p, l, a == "resnet18" ? 256 : 128}, warmup, steps, distributed, parallel, trace);
   } catch (const std::exception& e) {
     std::cerr << "bench_train_step: " << e.what() << "\n";
     return 1;

@@ -2,8 +2,9 @@
 // torchrun sets, and supervises them.
 //
 //   fastcpp-launch --nproc-per-node N [--nnodes M --node-rank R] [--max-restarts K]
-//                  [--master-addr A] [--master-port P] [--] PROGRAM [ARGS...]
+//                  [--master-addr A] [--master-port P | --rdzv-endpoint A:P] [--] PROGRAM [ARGS...]
 //
+// torchrun's spellings (--nproc_per_node, --node_rank, ...) work too.
 // Every worker gets RANK, LOCAL_RANK, GROUP_RANK, WORLD_SIZE, LOCAL_WORLD_SIZE,
 // MASTER_ADDR, MASTER_PORT and TORCHELASTIC_RESTART_COUNT. With M nodes, one launcher
 // runs on each (node ranks 0..M-1, the same N everywhere) and node R's workers are
@@ -27,6 +28,8 @@
 #include <thread>
 #include <vector>
 
+#include "cli/command_line.h"
+
 namespace {
 
 volatile sig_atomic_t g_stop_signal = 0;
@@ -38,17 +41,10 @@ void on_signal(int signal) {
     if (pid > 0) kill(pid, signal);
 }
 
-int usage() {
-  std::fprintf(stderr,
-               "usage: fastcpp-launch --nproc-per-node N [--nnodes M --node-rank R] [--max-restarts K] "
-               "[--master-addr A] [--master-port P] [--] PROGRAM [ARGS...]\n");
-  return 2;
-}
-
 struct Job {
   int nproc = 0, nnodes = 1, node_rank = 0, max_restarts = 0, port = 29500;
   std::string addr = "127.0.0.1";
-  char** program = nullptr;
+  std::vector<std::string> program;  // the worker's command line
 
   int rank_of(int local_rank) const { return node_rank * nproc + local_rank; }
 };
@@ -64,8 +60,11 @@ pid_t start_worker(const Job& job, int local_rank, int restart) {
   setenv("MASTER_ADDR", job.addr.c_str(), 1);
   setenv("MASTER_PORT", std::to_string(job.port).c_str(), 1);
   setenv("TORCHELASTIC_RESTART_COUNT", std::to_string(restart).c_str(), 1);
-  execvp(job.program[0], job.program);
-  std::fprintf(stderr, "fastcpp-launch: cannot run %s: %s\n", job.program[0], std::strerror(errno));
+  std::vector<char*> argv;
+  for (const auto& arg : job.program) argv.push_back(const_cast<char*>(arg.c_str()));
+  argv.push_back(nullptr);
+  execvp(argv[0], argv.data());
+  std::fprintf(stderr, "fastcpp-launch: cannot run %s: %s\n", argv[0], std::strerror(errno));
   _exit(127);
 }
 
@@ -131,38 +130,46 @@ std::string worker_name(const Job& job, int local_rank) {
 
 int main(int argc, char** argv) {
   Job job;
-  bool master_addr_given = false;
-  int i = 1;
-  for (; i < argc; ++i) {
-    const std::string arg = argv[i];
-    if (arg == "--") {
-      ++i;
-      break;
-    }
-    if (arg.rfind("--", 0) != 0) break;
-    if (i + 1 >= argc) return usage();
-    const char* value = argv[++i];
-    if (arg == "--nproc-per-node" || arg == "--nproc_per_node") job.nproc = std::atoi(value);
-    else if (arg == "--nnodes") job.nnodes = std::atoi(value);
-    else if (arg == "--node-rank" || arg == "--node_rank") job.node_rank = std::atoi(value);
-    else if (arg == "--max-restarts" || arg == "--max_restarts") job.max_restarts = std::atoi(value);
-    else if (arg == "--master-port" || arg == "--master_port") job.port = std::atoi(value);
-    else if (arg == "--master-addr" || arg == "--master_addr") job.addr = value, master_addr_given = true;
-    else return usage();
-  }
-  if (job.nproc < 1 || i >= argc) return usage();
+  job.nproc = 1;
+  std::string endpoint;
+  fastcpp::CommandLine cli("fastcpp-launch",
+                           "Starts one worker process per device on this node with the variables torchrun sets "
+                           "(RANK, LOCAL_RANK, WORLD_SIZE, MASTER_ADDR, ...), supervises them, and starts the "
+                           "group again when a worker fails. Usage: fastcpp-launch [FLAGS] [--] PROGRAM [ARGS...]");
+  cli.flag("--nproc-per-node,--nproc_per_node", job.nproc, "workers on this node").range(1, 4096);
+  cli.flag("--nnodes", job.nnodes, "nodes, each with a launcher").range(1, 65536);
+  cli.flag("--node-rank,--node_rank", job.node_rank, "this node's rank, 0 .. nnodes-1").range(0, 65535);
+  cli.flag("--max-restarts,--max_restarts", job.max_restarts, "times the group is started again").range(0, 1000000);
+  cli.flag("--master-addr,--master_addr", job.addr, "node 0's address (the rendezvous)");
+  cli.flag("--master-port,--master_port", job.port, "the rendezvous port").range(1, 65535);
+  cli.flag("--rdzv-endpoint,--rdzv_endpoint", endpoint, "HOST:PORT, torchrun's form of --master-addr and --master-port");
+  cli.stop_at_first_argument();
+  cli.example("fastcpp-launch --nproc-per-node 2 build/examples/distributed_fashion_mnist --epochs 1");
+  cli.example("fastcpp-launch --nnodes 2 --node-rank 0 --master-addr 10.0.0.1 --nproc-per-node 8 ./train");
+  cli.parse(argc, argv);
+  job.program = cli.rest();
   const auto refuse = [](const std::string& why) {
     std::fprintf(stderr, "fastcpp-launch: %s\n", why.c_str());
     return 2;
   };
-  if (job.nnodes < 1) return refuse("--nnodes " + std::to_string(job.nnodes) + " must be at least 1");
-  if (job.node_rank < 0 || job.node_rank >= job.nnodes)
+  if (job.program.empty()) return refuse("no program to launch: fastcpp-launch [FLAGS] [--] PROGRAM [ARGS...]");
+  const bool master_addr_given = std::any_of(argv + 1, argv + argc, [](const char* arg) {
+    const std::string flag(arg);
+    return flag.rfind("--master-addr", 0) == 0 || flag.rfind("--master_addr", 0) == 0 || flag.rfind("--rdzv", 0) == 0;
+  });
+  if (!endpoint.empty()) {
+    const auto colon = endpoint.rfind(':');
+    if (colon == std::string::npos || colon == 0) return refuse("--rdzv-endpoint " + endpoint + " is not HOST:PORT");
+    job.addr = endpoint.substr(0, colon);
+    job.port = std::atoi(endpoint.c_str() + colon + 1);
+    if (job.port < 1 || job.port > 65535) return refuse("--rdzv-endpoint " + endpoint + ": the port is not in 1..65535");
+  }
+  if (job.node_rank >= job.nnodes)
     return refuse("--node-rank " + std::to_string(job.node_rank) + " is outside the " + std::to_string(job.nnodes) +
                   " nodes of --nnodes");
   // On several nodes the default 127.0.0.1 would leave every other node waiting out its timeout.
   if (job.nnodes > 1 && !master_addr_given) return refuse("--nnodes " + std::to_string(job.nnodes) +
                                                           " needs --master-addr: the address of node 0");
-  job.program = argv + i;
   struct sigaction action {};
   action.sa_handler = on_signal;
   sigaction(SIGINT, &action, nullptr);

@@ -1,6 +1,7 @@
 // Trains a ResNet-18 (CIFAR stem) on CIFAR-10 with pad-crop-flip augmentation.
 //
 //   cifar [--data DIR] [--folder DIR] [--epochs 10] [--bs 128] [--lr 1e-2] [--width 64] [--threads N]
+//   (cifar --help says more)
 //
 // --data: the binary version of CIFAR-10 (data_batch_1.bin ... test_batch.bin, from
 //   cifar-10-binary.tar.gz at https://www.cs.toronto.edu/~kriz/cifar.html; nothing is
@@ -12,30 +13,34 @@
 
 #include <filesystem>
 #include <iostream>
-#include <map>
 #include <thread>
 
 using namespace fastcpp;
 namespace fs = std::filesystem;
 
 int main(int argc, char** argv) {
-  std::map<std::string, std::string> flags{{"--data", "cifar-10-batches-bin"}, {"--folder", ""}, {"--epochs", "10"},
-                                           {"--bs", "128"}, {"--lr", "1e-2"}, {"--width", "64"},
-                                           {"--threads", std::to_string(std::thread::hardware_concurrency())}};
-  for (int i = 1; i + 1 < argc; i += 2) {
-    if (!flags.count(argv[i])) {
-      std::cerr << "unknown flag " << argv[i] << "\n";
-      return 2;
-    }
-    flags[argv[i]] = argv[i + 1];
-  }
-  torch::set_num_threads(std::stoi(flags["--threads"]));
+  std::string data = "cifar-10-batches-bin", folder;
+  int epochs = 10, threads = static_cast<int>(std::thread::hardware_concurrency());
+  int64_t bs = 128, width = 64;
+  double lr = 1e-2;
+  CommandLine cli("cifar", "Trains a ResNet-18 (CIFAR stem) on CIFAR-10 with pad-crop-flip augmentation. --data: "
+                           "CIFAR-10's binary batches (cifar-10-binary.tar.gz, extracted; nothing is downloaded), "
+                           "exported once to an image folder beside them; --folder: an ImageFolder tree (train/, "
+                           "valid/) instead, resized to 32 px.");
+  cli.flag("--data", data, "the folder of data_batch_1.bin ... test_batch.bin");
+  cli.flag("--folder", folder, "an image folder tree to train on instead");
+  cli.flag("--epochs", epochs, "epochs to train").range(0, 100000);
+  cli.flag("--bs", bs, "batch size").range(1, 1 << 20);
+  cli.flag("--lr", lr, "peak learning rate").range(0, 1e3);
+  cli.flag("--width", width, "the ResNet's width (64: ResNet-18)").range(1, 4096);
+  cli.flag("--threads", threads, "CPU threads").range(1, 4096);
+  cli.example("cifar --data cifar-10-batches-bin --epochs 1");
+  cli.parse(argc, argv);
+  torch::set_num_threads(threads);
   torch::manual_seed(42);
 
   try {
-    std::string folder = flags["--folder"];
     if (folder.empty()) {
-      const auto data = flags["--data"];
       if (!fs::exists(fs::path(data) / "data_batch_1.bin")) {
         std::cerr << "CIFAR-10 binary batches not found in '" << data << "' (data_batch_1.bin ... test_batch.bin).\n"
                   << "Extract cifar-10-binary.tar.gz (https://www.cs.toronto.edu/~kriz/cifar.html) and pass --data DIR,\n"
@@ -54,14 +59,16 @@ int main(int argc, char** argv) {
     // Pad by 4, crop 32 at random, flip: the classic CIFAR augmentation.
     const std::vector<vision::ItemTransform> tfms{vision::Resize(32), vision::RandomCrop(32, 4), vision::FlipItem()};
     const auto normalize = Normalize::from_data(vision::ImageFolder::scan(folder + "/train", {.item_tfms = {vision::Resize(32)}}));
-    auto dls = vision::ImageDataLoaders::from_folder(folder, {.bs = std::stoll(flags["--bs"]), .item_tfms = tfms,
+    auto dls = vision::ImageDataLoaders::from_folder(folder, {.bs = bs, .item_tfms = tfms,
                                                               .batch_tfms = {normalize}});
 
+    vision::show_batch(dls, "show_batch.png");  // what the model will see
     auto learn = vision::vision_learner(dls, vision::resnet18, {metrics::accuracy()},
-                                        {.stem = vision::Stem::cifar, .width = std::stoll(flags["--width"])});
-    learn.fit_one_cycle(std::stoi(flags["--epochs"]), std::stod(flags["--lr"]));
+                                        {.stem = vision::Stem::cifar, .width = width});
+    learn.fit_one_cycle(epochs, lr);
     std::printf("final test accuracy: %.4f\n", learn.validate()[1]);
     learn.save("cifar_resnet18.pt");
+    vision::show_results(learn, "show_results.png");  // target/prediction, red where wrong
   } catch (const Error& e) {
     std::cerr << "error: " << e.what() << "\n";
     return 1;

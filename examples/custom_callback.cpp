@@ -11,7 +11,6 @@
 #include "fashion_model.h"
 
 #include <iostream>
-#include <map>
 #include <thread>
 
 using namespace fastcpp;
@@ -87,18 +86,24 @@ class WeightEMA : public Callback {
 };
 
 int main(int argc, char** argv) {
-  std::map<std::string, std::string> flags{{"--epochs", "2"}, {"--data", vision::fashion_mnist_dir()},
-                                           {"--threads", std::to_string(std::thread::hardware_concurrency())}};
-  for (int i = 1; i + 1 < argc; i += 2) flags[argv[i]] = argv[i + 1];
-  torch::set_num_threads(std::stoi(flags["--threads"]));
+  int epochs = 2, threads = static_cast<int>(std::thread::hardware_concurrency());
+  std::string data = vision::fashion_mnist_dir();
+  CommandLine cli("custom_callback", "Fashion-MNIST with two callbacks of the program's own: a gradient-norm "
+                                     "logger and an exponential moving average of the weights used for validation.");
+  cli.flag("--epochs", epochs, "epochs to train").range(0, 100000);
+  cli.flag("--data", data, "the folder of Fashion-MNIST's idx files");
+  cli.flag("--threads", threads, "CPU threads").range(1, 4096);
+  cli.example("custom_callback --epochs 1");
+  cli.parse(argc, argv);
+  torch::set_num_threads(threads);
   torch::manual_seed(42);
   try {
     const std::vector<BatchTransform> tfms{Normalize{{0.2860}, {0.3530}}};
-    DataLoaders dls{DataLoader(vision::idx_image_dataset(flags["--data"], "train"), {.bs = 128, .shuffle = true, .batch_tfms = tfms}),
-                    DataLoader(vision::idx_image_dataset(flags["--data"], "t10k"), {.bs = 256, .batch_tfms = tfms})};
+    DataLoaders dls{DataLoader(vision::idx_image_dataset(data, "train"), {.bs = 128, .shuffle = true, .batch_tfms = tfms}),
+                    DataLoader(vision::idx_image_dataset(data, "t10k"), {.bs = 256, .batch_tfms = tfms})};
     Learner learn(dls, make_model(), CrossEntropyLoss(), {metrics::accuracy()},
                   {.cbs = {std::make_shared<GradNormLogger>(), std::make_shared<WeightEMA>()}});
-    learn.fit_one_cycle(std::stoi(flags["--epochs"]), 1e-2);
+    learn.fit_one_cycle(epochs, 1e-2);
   } catch (const Error& e) {
     std::cerr << "error: " << e.what() << "\n";
     return 1;

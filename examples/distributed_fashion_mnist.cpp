@@ -20,18 +20,22 @@ using namespace fastcpp;
 int main(int argc, char** argv) {
   int epochs = 5, threads = 0;
   int64_t bs = 128;  // per process
-  for (int i = 1; i + 1 < argc; i += 2) {
-    const std::string flag = argv[i];
-    if (flag == "--epochs") epochs = std::stoi(argv[i + 1]);
-    else if (flag == "--bs") bs = std::stoll(argv[i + 1]);
-    else if (flag == "--threads") threads = std::stoi(argv[i + 1]);
-  }
+  std::string data = vision::fashion_mnist_dir();
+  CommandLine cli("distributed_fashion_mnist",
+                  "The Fashion-MNIST example on several processes through learn.to_distributed(); start it with "
+                  "fastcpp-launch, torchrun or srun (alone, it trains in one process).");
+  cli.flag("--epochs", epochs, "epochs to train").range(0, 100000);
+  cli.flag("--bs", bs, "batch size per process").range(1, 1 << 20);
+  cli.flag("--threads", threads, "CPU threads per process (0: the cores divided among this node's processes)")
+      .range(0, 4096);
+  cli.flag("--data", data, "the folder of Fashion-MNIST's idx files");
+  cli.example("fastcpp-launch --nproc-per-node 2 distributed_fashion_mnist --epochs 2");
+  cli.parse(argc, argv);
   try {
     const auto env = distributed::read_env();
     torch::set_num_threads(threads > 0 ? threads
                                        : std::max(1, static_cast<int>(std::thread::hardware_concurrency()) / env.local_world_size));
     torch::manual_seed(42);
-    const std::string data = vision::fashion_mnist_dir();
     const std::vector<BatchTransform> tfms{Normalize{{0.2860}, {0.3530}}};
     DataLoaders dls{DataLoader(vision::idx_image_dataset(data, "train"), {.bs = bs, .shuffle = true, .seed = 42, .batch_tfms = tfms}),
                     DataLoader(vision::idx_image_dataset(data, "t10k"), {.bs = 2 * bs, .batch_tfms = tfms})};

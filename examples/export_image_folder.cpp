@@ -11,27 +11,34 @@
 using namespace fastcpp;
 
 int main(int argc, char** argv) {
-  if (argc < 3) {
-    std::cerr << "usage: export_image_folder fashion-mnist [DIR] OUT | cifar10 DIR OUT\n";
+  std::string kind;
+  std::vector<std::string> paths;
+  CommandLine cli("export_image_folder",
+                  "Exports Fashion-MNIST (idx files) or CIFAR-10 (binary batches) as an image folder tree for "
+                  "ImageDataLoaders::from_folder: OUT/train/<class>/*.png and OUT/valid/<class>/*.png.");
+  cli.argument("DATASET", kind, "fashion-mnist or cifar10").choices({"fashion-mnist", "cifar10"}).required();
+  cli.arguments("PATHS", paths, "[DIR] OUT: the dataset's folder (optional for fashion-mnist), then the tree's")
+      .required();
+  cli.example("export_image_folder fashion-mnist fashion_folder");
+  cli.example("export_image_folder cifar10 cifar-10-batches-bin cifar_folder");
+  cli.parse(argc, argv);
+  if (paths.size() > 2 || (kind == "cifar10" && paths.size() != 2)) {
+    std::cerr << "export_image_folder: " << kind << " takes " << (kind == "cifar10" ? "DIR OUT" : "[DIR] OUT")
+              << ", got " << paths.size() << " paths\n";
     return 2;
   }
-  const std::string kind = argv[1];
-  const std::string out = argv[argc - 1];
+  const std::string out = paths.back();
   try {
     if (kind == "fashion-mnist") {
-      const std::string dir = argc > 3 ? argv[2] : vision::fashion_mnist_dir();
-      const std::vector<std::string> vocab{"T-shirt/top", "Trouser", "Pullover", "Dress", "Coat",
-                                           "Sandal",      "Shirt",   "Sneaker",  "Bag",   "Ankle boot"};
+      const std::string dir = paths.size() == 2 ? paths[0] : vision::fashion_mnist_dir();
+      const auto& vocab = vision::fashion_mnist_vocab();
       vision::export_image_folder(*vision::idx_image_dataset(dir, "train"), vocab, out + "/train");
       vision::export_image_folder(*vision::idx_image_dataset(dir, "t10k"), vocab, out + "/valid");
-    } else if (kind == "cifar10" && argc > 3) {
-      const std::string dir = argv[2];
+    } else {
+      const std::string dir = paths[0];
       const auto vocab = vision::cifar_vocab(dir);
       vision::export_image_folder(*vision::cifar_dataset(dir, true), vocab, out + "/train");
       vision::export_image_folder(*vision::cifar_dataset(dir, false), vocab, out + "/valid");
-    } else {
-      std::cerr << "unknown dataset '" << kind << "'\n";
-      return 2;
     }
   } catch (const Error& e) {
     std::cerr << "error: " << e.what() << "\n";

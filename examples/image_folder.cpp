@@ -2,11 +2,7 @@
 //   ROOT/train/<class>/*.png|jpg   and   ROOT/valid/<class>/*
 // or ROOT/<class>/* (then a random 20% is the validation set).
 //
-//   image_folder ROOT [--arch resnet18|resnet34|resnet50|resnet101|xresnet18|...|xresnet101]
-//                [--epochs 5] [--bs 64] [--lr 1e-3] [--size 224] [--aug rrc|pad-crop] [--channels 3]
-//                [--stem imagenet|cifar] [--width 64] [--weights FILE.pth]
-//                [--precision fp32|bf16|fp16] [--memory-format contiguous|channels-last]
-//                [--label-smoothing 0.1] [--tta 4] [--load MODEL.pt] [--threads N]
+//   image_folder ROOT [--arch resnet34] [--epochs 5] [--weights FILE.pth] ...  (image_folder --help)
 //
 // With --weights (a torchvision state dict of the same architecture, e.g. saved in
 // Python with torch.save(torchvision.models.resnet34(weights=...).state_dict(), path))
@@ -25,64 +21,74 @@
 
 #include <filesystem>
 #include <iostream>
-#include <map>
 #include <thread>
 
 using namespace fastcpp;
 
 int main(int argc, char** argv) {
-  if (argc < 2 || std::string(argv[1]).rfind("--", 0) == 0) {
-    std::cerr << "usage: image_folder ROOT [--arch resnet34] [--epochs 5] [--weights FILE.pth] ... (see the source)\n";
-    return 2;
-  }
-  const std::string root = argv[1];
-  std::map<std::string, std::string> flags{{"--arch", "resnet34"}, {"--epochs", "5"},  {"--bs", "64"},
-                                           {"--lr", "1e-3"},       {"--size", "224"},  {"--aug", "rrc"},
-                                           {"--channels", "3"},    {"--stem", "imagenet"}, {"--width", "64"},
-                                           {"--weights", ""},      {"--precision", "fp32"}, {"--memory-format", "contiguous"},
-                                           {"--label-smoothing", "0"}, {"--tta", "0"}, {"--load", ""},
-                                           {"--threads", std::to_string(std::thread::hardware_concurrency())}};
-  for (int i = 2; i + 1 < argc; i += 2) {
-    if (!flags.count(argv[i])) {
-      std::cerr << "unknown flag " << argv[i] << "\n";
-      return 2;
-    }
-    flags[argv[i]] = argv[i + 1];
-  }
-  torch::set_num_threads(std::stoi(flags["--threads"]));
+  std::string root, arch = "resnet34", aug = "rrc", stem = "imagenet", weights, precision = "fp32",
+                    memory_format = "contiguous", load;
+  int epochs = 5, size = 224, channels = 3, tta = 0, threads = static_cast<int>(std::thread::hardware_concurrency());
+  int64_t bs = 64, width = 64;
+  double lr = 1e-3, label_smoothing = 0;
+  CommandLine cli("image_folder",
+                  "Trains a ResNet or XResNet classifier on an image folder tree (ROOT/train/<class>/*, "
+                  "ROOT/valid/<class>/*, or ROOT/<class>/* with a random 20% for validation): from scratch with the "
+                  "one-cycle policy, or fine-tuned from --weights. Prints the summary, the epoch table and the "
+                  "confusion matrix; writes show_batch.png, image_folder.pt, image_folder_export.pt (for predict), "
+                  "confusion_matrix.png, top_losses.png and show_results.png.");
+  cli.argument("ROOT", root, "the image folder tree").required();
+  cli.flag("--arch", arch, "resnet18|34|50|101|152, xresnet18|34|50|101");
+  cli.flag("--epochs", epochs, "epochs to train (0 with --load: evaluate only)").range(0, 100000);
+  cli.flag("--bs", bs, "batch size").range(1, 1 << 20);
+  cli.flag("--lr", lr, "learning rate (peak, or fine_tune's base)").range(0, 1e3);
+  cli.flag("--size", size, "image side after the crop").range(1, 1 << 16);
+  cli.flag("--aug", aug, "rrc: RandomResizedCrop (photos); pad-crop: padded random crop (small images)")
+      .choices({"rrc", "pad-crop"});
+  cli.flag("--channels", channels, "1 for grey images").range(1, 3);
+  cli.flag("--stem", stem, "cifar: no stride in the stem (small images)").choices({"imagenet", "cifar"});
+  cli.flag("--width", width, "the ResNet's width").range(1, 4096);
+  cli.flag("--weights", weights, "a torchvision state dict of --arch: fine-tune from it");
+  cli.flag("--precision", precision, "fp16 needs a GPU").choices({"fp32", "bf16", "fp16"});
+  cli.flag("--memory-format", memory_format, "memory layout").choices({"contiguous", "channels-last"});
+  cli.flag("--label-smoothing", label_smoothing, "CrossEntropyLoss's label smoothing").range(0, 1);
+  cli.flag("--tta", tta, "also the accuracy with N test-time-augmented passes").range(0, 1000);
+  cli.flag("--load", load, "a saved model (image_folder.pt) to start from");
+  cli.flag("--threads", threads, "CPU threads").range(1, 4096);
+  cli.example("image_folder fashion_folder --size 28 --aug pad-crop --stem cifar --channels 1 --epochs 1");
+  cli.parse(argc, argv);
+  torch::set_num_threads(threads);
   torch::manual_seed(42);
 
   try {
-    const int size = std::stoi(flags["--size"]), channels = std::stoi(flags["--channels"]);
     // Training items are augmented: a random crop of the padded image (small images) or
     // torchvision's RandomResizedCrop (photos), and a horizontal flip. Validation items get
     // the deterministic version of the same transforms (a centre crop, no flip).
     std::vector<vision::ItemTransform> tfms;
-    if (flags["--aug"] == "pad-crop") tfms = {vision::RandomCrop(size, size / 8), vision::FlipItem()};
+    if (aug == "pad-crop") tfms = {vision::RandomCrop(size, size / 8), vision::FlipItem()};
     else tfms = {vision::RandomResizedCrop(size), vision::FlipItem()};
     const bool has_split = std::filesystem::exists(root + "/train");
     // Per-channel mean and standard deviation from (up to 2048) training images, resized alike.
     const auto normalize = Normalize::from_data(
         vision::ImageFolder::scan(has_split ? root + "/train" : root, {.channels = channels, .item_tfms = {vision::Resize(size)}}));
     auto dls = vision::ImageDataLoaders::from_folder(root, {.valid_pct = has_split ? 0.0 : 0.2,
-                                                            .bs = std::stoll(flags["--bs"]), .channels = channels,
+                                                            .bs = bs, .channels = channels,
                                                             .item_tfms = tfms, .batch_tfms = {normalize}});
 
-    const auto stem = flags["--stem"] == "cifar" ? vision::Stem::cifar : vision::Stem::imagenet;
-    auto learn = vision::vision_learner(dls, vision::Arch::named(flags["--arch"]), {metrics::accuracy()},
-                                        {.pretrained_weights = flags["--weights"], .in_channels = channels,
-                                         .stem = stem, .width = std::stoll(flags["--width"]),
-                                         .loss_func = CrossEntropyLoss({.label_smoothing = std::stod(flags["--label-smoothing"])})});
-    if (!flags["--load"].empty()) learn.load(flags["--load"], /*with_opt=*/false);
+    const auto stem_kind = stem == "cifar" ? vision::Stem::cifar : vision::Stem::imagenet;
+    vision::show_batch(dls, "show_batch.png");  // what the model will see
+    auto learn = vision::vision_learner(dls, vision::Arch::named(arch), {metrics::accuracy()},
+                                        {.pretrained_weights = weights, .in_channels = channels,
+                                         .stem = stem_kind, .width = width,
+                                         .loss_func = CrossEntropyLoss({.label_smoothing = label_smoothing})});
+    if (!load.empty()) learn.load(load, /*with_opt=*/false);
     std::cout << learn.summary() << "\n";
-    if (flags["--precision"] == "fp16") learn.to_fp16();
-    if (flags["--precision"] == "bf16") learn.to_bf16();
-    if (flags["--memory-format"] == "channels-last") learn.to_channels_last();
+    if (precision == "fp16") learn.to_fp16();
+    if (precision == "bf16") learn.to_bf16();
+    if (memory_format == "channels-last") learn.to_channels_last();
 
-    const int epochs = std::stoi(flags["--epochs"]);
-    const double lr = std::stod(flags["--lr"]);
     if (epochs > 0) {
-      if (flags["--weights"].empty()) learn.fit_one_cycle(epochs, lr);
+      if (weights.empty()) learn.fit_one_cycle(epochs, lr);
       else learn.fine_tune(epochs, {.base_lr = lr});
       learn.save("image_folder.pt", /*with_opt=*/false);
     }
@@ -93,8 +99,9 @@ int main(int argc, char** argv) {
     std::cout << interp.confusion_matrix_text() << "\n" << interp.top_losses_text(5);
     interp.plot_confusion_matrix("confusion_matrix.png");
     interp.plot_top_losses(9, "top_losses.png");
+    vision::show_results(learn, "show_results.png");  // target/prediction, red where wrong
     std::printf("final valid accuracy: %.4f\n", learn.validate()[1]);
-    if (const int passes = std::stoi(flags["--tta"]); passes > 0) {
+    if (const int passes = tta; passes > 0) {
       // The valid items with the training transforms, `passes` times, blended with the plain pass.
       const auto tta = learn.tta({.n = passes});
       std::printf("valid accuracy with test-time augmentation (%d passes): %.4f\n", passes,

@@ -33,30 +33,25 @@ void print_mask_shares(const vision::Prediction& p, const vision::Predictor& pre
 }  // namespace
 
 int main(int argc, char** argv) {
+  std::string model, masks;
   std::vector<std::string> inputs;
   int64_t top = 3, bs = 64;
   int workers = 2;
-  std::string masks;
-  for (int i = 1; i < argc; ++i) {
-    const std::string arg = argv[i];
-    if (arg == "--masks" && i + 1 < argc) {
-      masks = argv[++i];
-    } else if ((arg == "--top" || arg == "--bs" || arg == "--workers") && i + 1 < argc) {
-      const auto value = std::stoll(argv[++i]);
-      if (arg == "--top") top = value;
-      else if (arg == "--bs") bs = value;
-      else workers = static_cast<int>(value);
-    } else {
-      inputs.push_back(arg);
-    }
-  }
-  if (inputs.size() < 2) {
-    std::cerr << "usage: predict MODEL IMAGE|FOLDER... [--top 3] [--bs 64] [--workers 2] [--masks DIR]\n";
-    return 2;
-  }
+  CommandLine cli("predict", "Classifies or segments image files with an exported model (Learner::export_learner), "
+                             "without the training data: a line per image with its top classes, or with a "
+                             "segmentation model each class's share of the pixels.");
+  cli.argument("MODEL", model, "the exported model (.pt)").required();
+  cli.arguments("IMAGES", inputs, "image files or folders").required();
+  cli.flag("--top", top, "classes printed per image").range(1, 1 << 20);
+  cli.flag("--bs", bs, "images per batch").range(1, 1 << 20);
+  cli.flag("--workers", workers, "threads decoding images").range(0, 4096);
+  cli.flag("--masks", masks, "a segmentation model's masks as PNGs into this folder (a colour per class)");
+  cli.example("predict image_folder_export.pt photo.jpg more_photos/");
+  cli.example("predict segmentation_export.pt segmentation_data/images --masks masks");
+  cli.parse(argc, argv);
   try {
-    const auto predictor = vision::load_learner(inputs[0], {.workers = workers});
-    for (size_t i = 1; i < inputs.size(); ++i) {
+    const auto predictor = vision::load_learner(model, {.workers = workers});
+    for (size_t i = 0; i < inputs.size(); ++i) {
       const auto predictions = std::filesystem::is_directory(inputs[i]) ? predictor.predict_folder(inputs[i], bs)
                                                                          : std::vector{predictor.predict(inputs[i])};
       for (const auto& p : predictions) {

@@ -7,9 +7,7 @@
 // same files). The defaults are fastai's unet_learner on SegmentationDataLoaders: the
 // grey images read as RGB, no item transforms, pixels divided by 255.
 //
-//   segmentation [--epochs 8] [--bs 16] [--lr 1e-2] [--items 1200] [--width 16]
-//                [--stem imagenet|cifar] [--threads N] [--workers N] [--data DIR] [--out segmentation_data]
-//                [--seed 42] [--export segmentation_export.pt]
+//   segmentation [--epochs 8] [--width 16] ...  (segmentation --help lists the flags)
 //
 // Prints the epoch table with Dice and mean IoU (void pixels left out), then each
 // class's IoU; writes segmentation_results.png (image, true mask, predicted mask for
@@ -76,34 +74,6 @@ void write_set(const std::string& fashion_mnist, const std::string& out, int n, 
   std::ofstream(fs::path(out) / "done") << "complete\n";
 }
 
-// The library's colours per class, as an OpenCV image (BGR).
-cv::Mat colour_mask(const torch::Tensor& mask) {
-  const auto rgb = vision::colour_mask(mask, kVoid).contiguous();
-  cv::Mat out;
-  cv::cvtColor(cv::Mat(static_cast<int>(rgb.size(0)), static_cast<int>(rgb.size(1)), CV_8UC3, rgb.data_ptr<uint8_t>()), out,
-               cv::COLOR_RGB2BGR);
-  return out;
-}
-
-// fastai's show_results: image, true mask, predicted mask, a row per item, 3x enlarged.
-void write_results(const std::string& path, const torch::Tensor& images, const torch::Tensor& masks,
-                   const torch::Tensor& predicted, int rows) {
-  std::vector<cv::Mat> lines;
-  for (int i = 0; i < rows; ++i) {
-    const auto grey = images[i][0].cpu().contiguous();  // the grey image's R (= G = B)
-    cv::Mat image(static_cast<int>(grey.size(0)), static_cast<int>(grey.size(1)), CV_8UC1, grey.data_ptr<uint8_t>());
-    cv::Mat image_bgr;
-    cv::cvtColor(image, image_bgr, cv::COLOR_GRAY2BGR);
-    cv::Mat line;
-    cv::hconcat(std::vector<cv::Mat>{image_bgr, colour_mask(masks[i]), colour_mask(predicted[i])}, line);
-    lines.push_back(line);
-  }
-  cv::Mat grid, big;
-  cv::vconcat(lines, grid);
-  cv::resize(grid, big, {}, 3, 3, cv::INTER_NEAREST);
-  cv::imwrite(path, big);
-}
-
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -113,25 +83,25 @@ int main(int argc, char** argv) {
   double lr = 1e-2;
   std::string data = vision::fashion_mnist_dir(), out = "segmentation_data", stem = "imagenet",
               export_path = "segmentation_export.pt";
-  for (int i = 1; i + 1 < argc; i += 2) {
-    const std::string flag = argv[i], value = argv[i + 1];
-    if (flag == "--epochs") epochs = std::stoi(value);
-    else if (flag == "--bs") bs = std::stoll(value);
-    else if (flag == "--lr") lr = std::stod(value);
-    else if (flag == "--items") items = std::stoi(value);
-    else if (flag == "--width") width = std::stoll(value);
-    else if (flag == "--threads") threads = std::stoi(value);
-    else if (flag == "--workers") workers = std::stoi(value);
-    else if (flag == "--seed") seed = std::stoi(value);
-    else if (flag == "--data") data = value;
-    else if (flag == "--out") out = value;
-    else if (flag == "--stem") stem = value;
-    else if (flag == "--export") export_path = value;
-    else {
-      std::cerr << "unknown flag " << flag << "\n";
-      return 2;
-    }
-  }
+  CommandLine cli("segmentation",
+                  "Semantic segmentation: writes a set made from Fashion-MNIST once (72x56 canvases of three items, "
+                  "masks of 11 classes with a void rim, as PNG folders under --out), trains a U-Net on a ResNet-18 "
+                  "encoder with fit_one_cycle, prints the epoch table with Dice and mean IoU and each class's IoU, "
+                  "writes segmentation_batch.png, segmentation_results.png, segmentation_loss.png and the exported model.");
+  cli.flag("--epochs", epochs, "epochs to train").range(0, 100000);
+  cli.flag("--bs", bs, "batch size").range(1, 1 << 20);
+  cli.flag("--lr", lr, "peak learning rate").range(0, 1e3);
+  cli.flag("--items", items, "canvases in the set").range(10, 1 << 24);
+  cli.flag("--width", width, "the encoder's width (64: torchvision's ResNet-18)").range(1, 4096);
+  cli.flag("--stem", stem, "the encoder's stem").choices({"imagenet", "cifar"});
+  cli.flag("--threads", threads, "CPU threads").range(1, 4096);
+  cli.flag("--workers", workers, "the loader's threads (-1: one per core)").range(-1, 4096);
+  cli.flag("--seed", seed, "seed of the set, the split and the weights");
+  cli.flag("--data", data, "the folder of Fashion-MNIST's idx files");
+  cli.flag("--out", out, "where the set's folders are written");
+  cli.flag("--export", export_path, "the exported model, for predict ('' for none)");
+  cli.example("segmentation --epochs 8");
+  cli.parse(argc, argv);
   torch::set_num_threads(threads);
   try {
     write_set(data, out, items, static_cast<uint64_t>(seed));
@@ -140,6 +110,7 @@ int main(int argc, char** argv) {
     auto dls = vision::SegmentationDataLoaders::from_folders(
         (fs::path(out) / "images").string(), (fs::path(out) / "masks").string(), kCodes,
         {.seed = static_cast<uint64_t>(seed), .bs = bs, .workers = workers, .void_index = kVoid, .mask_fill = kVoid});
+    vision::show_batch(dls, "segmentation_batch.png", {.max_n = 4, .void_index = kVoid});  // images and masks
     auto learn = vision::unet_learner(dls, vision::resnet18,
                                       {vision::dice_multi(no_void), vision::jaccard_coeff_multi(no_void)},
                                       {.stem = stem == "cifar" ? vision::Stem::cifar : vision::Stem::imagenet,
@@ -157,8 +128,7 @@ int main(int argc, char** argv) {
     if (results.size() < 3) results = learn.validate();
     std::printf("final valid Dice %.4f, mean IoU %.4f\n", results[1], results[2]);
 
-    const auto batch = dls.valid.dataset().get_batch({0, 1, 2, 3});
-    write_results("segmentation_results.png", batch.x, batch.y, preds.preds.narrow(0, 0, 4).argmax(1), 4);
+    vision::show_results(learn, "segmentation_results.png", {.max_n = 4, .void_index = kVoid});  // image, target, prediction
     learn.recorder->plot_loss("segmentation_loss.png");
     if (!export_path.empty()) learn.export_learner(export_path);  // for examples/predict --masks
   } catch (const Error& e) {

@@ -3,71 +3,14 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
-#include <fstream>
 #include <limits>
 
-#include "core/error.h"
-#include "formats/png.h"
+#include "formats/canvas.h"
 
 namespace fastcpp {
 namespace {
 
-// 3x5 glyphs, one row of three bits per entry, top row first.
-struct Glyph {
-  char c;
-  uint8_t rows[5];
-};
-constexpr Glyph kGlyphs[] = {
-    {'0', {7, 5, 5, 5, 7}}, {'1', {2, 6, 2, 2, 7}}, {'2', {7, 1, 7, 4, 7}}, {'3', {7, 1, 7, 1, 7}},
-    {'4', {5, 5, 7, 1, 1}}, {'5', {7, 4, 7, 1, 7}}, {'6', {7, 4, 7, 5, 7}}, {'7', {7, 1, 1, 1, 1}},
-    {'8', {7, 5, 7, 5, 7}}, {'9', {7, 5, 7, 1, 7}}, {'.', {0, 0, 0, 0, 2}}, {'-', {0, 0, 7, 0, 0}},
-    {'+', {0, 2, 7, 2, 0}}, {'e', {2, 5, 7, 4, 3}},
-};
-constexpr int kScale = 2;  // glyph pixels per font pixel
-
-class Canvas {
- public:
-  Canvas(int width, int height) : width_(width), height_(height), rgb_(size_t(width) * height * 3, 255) {}
-
-  void set(int x, int y, Rgb color) {
-    if (x < 0 || y < 0 || x >= width_ || y >= height_) return;
-    auto* pixel = &rgb_[(size_t(y) * width_ + x) * 3];
-    std::copy(color.begin(), color.end(), pixel);
-  }
-
-  void line(double x0, double y0, double x1, double y1, Rgb color) {
-    const int steps = std::max(1, static_cast<int>(std::ceil(std::max(std::abs(x1 - x0), std::abs(y1 - y0)))));
-    for (int i = 0; i <= steps; ++i) {
-      const double t = static_cast<double>(i) / steps;
-      const int x = static_cast<int>(std::lround(x0 + t * (x1 - x0)));
-      const int y = static_cast<int>(std::lround(y0 + t * (y1 - y0)));
-      set(x, y, color);
-      set(x + 1, y, color);  // two pixels wide: readable when scaled down
-    }
-  }
-
-  // Text with its top-left corner at (x, y); characters without a glyph are blanks.
-  void text(int x, int y, const std::string& s, Rgb color) {
-    for (char c : s) {
-      for (const auto& glyph : kGlyphs)
-        if (glyph.c == c)
-          for (int row = 0; row < 5; ++row)
-            for (int col = 0; col < 3; ++col)
-              if (glyph.rows[row] & (4 >> col))
-                for (int dy = 0; dy < kScale; ++dy)
-                  for (int dx = 0; dx < kScale; ++dx) set(x + col * kScale + dx, y + row * kScale + dy, color);
-      x += 4 * kScale;
-    }
-  }
-
-  const std::vector<uint8_t>& rgb() const { return rgb_; }
-
- private:
-  int width_, height_;
-  std::vector<uint8_t> rgb_;
-};
-
-int text_width(const std::string& s) { return static_cast<int>(s.size()) * 4 * kScale; }
+int text_width(const std::string& s) { return Canvas::text_width(s); }
 
 std::string tick_label(double value, bool exponent) {
   char text[32];
@@ -128,10 +71,7 @@ void write_line_plot(const std::string& path, const std::vector<PlotSeries>& ser
     }
   }
 
-  const auto png = encode_png(canvas.rgb(), options.width, options.height);
-  std::ofstream out(path, std::ios::binary);
-  if (!out || !out.write(reinterpret_cast<const char*>(png.data()), static_cast<std::streamsize>(png.size())))
-    throw Error("cannot write plot '" + path + "'");
+  canvas.save_png(path);
 }
 
 }  // namespace fastcpp

@@ -1,14 +1,13 @@
 #pragma once
 // A small line-plot writer: series as coloured polylines on axes with numeric tick
 // labels, saved as PNG. Enough for loss curves and lr_find, with no plotting library.
-#include <array>
-#include <cstdint>
 #include <string>
 #include <vector>
 
+#include "formats/canvas.h"
+
 namespace fastcpp {
 
-using Rgb = std::array<uint8_t, 3>;
 constexpr Rgb kPlotBlue{31, 119, 180};
 constexpr Rgb kPlotOrange{255, 127, 14};
 

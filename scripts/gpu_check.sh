@@ -49,7 +49,7 @@ if [[ " $stages " == *" build "* ]]; then
   fi
   start=$(now)
   { cmake -S . -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Release -DFASTCPP_PYTHON="$(command -v "$python")" \
-      -DFASTCPP_WITH_OPENCV=OFF -DFASTCPP_DOCTEST_DIR="$bundle/include" -DFASTCPP_GLOO_DIR="$bundle/include" \
+      -DFASTCPP_WITH_OPENCV=OFF -DFASTCPP_DOCTEST_DIR="$bundle/include" -DFASTCPP_GLOO_DIR="$bundle/include" -DFASTCPP_CLI11_DIR="$bundle/include" \
       -DFASTCPP_FASTAI_FIXTURES="$bundle/fastai_fixtures" \
       "${zlib[@]}" && ninja -C "$build" -j "$(nproc)"; } > "$out/build.log" 2>&1
   status=$?

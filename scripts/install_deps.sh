@@ -12,6 +12,7 @@ packages=(
   libgloo-dev            # only its headers: the wheel's libtorch has Gloo built in but ships none
   libopencv-dev
   doctest-dev
+  libcli11-dev           # the programs' command line (header-only)
   clang libclang-rt-14-dev  # libFuzzer, for tests/fuzz
   iproute2 ethtool          # test hosts in network namespaces, for tests/multinode.sh
   dataset-fashion-mnist

@@ -7,7 +7,7 @@
 #   tests/layers.sh [ROOT]
 set -euo pipefail
 cd "${1:-$(dirname "$0")/..}"
-layers=(core formats data optim learner callbacks distributed parallel vision)
+layers=(core cli formats data optim learner callbacks distributed parallel vision)
 declare -A rank
 for i in "${!layers[@]}"; do rank[${layers[$i]}]=$i; done
 

@@ -61,10 +61,15 @@ TEST_SUITE("distributed") {
       std::getline(in, line);
       return std::to_string(status) + " " + line;
     };
-    CHECK(refusal("--nnodes 0") == "2 fastcpp-launch: --nnodes 0 must be at least 1");
+    CHECK(refusal("--nnodes 0") ==
+          "2 fastcpp-launch: --nnodes: Value 0 not in range 1 to 65536 (fastcpp-launch --help lists the flags)");
     CHECK(refusal("--nnodes 2 --node-rank 1") == "2 fastcpp-launch: --nnodes 2 needs --master-addr: the address of node 0");
     CHECK(refusal("--nnodes 2 --node-rank 2 --master-addr node0") ==
           "2 fastcpp-launch: --node-rank 2 is outside the 2 nodes of --nnodes");
+    CHECK(refusal("--rdzv_endpoint node0") == "2 fastcpp-launch: --rdzv-endpoint node0 is not HOST:PORT");
+    CHECK(refusal("--nnodes 2 --node_rank 1 --rdzv_endpoint node0:29400 --no-such-flag") ==
+          "2 fastcpp-launch: The following argument was not expected: --no-such-flag (fastcpp-launch --help lists the "
+          "flags)");
     std::filesystem::remove(log);
   }
 

@@ -133,14 +133,29 @@ struct UnetRun {
   double valid_loss = 0;
 };
 
-UnetRun train_unet(const std::vector<torch::Device>& devices, const OptFunc& opt_func, torch::Device device = torch::kCPU,
-                   const std::function<void(Learner&)>& setup = {}) {
+DataLoaders unet_dls() {
   auto make = [](int64_t n, uint64_t seed) {
     auto gen = at::make_generator<at::CPUGeneratorImpl>(seed);
     return std::make_shared<TensorDataset>(torch::randn({n, 3, 32, 32}, gen),
                                            torch::randint(3, {n, 32, 32}, gen, torch::kLong));
   };
-  DataLoaders dls{DataLoader(make(21, 1), {.bs = 8, .shuffle = true, .seed = 3}), DataLoader(make(6, 2), {.bs = 4})};
+  return {DataLoader(make(21, 1), {.bs = 8, .shuffle = true, .seed = 3}), DataLoader(make(6, 2), {.bs = 4})};
+}
+
+// Every weight and buffer by name, on the CPU, and the validation loss.
+UnetRun unet_run_of(Learner& learn) {
+  UnetRun run;
+  for (const auto& [name, tensor] : named_state(learn.model.module())) {
+    run.names.push_back(name);
+    run.state.push_back(tensor.detach().cpu().clone());
+  }
+  run.valid_loss = learn.validate()[0];
+  return run;
+}
+
+UnetRun train_unet(const std::vector<torch::Device>& devices, const OptFunc& opt_func, torch::Device device = torch::kCPU,
+                   const std::function<void(Learner&)>& setup = {}) {
+  const auto dls = unet_dls();
   torch::manual_seed(0);
   auto unet = vision::DynamicUnet(vision::unet_encoder(vision::resnet18, {.width = 8}), {.n_out = 3, .img_size = {32, 32}});
   Loss pixel_ce([](const torch::Tensor& pred, const torch::Tensor& target) {
@@ -153,13 +168,18 @@ UnetRun train_unet(const std::vector<torch::Device>& devices, const OptFunc& opt
   if (setup) setup(learn);
   if (!devices.empty()) learn.to_parallel(devices);
   learn.fit_one_cycle(2, 1e-3);
-  UnetRun run;
-  for (const auto& [name, tensor] : named_state(learn.model.module())) {
-    run.names.push_back(name);
-    run.state.push_back(tensor.detach().cpu().clone());
-  }
-  run.valid_loss = learn.validate()[0];
-  return run;
+  return unet_run_of(learn);
+}
+
+// unet_learner's fine_tune: an epoch with the encoder frozen, then one with everything.
+UnetRun fine_tune_unet(const std::vector<torch::Device>& devices) {
+  torch::manual_seed(0);
+  auto learn = vision::unet_learner(unet_dls(), vision::resnet18, {}, {.n_out = 3, .width = 8},
+                                    quiet({.opt_func = sgd({.mom = 0.9})}));
+  silence(learn);
+  if (!devices.empty()) learn.to_parallel(devices);
+  learn.fine_tune(1, {.base_lr = 1e-3});
+  return unet_run_of(learn);
 }
 
 // The relative tolerance of a U-Net's tensor: a BatchNorm running statistic carries the
@@ -204,6 +224,12 @@ TEST_SUITE("parallel") {
         CHECK(parallel.valid_loss == doctest::Approx(single.valid_loss).epsilon(tolerance));
       }
     }
+  }
+
+  TEST_CASE("unet_learner's fine_tune (frozen, then unfrozen) on 2 CPU replicas ends as on one device") {
+    const auto single = fine_tune_unet({}), parallel = fine_tune_unet(kTwoCpus);
+    check_unet_equal(parallel, single, 1e-5);
+    CHECK(parallel.valid_loss == doctest::Approx(single.valid_loss).epsilon(1e-5));
   }
 
   TEST_CASE("a U-Net in bf16 autocast and channels-last on 2 CPU replicas ends as on one CPU in the same setting") {

@@ -310,6 +310,50 @@ TEST_SUITE("vision") {
     fs::remove_all(root);
   }
 
+  TEST_CASE("show_batch and show_results: the images decoded back exactly, labels, red where wrong, masks") {
+    auto gen = at::make_generator<at::CPUGeneratorImpl>(4);
+    const auto images = torch::randint(0, 256, {12, 1, 8, 8}, gen, torch::kLong).to(torch::kByte);
+    const std::vector<BatchTransform> tfms{Normalize{{0.3}, {0.2}}};
+    // The normalized batch, channels-last, decodes to its bytes.
+    const auto normalized = tfms[0](images).contiguous(at::MemoryFormat::ChannelsLast);
+    const auto decoded = vision::decode_images(normalized, tfms);
+    CHECK((decoded.sizes() == torch::IntArrayRef{12, 8, 8, 3}));
+    CHECK(torch::equal(decoded.select(3, 0), images.squeeze(1)));
+    CHECK(torch::equal(decoded.select(3, 2), images.squeeze(1)));  // grey: R = G = B
+    CHECK(torch::equal(vision::decode_images(IntToFloat()(images), {IntToFloat()}).select(3, 1), images.squeeze(1)));
+
+    const auto dir = temp_dir("show");
+    auto data = std::make_shared<TensorDataset>(images, torch::randint(0, 3, {12}, gen, torch::kLong));
+    DataLoaders dls{DataLoader(data, {.bs = 6, .batch_tfms = tfms}), DataLoader(data, {.bs = 6, .batch_tfms = tfms})};
+    dls.vocab = {"ant", "bee", "cat"};
+    vision::show_batch(dls, dir + "/batch.png", {.max_n = 6, .ncols = 3, .min_side = 32});
+    const auto batch_png = vision::read_image(dir + "/batch.png");
+    // 3 columns of 32 px images (8 px enlarged 4x) with 8 px gaps, 2 rows of label + image
+    CHECK(batch_png.cols == 3 * (32 + 8) + 8);
+    CHECK(batch_png.rows == 2 * (32 + 16 + 8) + 8);
+    // The first image, 4x, under its label.
+    for (int y = 0; y < 8; ++y)
+      for (int x = 0; x < 8; ++x) CHECK(batch_png.at<cv::Vec3b>(8 + 16 + 4 * y + 1, 8 + 4 * x + 2)[0] == images[0][0][y][x].item<int>());
+
+    torch::manual_seed(0);
+    Learner learn(dls, torch::nn::Sequential(torch::nn::Flatten(), torch::nn::Linear(64, 3)), CrossEntropyLoss(), {},
+                  quiet());
+    vision::show_results(learn, dir + "/results.png", {.max_n = 6, .ncols = 3, .min_side = 32});
+    const auto results = vision::read_image(dir + "/results.png");
+    // Labels are "target/prediction", wider than the images: red ink where they differ.
+    torch::NoGradGuard no_grad;
+    const auto predicted = learn.model((*dls.valid.begin()).x).argmax(1);
+    const bool any_wrong = !torch::equal(predicted, data->get_batch({0, 1, 2, 3, 4, 5}).y);
+    bool red = false;
+    for (int y = 0; y < results.rows; ++y)
+      for (int x = 0; x < results.cols; ++x) {
+        const auto p = results.at<cv::Vec3b>(y, x);
+        red = red || (p[0] == 220 && p[1] == 30 && p[2] == 30);
+      }
+    CHECK(red == any_wrong);
+    fs::remove_all(dir);
+  }
+
   TEST_CASE("a U-Net exports and loads: the predictor's masks equal the learner's, its PNG a colour per class") {
     const auto root = make_segmentation_folder("seg_export", 6);
     const std::vector<std::string> codes{"a", "b", "c"};

@@ -1,5 +1,6 @@
 // A complete training program: a small CNN on Fashion-MNIST with the one-cycle policy.
-//   train [--epochs 3] [--data DIR]   (default: $FASTCPP_FASHION_MNIST or /usr/share/datasets/fashion-mnist)
+//   train [--epochs 3] [--data DIR]   (train --help; the data default: $FASTCPP_FASHION_MNIST or
+//                                      /usr/share/datasets/fashion-mnist)
 #include <fastcpp.h>
 
 #include <cstdio>
@@ -10,11 +11,10 @@ using namespace fastcpp;
 int main(int argc, char** argv) {
   int epochs = 3;
   std::string data = vision::fashion_mnist_dir();
-  for (int i = 1; i + 1 < argc; i += 2) {
-    const std::string flag = argv[i];
-    if (flag == "--epochs") epochs = std::stoi(argv[i + 1]);
-    if (flag == "--data") data = argv[i + 1];
-  }
+  CommandLine cli("train", "A small CNN on Fashion-MNIST with the one-cycle policy.");
+  cli.flag("--epochs", epochs, "epochs to train").range(0, 100000);
+  cli.flag("--data", data, "the folder of Fashion-MNIST's idx files");
+  cli.parse(argc, argv);
   const std::vector<BatchTransform> tfms{Normalize{{0.2860}, {0.3530}}};
   DataLoaders dls{DataLoader(vision::idx_image_dataset(data, "train"), {.bs = 128, .shuffle = true, .batch_tfms = tfms}),
                   DataLoader(vision::idx_image_dataset(data, "t10k"), {.bs = 256, .batch_tfms = tfms})};

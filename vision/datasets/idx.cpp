@@ -132,4 +132,10 @@ std::string fashion_mnist_dir() {
   return dir && *dir ? dir : "/usr/share/datasets/fashion-mnist";
 }
 
+const std::vector<std::string>& fashion_mnist_vocab() {
+  static const std::vector<std::string> vocab{"T-shirt/top", "Trouser", "Pullover", "Dress", "Coat",
+                                              "Sandal",      "Shirt",   "Sneaker",  "Bag",   "Ankle boot"};
+  return vocab;
+}
+
 }  // namespace fastcpp::vision

@@ -21,5 +21,7 @@ std::shared_ptr<TensorDataset> idx_image_dataset(const std::string& dir, const s
 // Where Fashion-MNIST's idx files are: $FASTCPP_FASHION_MNIST when set, else Debian's
 // dataset-fashion-mnist folder (/usr/share/datasets/fashion-mnist).
 std::string fashion_mnist_dir();
+// Fashion-MNIST's ten class names, in label order.
+const std::vector<std::string>& fashion_mnist_vocab();
 
 }  // namespace fastcpp::vision

@@ -1,0 +1,70 @@
+#!/usr/bin/env bash
+# Every program answers its command line alike (cli/command_line.h): --help and --version
+# exit 0; an unknown flag, a flag without its value, a value of the wrong type or out of
+# range, and a missing argument exit 2 with one line that names the flag; and none of it
+# trains or writes anything (each runs in an empty folder, which must stay empty).
+#
+#   tests/cli.sh BUILD_DIR
+set -uo pipefail
+build=$(realpath "${1:?usage: tests/cli.sh BUILD_DIR}")
+# program, a flag that takes a number, then the arguments it requires (names that exist nowhere)
+programs=(
+  "examples/fashion_mnist --epochs" "examples/cifar --epochs" "examples/custom_callback --epochs"
+  "examples/distributed_fashion_mnist --epochs" "examples/image_folder --epochs no_root"
+  "examples/predict --top no_model no_image" "examples/segmentation --epochs"
+  "examples/export_image_folder - cifar10 no_dir no_out"
+  "bench/bench_loader --workers no_folder" "bench/bench_learner_overhead --threads" "bench/bench_train_step --steps"
+  "bench/bench_sync_batchnorm --rounds" "fastcpp-launch --nproc-per-node"
+)
+work=$(mktemp -d)
+trap 'rm -rf "$work"' EXIT
+failures=0 checked=0
+fail() { echo "FAIL $*"; failures=$((failures + 1)); }
+
+# expect STATUS PATTERN PROGRAM ARGS...: the exit status, and PATTERN in the output's first line.
+expect() {
+  local status=$1 pattern=$2 program=$3
+  shift 3
+  [ -x "$build/$program" ] || return 0  # built only with OpenCV, or with torch's CUDA
+  local out
+  out=$(cd "$work" && timeout 20 "$build/$program" "$@" 2>&1 < /dev/null)
+  local got=$?
+  local what="$program $*"
+  [ "$got" -eq "$status" ] || fail "$what: exit $got, expected $status: $(head -3 <<<"$out")"
+  if [ "$status" -eq 2 ]; then
+    [ "$(wc -l <<<"$out")" -eq 1 ] || fail "$what: the error is not one line: $out"
+  fi
+  grep -q -e "$pattern" <<<"$(head -1 <<<"$out")" || [ "$status" -eq 0 ] || fail "$what: '$pattern' not in: $out"
+  [ -z "$(ls -A "$work")" ] || { fail "$what wrote $(ls -A "$work")"; rm -rf "${work:?}"/*; }
+  checked=$((checked + 1))
+}
+
+for entry in "${programs[@]}"; do
+  read -r program flag required <<<"$entry"
+  read -r -a required <<<"${required:-}"
+  [ -x "$build/$program" ] || continue
+  help=$(cd "$work" && "$build/$program" --help 2>&1)
+  [ $? -eq 0 ] || fail "$program --help: exit status not 0"
+  grep -q "Example" <<<"$help" || fail "$program --help: no example"
+  expect 0 "" "$program" --help
+  expect 0 "" "$program" -h
+  [ "$(cd "$work" && "$build/$program" --version)" = "$(cd "$work" && "$build/fastcpp-launch" --version)" ] ||
+    fail "$program --version differs from fastcpp-launch's"
+  expect 0 "" "$program" --version
+  expect 2 "--no-such-flag" "$program" "${required[@]}" --no-such-flag
+  if [ "$flag" != - ]; then
+    grep -q -e "$flag" <<<"$help" || fail "$program --help does not list $flag"
+    expect 2 "$flag" "$program" "${required[@]}" "$flag"
+    expect 2 "$flag" "$program" "${required[@]}" "$flag" abc
+    expect 2 "$flag" "$program" "${required[@]}" "$flag=-5"
+  fi
+done
+expect 2 "DATASET" examples/export_image_folder
+expect 2 "DATASET" examples/export_image_folder mnist out
+expect 2 "MODEL" examples/predict
+expect 2 "ROOT" examples/image_folder --epochs 1
+expect 2 "--precision" examples/fashion_mnist --precision fp8
+version=$("$build/fastcpp-launch" --version)
+[[ "$version" =~ ^fastcpp\ [0-9]+\.[0-9]+\.[0-9]+\ \(libtorch\ [0-9.]+ ]] || fail "--version prints '$version'"
+echo "cli: $checked command lines checked, $failures failed"
+[ "$failures" -eq 0 ]

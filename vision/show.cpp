@@ -1,0 +1,121 @@
+#include "vision/show.h"
+
+#include <torch/torch.h>
+
+#include <algorithm>
+
+#include "core/error.h"
+#include "formats/canvas.h"
+#include "learner/learner.h"
+#include "vision/mask_png.h"
+
+namespace fastcpp::vision {
+namespace {
+
+constexpr Rgb kInk{0, 0, 0}, kWrong{220, 30, 30};
+constexpr int kTextScale = 2, kLabelHeight = 5 * kTextScale + 6, kGap = 8;
+
+}  // namespace
+
+torch::Tensor decode_images(torch::Tensor x, const std::vector<BatchTransform>& batch_tfms) {
+  x = x.detach().to(torch::kCPU);
+  if (x.dim() != 4) throw Error("show_batch: expected image batches [N, C, H, W], got " + c10::str(x.sizes()));
+  if (x.is_floating_point()) {
+    x = x.to(torch::kFloat);
+    for (auto it = batch_tfms.rbegin(); it != batch_tfms.rend(); ++it)
+      if (const auto* normalize = it->target<Normalize>()) {
+        const auto shape = std::vector<int64_t>{1, static_cast<int64_t>(normalize->mean.size()), 1, 1};
+        x = x * torch::tensor(normalize->std).to(torch::kFloat).view(shape) +
+            torch::tensor(normalize->mean).to(torch::kFloat).view(shape);
+      }
+    x = (x * 255).round().clamp(0, 255).to(torch::kByte);
+  }
+  x = x.size(1) == 1 ? x.expand({x.size(0), 3, x.size(2), x.size(3)}) : x.narrow(1, 0, std::min<int64_t>(3, x.size(1)));
+  return x.permute({0, 2, 3, 1}).contiguous();
+}
+
+namespace {
+
+int enlargement(const torch::Tensor& images, int min_side) {
+  const auto side = std::max(images.size(1), images.size(2));
+  return std::max<int>(1, static_cast<int>((min_side + side - 1) / side));
+}
+
+void paste(Canvas& canvas, int x, int y, const torch::Tensor& hwc, int scale) {
+  const auto pixels = hwc.contiguous();
+  canvas.paste(x, y, pixels.data_ptr<uint8_t>(), static_cast<int>(pixels.size(1)), static_cast<int>(pixels.size(0)), scale);
+}
+
+std::string name_of(int64_t index, const std::vector<std::string>& vocab) {
+  return index >= 0 && index < static_cast<int64_t>(vocab.size()) ? vocab[static_cast<size_t>(index)] : std::to_string(index);
+}
+
+// A grid of labelled images: text[i] above image i, in red where wrong[i].
+void write_labelled_grid(const std::string& path, const torch::Tensor& images, const std::vector<std::string>& text,
+                         const std::vector<bool>& wrong, const ShowOptions& o) {
+  const int n = static_cast<int>(images.size(0)), cols = std::max(1, std::min(o.ncols, n));
+  const int rows = (n + cols - 1) / cols, scale = enlargement(images, o.min_side);
+  int cell_w = static_cast<int>(images.size(2)) * scale;
+  for (const auto& t : text) cell_w = std::max(cell_w, Canvas::text_width(t, kTextScale));
+  const int cell_h = static_cast<int>(images.size(1)) * scale + kLabelHeight;
+  Canvas canvas(cols * (cell_w + kGap) + kGap, rows * (cell_h + kGap) + kGap);
+  for (int i = 0; i < n; ++i) {
+    const int x = kGap + (i % cols) * (cell_w + kGap), y = kGap + (i / cols) * (cell_h + kGap);
+    canvas.text(x, y, text[static_cast<size_t>(i)], wrong[static_cast<size_t>(i)] ? kWrong : kInk, kTextScale);
+    paste(canvas, x, y + kLabelHeight, images[i], scale);
+  }
+  canvas.save_png(path);
+}
+
+// Rows of [image, mask, mask, ...] side by side.
+void write_mask_rows(const std::string& path, const torch::Tensor& images, const std::vector<torch::Tensor>& masks,
+                     const std::vector<std::string>& titles, const ShowOptions& o) {
+  const int n = static_cast<int>(images.size(0)), scale = enlargement(images, o.min_side);
+  const int w = static_cast<int>(images.size(2)) * scale, h = static_cast<int>(images.size(1)) * scale;
+  const int cols = 1 + static_cast<int>(masks.size());
+  Canvas canvas(cols * (w + kGap) + kGap, kLabelHeight + n * (h + kGap) + kGap);
+  for (int c = 0; c < cols; ++c) canvas.text(kGap + c * (w + kGap), kGap, titles[static_cast<size_t>(c)], kInk, kTextScale);
+  for (int i = 0; i < n; ++i) {
+    const int y = kGap + kLabelHeight + i * (h + kGap);
+    paste(canvas, kGap, y, images[i], scale);
+    for (size_t m = 0; m < masks.size(); ++m) paste(canvas, kGap + static_cast<int>(m + 1) * (w + kGap), y, colour_mask(masks[m][i], o.void_index), scale);
+  }
+  canvas.save_png(path);
+}
+
+bool is_mask_batch(const torch::Tensor& y) { return y.dim() == 3; }
+
+}  // namespace
+
+void show_batch(const DataLoaders& dls, const std::string& path, ShowOptions o) {
+  DataLoader loader = dls.train;  // its own pass: the caller's loader is left as it was
+  const auto batch = *loader.begin();
+  const int64_t n = std::min<int64_t>(o.max_n, batch.x.size(0));
+  const auto images = decode_images(batch.x.narrow(0, 0, n), dls.train.options().batch_tfms);
+  const auto y = batch.y.narrow(0, 0, n).to(torch::kCPU);
+  if (is_mask_batch(y)) return write_mask_rows(path, images, {y}, {"image", "mask"}, o);
+  std::vector<std::string> text;
+  for (int64_t i = 0; i < n; ++i) text.push_back(y.dim() == 1 ? name_of(y[i].item<int64_t>(), dls.vocab) : "");
+  write_labelled_grid(path, images, text, std::vector<bool>(static_cast<size_t>(n), false), o);
+}
+
+void show_results(Learner& learn, const std::string& path, ShowOptions o) {
+  const auto batch = *learn.dls.valid.begin();
+  const int64_t n = std::min<int64_t>(o.max_n, batch.x.size(0));
+  torch::NoGradGuard no_grad;
+  learn.model.module().eval();
+  const auto decided = learn.model(batch.x.narrow(0, 0, n).to(learn.device)).argmax(1).to(torch::kCPU);
+  const auto images = decode_images(batch.x.narrow(0, 0, n), learn.dls.valid.options().batch_tfms);
+  const auto y = batch.y.narrow(0, 0, n).to(torch::kCPU);
+  if (is_mask_batch(y)) return write_mask_rows(path, images, {y, decided}, {"image", "target", "prediction"}, o);
+  std::vector<std::string> text;
+  std::vector<bool> wrong;
+  for (int64_t i = 0; i < n; ++i) {
+    const auto target = y[i].item<int64_t>(), predicted = decided[i].item<int64_t>();
+    text.push_back(name_of(target, learn.dls.vocab) + "/" + name_of(predicted, learn.dls.vocab));
+    wrong.push_back(target != predicted);
+  }
+  write_labelled_grid(path, images, text, wrong, o);
+}
+
+}  // namespace fastcpp::vision

@@ -1,0 +1,42 @@
+#pragma once
+// fastai's show_batch and show_results, as PNG files (the project's own PNG writer: with
+// or without OpenCV):
+//
+//   vision::show_batch(dls, "show_batch.png");        // before training: what the model sees
+//   learn.fit_one_cycle(5, 1e-2);
+//   vision::show_results(learn, "show_results.png");  // after: target / prediction
+//
+// Images are decoded back from the batch transforms (Normalize, IntToFloat) and the memory
+// layout; grey images are shown grey. A classification batch gets each image's label (for
+// results "target/prediction", red where they differ); a segmentation batch gets each
+// image beside its mask (for results: image, target mask, predicted mask), a colour per class.
+#include <optional>
+#include <string>
+
+#include "data/batch_transforms.h"
+#include "data/dataloader.h"
+
+namespace fastcpp {
+class Learner;
+}
+
+namespace fastcpp::vision {
+
+struct ShowOptions {
+  int max_n = 9;   // images shown (at most a batch)
+  int ncols = 3;   // images per row (segmentation: rows of one image)
+  int min_side = 96;  // images are enlarged by a whole factor to at least this many pixels
+  std::optional<int64_t> void_index;  // masks: drawn white
+};
+
+// A batch of images back as uint8 [N, H, W, 3] RGB: the batch transforms undone in
+// reverse order (Normalize: x * std + mean; IntToFloat: x * 255), any memory layout;
+// one channel becomes grey RGB.
+torch::Tensor decode_images(torch::Tensor x, const std::vector<BatchTransform>& batch_tfms);
+
+// The first batch of the training loader, with the labels named by dls.vocab.
+void show_batch(const DataLoaders& dls, const std::string& path, ShowOptions options = {});
+// The first batch of the validation loader with the model's predictions.
+void show_results(Learner& learn, const std::string& path, ShowOptions options = {});
+
+}  // namespace fastcpp::vision
