@@ -99,9 +99,6 @@ void CommandLine::parse(int argc, const char* const* argv) {
   } catch (const CLI::CallForHelp&) {
     std::cout << app.help();
     std::exit(0);
-  } catch (const CLI::CallForAllHelp&) {
-    std::cout << app.help("", CLI::AppFormatMode::All);
-    std::exit(0);
   } catch (const CLI::CallForVersion&) {
     std::cout << version() << "\n";
     std::exit(0);

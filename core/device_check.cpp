@@ -51,11 +51,6 @@ void DeviceCheck::poll() { drain(/*wait=*/false); }
 
 void DeviceCheck::finish() { drain(/*wait=*/true); }
 
-size_t DeviceCheck::pending() const {
-  std::lock_guard<std::mutex> lock(mutex_);
-  return pending_.size();
-}
-
 void DeviceCheck::drain(bool wait) {
   while (true) {
     std::shared_ptr<Pending> oldest;

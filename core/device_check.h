@@ -26,13 +26,12 @@ class DeviceCheck {
   void poll();
   // Waits for every check posted, then throws for the oldest that failed.
   void finish();
-  size_t pending() const;
 
  private:
   struct Pending;
   void drain(bool wait);
 
-  mutable std::mutex mutex_;
+  std::mutex mutex_;
   std::deque<std::shared_ptr<Pending>> pending_;
 };
 

@@ -140,7 +140,8 @@ int main(int argc, char** argv) {
   cli.flag("--nnodes", job.nnodes, "nodes, each with a launcher").range(1, 65536);
   cli.flag("--node-rank,--node_rank", job.node_rank, "this node's rank, 0 .. nnodes-1").range(0, 65535);
   cli.flag("--max-restarts,--max_restarts", job.max_restarts, "times the group is started again").range(0, 1000000);
-  cli.flag("--master-addr,--master_addr", job.addr, "node 0's address (the rendezvous)");
+  std::string master_addr;  // empty: not given (127.0.0.1 on one node)
+  cli.flag("--master-addr,--master_addr", master_addr, "node 0's address, the rendezvous (one node: 127.0.0.1)");
   cli.flag("--master-port,--master_port", job.port, "the rendezvous port").range(1, 65535);
   cli.flag("--rdzv-endpoint,--rdzv_endpoint", endpoint, "HOST:PORT, torchrun's form of --master-addr and --master-port");
   cli.stop_at_first_argument();
@@ -153,10 +154,8 @@ int main(int argc, char** argv) {
     return 2;
   };
   if (job.program.empty()) return refuse("no program to launch: fastcpp-launch [FLAGS] [--] PROGRAM [ARGS...]");
-  const bool master_addr_given = std::any_of(argv + 1, argv + argc, [](const char* arg) {
-    const std::string flag(arg);
-    return flag.rfind("--master-addr", 0) == 0 || flag.rfind("--master_addr", 0) == 0 || flag.rfind("--rdzv", 0) == 0;
-  });
+  const bool master_addr_given = !master_addr.empty() || !endpoint.empty();
+  if (!master_addr.empty()) job.addr = master_addr;
   if (!endpoint.empty()) {
     const auto colon = endpoint.rfind(':');
     if (colon == std::string::npos || colon == 0) return refuse("--rdzv-endpoint " + endpoint + " is not HOST:PORT");

@@ -15,8 +15,6 @@ class Canvas {
  public:
   Canvas(int width, int height, Rgb background = {255, 255, 255});
 
-  int width() const { return width_; }
-  int height() const { return height_; }
   void set(int x, int y, Rgb color);  // outside the canvas: nothing
   void line(double x0, double y0, double x1, double y1, Rgb color);  // two pixels wide
   // Text with its top-left corner at (x, y), each font pixel `scale` pixels square.
