@@ -57,6 +57,74 @@ struct ReplicaSyncBatchNormFunction : torch::autograd::Function<ReplicaSyncBatch
   }
 };
 
+// On CUDA, as the processes' synced layer does (distributed/sync_batchnorm.cpp): ATen's
+// kernels for each replica's statistics, their gather over the replicas' counts (which
+// also updates the running statistics), the normalization and the backward, in the
+// input's dtype and memory format. Nothing is read back to the host, so the replicas'
+// threads keep queueing work while the GPU runs: the arithmetic above converts to
+// double, reads the count with .item() and makes the gradient contiguous, which on a GPU
+// stops every replica at every layer.
+struct CudaReplicaSyncBatchNormFunction : torch::autograd::Function<CudaReplicaSyncBatchNormFunction> {
+  static variable_list forward(AutogradContext* ctx, at::TensorList xs, SyncBatchNormImpl* keeper) {
+    const auto home = keeper->running_mean.device();
+    const int64_t channels = xs[0].size(1);
+    std::vector<torch::Tensor> means, invstds, counts;
+    for (const auto& x : xs) {
+      auto [mean, invstd] = at::batch_norm_stats(x, keeper->eps);
+      means.push_back(mean.to(home));
+      invstds.push_back(invstd.to(home));
+      counts.push_back(torch::full({1}, static_cast<double>(x.numel() / channels), means.back().options()));
+    }
+    const auto all_counts = torch::cat(counts);
+    const auto [mean, invstd] = at::batch_norm_gather_stats_with_counts(
+        xs[0], torch::stack(means), torch::stack(invstds), keeper->running_mean, keeper->running_var,
+        keeper->momentum, keeper->eps, all_counts);
+    variable_list x_hats, saved(xs.begin(), xs.end());
+    for (const auto& x : xs)
+      x_hats.push_back(at::batch_norm_elemt(x, /*weight=*/{}, /*bias=*/{}, mean.to(x.device()),
+                                            invstd.to(x.device()), keeper->eps));
+    saved.push_back(mean);
+    saved.push_back(invstd);
+    saved.push_back(all_counts.to(torch::kInt));
+    ctx->save_for_backward(saved);
+    return x_hats;
+  }
+
+  static variable_list backward(AutogradContext* ctx, variable_list grads) {
+    const auto saved = ctx->get_saved_variables();
+    const size_t n = grads.size();
+    const auto &mean = saved[n], &invstd = saved[n + 1], &counts = saved[n + 2];
+    const auto home = mean.device();
+    std::vector<torch::Tensor> dys;
+    torch::Tensor summed;  // [sum of dy (C), sum of dy * (x - mean) (C)] over every replica
+    for (size_t i = 0; i < n; ++i) {
+      const auto& x = saved[i];
+      dys.push_back(grads[i].defined() ? grads[i].contiguous(x.suggest_memory_format()) : torch::zeros_like(x));
+      auto [sum_dy, sum_dy_xmu, grad_weight, grad_bias] =
+          at::batch_norm_backward_reduce(dys[i], x, mean.to(x.device()), invstd.to(x.device()), /*weight=*/{},
+                                         /*input_g=*/true, /*weight_g=*/false, /*bias_g=*/false);
+      auto local = torch::cat({sum_dy, sum_dy_xmu}).to(home);
+      summed = summed.defined() ? summed + local : local;
+    }
+    const int64_t channels = mean.size(0);
+    variable_list dx(n);
+    for (size_t i = 0; i < n; ++i) {
+      const auto& x = saved[i];
+      const auto sums = summed.to(x.device());
+      dx[i] = at::batch_norm_backward_elemt(dys[i], x, mean.to(x.device()), invstd.to(x.device()), /*weight=*/{},
+                                            sums.narrow(0, 0, channels), sums.narrow(0, channels, channels),
+                                            counts.to(x.device()));
+    }
+    dx.emplace_back();  // for `keeper`
+    return dx;
+  }
+};
+
+variable_list synchronized_normalization(at::TensorList xs, SyncBatchNormImpl* keeper) {
+  if (xs[0].is_cuda()) return CudaReplicaSyncBatchNormFunction::apply(xs, keeper);
+  return ReplicaSyncBatchNormFunction::apply(xs, keeper);
+}
+
 }  // namespace
 
 // Where the replicas' layer k meets: the inputs of this step, then the outputs. On CUDA
@@ -88,7 +156,7 @@ struct ReplicaGroup::Meeting {
         }
         std::vector<torch::Tensor> inputs(xs.begin(), xs.begin() + expected);
         // A TensorList, so that autograd sees each tensor as an input.
-        auto outputs = ReplicaSyncBatchNormFunction::apply(at::TensorList(inputs), layers[0]);
+        auto outputs = synchronized_normalization(at::TensorList(inputs), layers[0]);
         std::copy(outputs.begin(), outputs.end(), ys.begin());
         for (size_t r = 0; r < outputs.size(); ++r) done[r].emplace(outputs[r].device());
       } catch (...) {

@@ -63,6 +63,18 @@ class SyncCounter : public Callback {
   size_t seen_ = 0;
 };
 
+// Makes every host sync inside a training batch an error, on any thread (libtorch's
+// sync debug mode is process-wide): a sync on a replica's thread fails the fit.
+class SyncForbidden : public Callback {
+ public:
+  SyncForbidden() { order = -100; }
+  void before_batch() override {
+    if (learn().training) c10::cuda::warning_state().set_sync_debug_mode(c10::cuda::SyncDebugMode::L_ERROR);
+  }
+  void after_batch() override { c10::cuda::warning_state().set_sync_debug_mode(c10::cuda::SyncDebugMode::L_DISABLED); }
+  void after_cancel_batch() override { after_batch(); }
+};
+
 DataLoaders image_dls() {
   auto gen = at::make_generator<at::CPUGeneratorImpl>(1);
   auto images = torch::randint(0, 256, {20 * 16, 3, 16, 16}, gen, torch::kLong).to(torch::kByte);
@@ -135,6 +147,19 @@ TEST_SUITE("gpu" * doctest::skip(!torch::cuda::is_available())) {
       CHECK(a[i].x.device() == kCuda0);
       CHECK(torch::equal(a[i].x.cpu(), b[i].x.cpu()));
       CHECK(torch::equal(a[i].y.cpu(), b[i].y.cpu()));
+    }
+  }
+
+  TEST_CASE("to_parallel on {cuda:0, cuda:0}: no host sync inside a training batch, BatchNorm synced over the replicas (fp32, bf16)") {
+    for (const std::string precision : {"fp32", "bf16"}) {
+      CAPTURE(precision);
+      Learner learn(image_dls(), small_cnn(), CrossEntropyLoss(), {metrics::accuracy()}, {.device = kCuda0});
+      silence(learn);
+      learn.add_cb(SyncForbidden());
+      if (precision == "bf16") learn.to_bf16();
+      learn.to_parallel({kCuda0, kCuda0});
+      CHECK_NOTHROW(learn.fit(1, 1e-2));
+      c10::cuda::warning_state().set_sync_debug_mode(c10::cuda::SyncDebugMode::L_DISABLED);  // a fit cut mid-batch
     }
   }
 
