@@ -8,16 +8,18 @@
 # Prints the epoch table, the final test accuracy, the accuracy with TTA and the wall time;
 # the model and the plots land in build/.
 set -euo pipefail
+source "$(dirname "$0")/command_line.sh"
 cd "$(dirname "$0")/.."
 epochs=30
 width=32
 folder=/tmp/fashion_mnist_folder
 while [ $# -gt 0 ]; do
   case "$1" in
-    --epochs) epochs=$2; shift 2 ;;
-    --width) width=$2; shift 2 ;;
-    --folder) folder=$2; shift 2 ;;
-    *) echo "unknown flag $1"; exit 2 ;;
+    --*=*) set -- "${1%%=*}" "${1#*=}" "${@:2}" ;;
+    --epochs) need_count "$@"; epochs=$2; shift 2 ;;
+    --width) need_count "$@"; width=$2; shift 2 ;;
+    --folder) need_value "$@"; folder=$2; shift 2 ;;
+    *) other_flag "$@" ;;
   esac
 done
 folder=$(realpath -m "$folder")

@@ -15,6 +15,7 @@
 # Prints both whole-process wall times and test accuracies (per seed, then summed and
 # averaged over the seeds), and last the ratio.
 set -euo pipefail
+source "$(dirname "$0")/command_line.sh"
 cd "$(dirname "$0")/.."
 epochs=5
 threads=$(nproc)
@@ -26,22 +27,23 @@ both=()  # flags given to both sides
 seeds=42
 while [ $# -gt 0 ]; do
   case "$1" in
-    --peer) peer=$2; shift 2 ;;
-    --epochs) epochs=$2; shift 2 ;;
-    --threads) threads=$2; shift 2 ;;
-    --data) data=$(realpath "$2"); shift 2 ;;
-    --build) build=$(realpath "$2"); shift 2 ;;
-    --python) python=$2; shift 2 ;;
-    --memory-format) both+=(--memory-format "$2"); shift 2 ;;
-    --seeds) seeds=$2; shift 2 ;;
-    --resident) both+=(--resident "$2"); shift 2 ;;
-    *) echo "unknown flag $1"; exit 2 ;;
+    --*=*) set -- "${1%%=*}" "${1#*=}" "${@:2}" ;;
+    --peer) need_value "$@"; peer=$2; shift 2 ;;
+    --epochs) need_count "$@"; epochs=$2; shift 2 ;;
+    --threads) need_count "$@"; threads=$2; shift 2 ;;
+    --data) need_value "$@"; data=$(realpath "$2"); shift 2 ;;
+    --build) need_value "$@"; build=$(realpath "$2"); shift 2 ;;
+    --python) need_value "$@"; python=$2; shift 2 ;;
+    --memory-format) need_value "$@"; both+=(--memory-format "$2"); shift 2 ;;
+    --seeds) need_value "$@"; seeds=$2; shift 2 ;;
+    --resident) need_value "$@"; both+=(--resident "$2"); shift 2 ;;
+    *) other_flag "$@" ;;
   esac
 done
 case "$peer" in
   pytorch) peer_name=PyTorch; peer_script=bench/fashion_mnist_peer.py; peer_tag=peer ;;
   fastai) peer_name=fastai; peer_script=bench/fashion_mnist_fastai.py; peer_tag=fastai ;;
-  *) echo "unknown --peer $peer (pytorch or fastai)"; exit 2 ;;
+  *) command_line_error "--peer takes pytorch or fastai, not $peer" ;;
 esac
 [ -x "$build/examples/fashion_mnist" ] || scripts/build.sh fashion_mnist
 build=$(realpath "$build")

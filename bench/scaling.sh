@@ -6,14 +6,16 @@
 #
 # Prints the table: batch size x processes -> seconds per epoch, speed-up over 1 process.
 set -euo pipefail
+source "$(dirname "$0")/command_line.sh"
 cd "$(dirname "$0")/.."
 epochs=1; procs="1 2"; sizes="64 128"
 while [ $# -gt 0 ]; do
   case "$1" in
-    --epochs) epochs=$2; shift 2 ;;
-    --procs) procs=$2; shift 2 ;;
-    --bs) sizes=$2; shift 2 ;;
-    *) echo "unknown flag $1"; exit 2 ;;
+    --*=*) set -- "${1%%=*}" "${1#*=}" "${@:2}" ;;
+    --epochs) need_count "$@"; epochs=$2; shift 2 ;;
+    --procs) need_value "$@"; procs=$2; shift 2 ;;
+    --bs) need_value "$@"; sizes=$2; shift 2 ;;
+    *) other_flag "$@" ;;
   esac
 done
 [ -x build/examples/distributed_fashion_mnist ] || scripts/build.sh distributed_fashion_mnist fastcpp-launch

@@ -12,6 +12,7 @@
 # The last two lines: "mean IoU fastcpp A fastai B" (percent, void pixels left out)
 # and "fastcpp/fastai time ratio R". Both sides train at --lr (default 3e-3).
 set -euo pipefail
+source "$(dirname "$0")/command_line.sh"
 cd "$(dirname "$0")/.."
 root=$PWD
 epochs=1
@@ -23,14 +24,15 @@ build=build
 python=${FASTCPP_PYTHON:-$PWD/.venv/bin/python}
 while [ $# -gt 0 ]; do
   case "$1" in
-    --epochs) epochs=$2; shift 2 ;;
-    --items) items=$2; shift 2 ;;
-    --lr) lr=$2; shift 2 ;;
-    --threads) threads=$2; shift 2 ;;
-    --data) data=$(realpath "$2"); shift 2 ;;
-    --build) build=$(realpath "$2"); shift 2 ;;
-    --python) python=$2; shift 2 ;;
-    *) echo "unknown flag $1"; exit 2 ;;
+    --*=*) set -- "${1%%=*}" "${1#*=}" "${@:2}" ;;
+    --epochs) need_count "$@"; epochs=$2; shift 2 ;;
+    --items) need_count "$@"; items=$2; shift 2 ;;
+    --lr) need_number "$@"; lr=$2; shift 2 ;;
+    --threads) need_count "$@"; threads=$2; shift 2 ;;
+    --data) need_value "$@"; data=$(realpath "$2"); shift 2 ;;
+    --build) need_value "$@"; build=$(realpath "$2"); shift 2 ;;
+    --python) need_value "$@"; python=$2; shift 2 ;;
+    *) other_flag "$@" ;;
   esac
 done
 [ -x "$build/examples/segmentation" ] || scripts/build.sh segmentation

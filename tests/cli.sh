@@ -2,11 +2,13 @@
 # Every program answers its command line alike (cli/command_line.h): --help and --version
 # exit 0; an unknown flag, a flag without its value, a value of the wrong type or out of
 # range, and a missing argument exit 2 with one line that names the flag; and none of it
-# trains or writes anything (each runs in an empty folder, which must stay empty).
+# trains or writes anything (each runs in an empty folder, which must stay empty). The
+# benchmark scripts too (bench/command_line.sh): their --help is their opening comment.
 #
 #   tests/cli.sh BUILD_DIR
 set -uo pipefail
 build=$(realpath "${1:?usage: tests/cli.sh BUILD_DIR}")
+source=$(cd "$(dirname "$0")/.." && pwd)
 # program, a flag that takes a number, then the arguments it requires (names that exist nowhere)
 programs=(
   "examples/fashion_mnist --epochs" "examples/cifar --epochs" "examples/custom_callback --epochs"
@@ -15,19 +17,26 @@ programs=(
   "examples/export_image_folder - cifar10 no_dir no_out"
   "bench/bench_loader --workers no_folder" "bench/bench_learner_overhead --threads" "bench/bench_train_step --steps"
   "bench/bench_sync_batchnorm --rounds" "fastcpp-launch --nproc-per-node"
+  "bench/fashion_mnist_resnet.sh --epochs" "bench/fashion_mnist_vs_fastai.sh --epochs"
+  "bench/fashion_mnist_vs_python.sh --epochs" "bench/scaling.sh --epochs" "bench/segmentation_vs_fastai.sh --items"
+  "bench/gpu_ddp_overhead.sh -" "bench/gpu_parallel.sh -" "bench/gpu_train_step.sh -"
 )
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 failures=0 checked=0
 fail() { echo "FAIL $*"; failures=$((failures + 1)); }
 
+# A built program, or a script of the source tree.
+path_of() { case "$1" in *.sh) echo "$source/$1" ;; *) echo "$build/$1" ;; esac; }
+
 # expect STATUS PATTERN PROGRAM ARGS...: the exit status, and PATTERN in the output's first line.
 expect() {
   local status=$1 pattern=$2 program=$3
   shift 3
-  [ -x "$build/$program" ] || return 0  # built only with OpenCV, or with torch's CUDA
-  local out
-  out=$(cd "$work" && timeout 20 "$build/$program" "$@" 2>&1 < /dev/null)
+  local path out
+  path=$(path_of "$program")
+  [ -x "$path" ] || return 0  # built only with OpenCV, or with torch's CUDA
+  out=$(cd "$work" && timeout 20 "$path" "$@" 2>&1 < /dev/null)
   local got=$?
   local what="$program $*"
   [ "$got" -eq "$status" ] || fail "$what: exit $got, expected $status: $(head -3 <<<"$out")"
@@ -42,11 +51,15 @@ expect() {
 for entry in "${programs[@]}"; do
   read -r program flag required <<<"$entry"
   read -r -a required <<<"${required:-}"
-  [ -x "$build/$program" ] || continue
+  path=$(path_of "$program")
+  [ -x "$path" ] || continue
   expect 0 "" "$program" --help  # exit 0, nothing written
-  help=$(cd "$work" && "$build/$program" -h 2>&1) || fail "$program -h: exit status not 0"
-  grep -q "Example" <<<"$help" || fail "$program --help: no example"
-  [ "$(cd "$work" && "$build/$program" --version)" = "$(cd "$work" && "$build/fastcpp-launch" --version)" ] ||
+  help=$(cd "$work" && "$path" -h 2>&1) || fail "$program -h: exit status not 0"
+  case "$program" in
+    *.sh) grep -q "$program \[" <<<"$help" || fail "$program --help: no usage line" ;;
+    *) grep -q "Example" <<<"$help" || fail "$program --help: no example" ;;
+  esac
+  [ "$(cd "$work" && "$path" --version)" = "$(cd "$work" && "$build/fastcpp-launch" --version)" ] ||
     fail "$program --version differs from fastcpp-launch's"
   expect 0 "" "$program" --version
   expect 2 "--no-such-flag" "$program" "${required[@]}" --no-such-flag
