@@ -8,7 +8,7 @@
 # Prints the epoch table, the final test accuracy, the accuracy with TTA and the wall time;
 # the model and the plots land in build/.
 set -euo pipefail
-source "$(dirname "$0")/command_line.sh"
+source "$(dirname "$0")/../scripts/command_line.sh"
 cd "$(dirname "$0")/.."
 epochs=30
 width=32

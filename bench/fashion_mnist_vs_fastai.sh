@@ -5,7 +5,7 @@
 #
 #   bench/fashion_mnist_vs_fastai.sh [--epochs 5] [--threads 2] [--data DIR] [--build DIR] [--python PY]
 #                                    [--memory-format channels-last|contiguous] [--seeds 42,1,2]   (both sides)
-source "$(dirname "$0")/command_line.sh"
+source "$(dirname "$0")/../scripts/command_line.sh"
 for arg in "$@"; do
   case "$arg" in -h | --help) script_usage; exit 0 ;; esac  # this script's usage, not the one it runs
 done

@@ -15,7 +15,7 @@
 # Prints both whole-process wall times and test accuracies (per seed, then summed and
 # averaged over the seeds), and last the ratio.
 set -euo pipefail
-source "$(dirname "$0")/command_line.sh"
+source "$(dirname "$0")/../scripts/command_line.sh"
 cd "$(dirname "$0")/.."
 epochs=5
 threads=$(nproc)

@@ -5,7 +5,7 @@
 #
 #   bench/gpu_ddp_overhead.sh [BUILD_DIR]
 set -euo pipefail
-source "$(dirname "$0")/command_line.sh"
+source "$(dirname "$0")/../scripts/command_line.sh"
 positional_only "$@"
 bench=${1:-build}/bench/bench_train_step
 args=(--arch resnet50 --precision fp16 --layout channels_last --steps 40)

@@ -8,7 +8,7 @@
 # With TRACE_DIR: the two-replica runs again under PyTorch's profiler, 3 steps each
 # (traces and the kernels that took the most GPU time; one replica's too, to compare).
 set -euo pipefail
-source "$(dirname "$0")/command_line.sh"
+source "$(dirname "$0")/../scripts/command_line.sh"
 positional_only "$@"
 traces=${2:-}
 bench=${1:-build}/bench/bench_train_step

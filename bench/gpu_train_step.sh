@@ -8,7 +8,7 @@
 #
 #   bench/gpu_train_step.sh [BUILD_DIR [PYTHON]] [-- options of both, e.g. --arch resnet50]
 set -euo pipefail
-source "$(dirname "$0")/command_line.sh"
+source "$(dirname "$0")/../scripts/command_line.sh"
 positional_only "$@"
 here=$(cd "$(dirname "$0")" && pwd)
 build=${1:-build}

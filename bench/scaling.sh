@@ -6,7 +6,7 @@
 #
 # Prints the table: batch size x processes -> seconds per epoch, speed-up over 1 process.
 set -euo pipefail
-source "$(dirname "$0")/command_line.sh"
+source "$(dirname "$0")/../scripts/command_line.sh"
 cd "$(dirname "$0")/.."
 epochs=1; procs="1 2"; sizes="64 128"
 while [ $# -gt 0 ]; do

@@ -12,7 +12,7 @@
 # The last two lines: "mean IoU fastcpp A fastai B" (percent, void pixels left out)
 # and "fastcpp/fastai time ratio R". Both sides train at --lr (default 3e-3).
 set -euo pipefail
-source "$(dirname "$0")/command_line.sh"
+source "$(dirname "$0")/../scripts/command_line.sh"
 cd "$(dirname "$0")/.."
 root=$PWD
 epochs=1

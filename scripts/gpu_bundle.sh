@@ -5,6 +5,8 @@
 # zlib's headers, the Fashion-MNIST files, and the fixtures of the fastai suite (made
 # here with the venv's fastai, which the GPU machines lack). About 33 MB.
 set -euo pipefail
+source "$(dirname "$0")/command_line.sh"
+positional_only "$@"
 cd "$(dirname "$0")/.."
 bundle=.gpu_bundle
 rm -rf "$bundle"

@@ -13,6 +13,8 @@
 # (default python3), FASTCPP_BUNDLE (default .gpu_bundle), FASTCPP_GPU_BUILD (default
 # build-gpu), FASTCPP_BENCH_STEPS (timed steps per benchmark cell, default 20).
 set -uo pipefail
+source "$(dirname "$0")/command_line.sh"
+positional_only "$@"
 cd "$(dirname "$0")/.."
 out=${1:?usage: scripts/gpu_check.sh OUT [build] [test] [bench] [step]}
 shift

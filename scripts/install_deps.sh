@@ -5,6 +5,8 @@
 # The CUDA 13 toolkit (nvcc) is expected under /usr/local/cuda or $CUDA_HOME: torch's
 # CMake package configures CUDA through it, even on a machine without a GPU.
 set -euo pipefail
+source "$(dirname "$0")/command_line.sh"
+positional_only "$@"
 cd "$(dirname "$0")/.."
 
 packages=(

@@ -7,6 +7,8 @@
 # CI) comes from there without the network. Nothing happens when .venv already has
 # exactly these pins.
 set -euo pipefail
+source "$(dirname "$0")/command_line.sh"
+positional_only "$@"
 cd "$(dirname "$0")/.."
 requirements=scripts/requirements.txt
 venv=.venv

@@ -5,6 +5,8 @@
 # Prints a line per minute and a summary; exits 1 on a leak or a cycle that differs.
 #   scripts/soak.sh [MINUTES]
 set -euo pipefail
+source "$(dirname "$0")/command_line.sh"
+positional_only "$@"
 cd "$(dirname "$0")/.."
 scripts/build.sh soak
 work=$(mktemp -d)

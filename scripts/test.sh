@@ -1,6 +1,10 @@
 #!/usr/bin/env bash
 # The tests on a fresh machine: install, build, and run every test suite with ctest.
+# The last line is ctest's summary. One suite alone: cd build && ctest -R NAME.
+#   scripts/test.sh
 set -euo pipefail
+source "$(dirname "$0")/command_line.sh"
+positional_only "$@"
 cd "$(dirname "$0")/.."
 scripts/install_deps.sh
 scripts/build.sh

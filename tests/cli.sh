@@ -20,6 +20,8 @@ programs=(
   "bench/fashion_mnist_resnet.sh --epochs" "bench/fashion_mnist_vs_fastai.sh --epochs"
   "bench/fashion_mnist_vs_python.sh --epochs" "bench/scaling.sh --epochs" "bench/segmentation_vs_fastai.sh --items"
   "bench/gpu_ddp_overhead.sh -" "bench/gpu_parallel.sh -" "bench/gpu_train_step.sh -"
+  "scripts/test.sh -" "scripts/install_deps.sh -" "scripts/setup_python.sh -" "scripts/gpu_bundle.sh -"
+  "scripts/gpu_check.sh -" "scripts/soak.sh -"
 )
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
@@ -56,7 +58,7 @@ for entry in "${programs[@]}"; do
   expect 0 "" "$program" --help  # exit 0, nothing written
   help=$(cd "$work" && "$path" -h 2>&1) || fail "$program -h: exit status not 0"
   case "$program" in
-    *.sh) grep -q "$program \[" <<<"$help" || fail "$program --help: no usage line" ;;
+    *.sh) [ "$(wc -l <<<"$help")" -ge 2 ] || fail "$program --help says nothing: $help" ;;
     *) grep -q "Example" <<<"$help" || fail "$program --help: no example" ;;
   esac
   [ "$(cd "$work" && "$path" --version)" = "$(cd "$work" && "$build/fastcpp-launch" --version)" ] ||
@@ -69,6 +71,10 @@ for entry in "${programs[@]}"; do
     expect 2 "$flag" "$program" "${required[@]}" "$flag" abc
     expect 2 "$flag" "$program" "${required[@]}" "$flag=-5"
   fi
+done
+for script in scripts/build.sh scripts/demo.sh; do  # their other flags go to ninja, to the example
+  expect 0 "" "$script" --help
+  expect 0 "" "$script" --version
 done
 expect 2 "DATASET" examples/export_image_folder
 expect 2 "DATASET" examples/export_image_folder mnist out

@@ -1,10 +1,10 @@
-# The benchmark scripts answer their command line as fastcpp's programs do
+# The scripts (scripts/, bench/) answer their command line as fastcpp's programs do
 # (cli/command_line.h): -h / --help prints the script's opening comment and exits 0;
 # --version prints fastcpp's and libtorch's versions; --flag=value is --flag value; an
 # unknown flag or a flag without its value is one line naming it, with exit code 2.
 # Nothing has run by then. A script sources this file and parses with it:
 #
-#   source "$(dirname "$0")/command_line.sh"
+#   source "$(dirname "$0")/../scripts/command_line.sh"
 #   while [ $# -gt 0 ]; do
 #     case "$1" in
 #       --*=*) set -- "${1%%=*}" "${1#*=}" "${@:2}" ;;
@@ -14,7 +14,8 @@
 #     esac
 #   done
 #
-# A script that takes only positional arguments calls `positional_only "$@"` instead.
+# A script that takes only positional arguments calls `positional_only "$@"` instead; one
+# that hands its flags on to another program, `help_or_version "$@"`.
 
 # Sourced before the script changes folder: $0 may be relative.
 command_line_script=$(basename "$0")
@@ -66,7 +67,18 @@ other_flag() {
   esac
 }
 
-# positional_only "$@": answers --help and --version, and refuses any flag before "--".
+# help_or_version "$@": answers -h, --help and --version given before any "--".
+help_or_version() {
+  local arg
+  for arg in "$@"; do
+    case "$arg" in
+      --) return 0 ;;
+      -h | --help | --version) other_flag "$arg" ;;
+    esac
+  done
+}
+
+# positional_only "$@": the same, and refuses any other flag before "--".
 positional_only() {
   local arg
   for arg in "$@"; do
