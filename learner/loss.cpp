@@ -28,6 +28,7 @@ torch::Tensor check_class_targets(const torch::Tensor& pred, const torch::Tensor
                 c10::toString(target.scalar_type()));
   const int64_t n_classes = pred.size(1);
   const auto labels = target.to(torch::kLong);
+  if (labels.numel() == 0) return labels;  // nothing to check (argmax below needs an element)
   const auto bad = (labels < 0).logical_or_(labels >= n_classes);
   if (labels.is_cpu()) {
     if (!bad.any().item<bool>()) return labels;

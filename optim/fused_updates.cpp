@@ -39,6 +39,12 @@ bool fusable(const GroupTensors& group) {
         grad.scalar_type() != head.scalar_type() || grad.is_sparse() || grad.strides() != param.strides() ||
         !param.is_non_overlapping_and_dense() || group.states[i]->step != group.states.front()->step)
       return false;
+    // Buffers made before the params changed layout (to_channels_last after a fit, a
+    // loaded checkpoint) stay as they were: the kernels would refuse them.
+    for (const auto& [name, buffer] : group.states[i]->buffers)
+      if (buffer.strides() != param.strides() || buffer.scalar_type() != param.scalar_type() ||
+          buffer.device() != param.device())
+        return false;
   }
   return true;
 }

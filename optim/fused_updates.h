@@ -10,7 +10,7 @@
 namespace fastcpp {
 
 // Whether the fused kernels take these tensors: one device, one floating dtype, dense
-// gradients laid out as their params, every param at the same step.
+// gradients and state buffers laid out as their params, every param at the same step.
 bool fusable(const GroupTensors& group);
 
 void fused_sgd_update(GroupTensors& group, const Hypers& hypers);

@@ -206,7 +206,10 @@ class ReplicaBatchNormSync : public BatchNormSync {
   bool counts_batches() const override { return replica_ == 0; }
   torch::Tensor forward(SyncBatchNormImpl& bn, const torch::Tensor& x) override {
     const auto x_hat = meeting_->meet(*state_, replica_, bn, x);
-    return x_hat * batchnorm::per_channel(bn.weight, x_hat) + batchnorm::per_channel(bn.bias, x_hat);
+    // In the input's dtype, as BatchNorm's own kernels answer under autocast: fp32
+    // weights would otherwise promote an fp16 activation to fp32.
+    const auto dtype = x_hat.scalar_type();
+    return x_hat * batchnorm::per_channel(bn.weight.to(dtype), x_hat) + batchnorm::per_channel(bn.bias.to(dtype), x_hat);
   }
 
  private:

@@ -101,6 +101,20 @@ TEST_SUITE("optimizers") {
     CHECK(!fusable(group));
   }
 
+  TEST_CASE("a group whose state buffers are laid out otherwise than their params is not fused") {
+    // Momentum made before to_channels_last turned the weights channels-last: the kernels
+    // need the buffers' strides to be the params'.
+    const auto weight = torch::randn({4, 3, 2, 2}).contiguous(torch::MemoryFormat::ChannelsLast);
+    ParamState state;
+    GroupTensors group{{weight}, {torch::randn_like(weight)}, {&state}, {true}};
+    state.buffers["grad_avg"] = torch::zeros_like(weight);
+    CHECK(fusable(group));
+    state.buffers["grad_avg"] = torch::zeros(weight.sizes());  // contiguous
+    CHECK(!fusable(group));
+    state.buffers["grad_avg"] = torch::zeros_like(weight, torch::kDouble);
+    CHECK(!fusable(group));
+  }
+
   TEST_CASE("Adam equals torch.optim.AdamW, with a scheduled beta1 and decoupled weight decay") {
     check_trajectory(adam({.sqr_mom = 0.99, .eps = 1e-5}), "adamw", /*schedule_mom=*/true, 1e-2, 0.1);
   }
