@@ -99,6 +99,10 @@ struct CudaReplicaSyncBatchNormFunction : torch::autograd::Function<CudaReplicaS
     torch::Tensor summed;  // [sum of dy (C), sum of dy * (x - mean) (C)] over every replica
     for (size_t i = 0; i < n; ++i) {
       const auto& x = saved[i];
+      // Made on the replica's stream, read on this one (autograd's, or the default
+      // stream of a replica's other GPU): not reused before these reads are done.
+      keep_for_current_stream(x);
+      keep_for_current_stream(grads[i]);
       dys.push_back(grads[i].defined() ? grads[i].contiguous(x.suggest_memory_format()) : torch::zeros_like(x));
       auto [sum_dy, sum_dy_xmu, grad_weight, grad_bias] =
           at::batch_norm_backward_reduce(dys[i], x, mean.to(x.device()), invstd.to(x.device()), /*weight=*/{},
