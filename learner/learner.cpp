@@ -11,6 +11,7 @@
 #include "learner/checkpoint.h"
 #include "core/device.h"
 #include "core/error.h"
+#include "core/host_memory.h"
 #include "optim/param_groups.h"
 #include "learner/recorder.h"
 #include "learner/train_eval.h"
@@ -82,6 +83,7 @@ Learner::Learner(DataLoaders dls_, Model model_, Loss loss_func_, std::vector<Me
   for (const auto& metric : metrics)
     if (!metric) throw Error("Learner: a metric is null");
   check_device(device, "Learner");
+  keep_freed_host_memory();  // each step's buffers reused, not faulted in afresh (core/host_memory.h)
   model.module().to(device);
   dls.to(device);
   recorder = std::make_shared<Recorder>();
