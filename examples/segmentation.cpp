@@ -111,21 +111,21 @@ int main(int argc, char** argv) {
         (fs::path(out) / "images").string(), (fs::path(out) / "masks").string(), kCodes,
         {.seed = static_cast<uint64_t>(seed), .bs = bs, .workers = workers, .void_index = kVoid, .mask_fill = kVoid});
     vision::show_batch(dls, "segmentation_batch.png", {.max_n = 4, .void_index = kVoid});  // images and masks
-    auto learn = vision::unet_learner(dls, vision::resnet18,
-                                      {vision::dice_multi(no_void), vision::jaccard_coeff_multi(no_void)},
+    const auto iou = vision::jaccard_coeff_multi(no_void);
+    auto learn = vision::unet_learner(dls, vision::resnet18, {vision::dice_multi(no_void), iou},
                                       {.stem = stem == "cifar" ? vision::Stem::cifar : vision::Stem::imagenet,
                                        .width = width,
                                        .loss_func = vision::CrossEntropyLossFlat({.ignore_index = kVoid})});
     learn.fit_one_cycle(epochs, lr);
 
-    const auto preds = learn.get_preds();
-    const auto iou = vision::per_class_iou(preds.preds, preds.targets, no_void);
-    std::printf("IoU per class:");
-    for (size_t c = 0; c < iou.size(); ++c) std::printf(" %s %.3f%s", kCodes[c].c_str(), iou[c], c + 1 < iou.size() ? "," : "\n");
-    // [valid_loss, dice_multi, jaccard_coeff_multi] of the pass get_preds just made: no
-    // second pass over the validation set.
+    // [valid_loss, dice_multi, jaccard_coeff_multi] of the fit's last validation, and each
+    // class's IoU from that same pass: no other pass over the validation set.
     auto results = learn.recorder->valid_values();
-    if (results.size() < 3) results = learn.validate();
+    if (results.size() < 3) results = learn.validate();  // no epoch trained
+    const auto class_iou = vision::per_class_scores(*iou);
+    std::printf("IoU per class:");
+    for (size_t c = 0; c < class_iou.size(); ++c)
+      std::printf(" %s %.3f%s", kCodes[c].c_str(), class_iou[c], c + 1 < class_iou.size() ? "," : "\n");
     std::printf("final valid Dice %.4f, mean IoU %.4f\n", results[1], results[2]);
 
     vision::show_results(learn, "segmentation_results.png", {.max_n = 4, .void_index = kVoid});  // image, target, prediction

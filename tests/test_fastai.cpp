@@ -328,6 +328,22 @@ TEST_SUITE("fastai") {
     CHECK(run(vision::jaccard_coeff_multi(), 4) == doctest::Approx(fx.at("jaccard_multi")[0]).epsilon(1e-9));
     CHECK(run(vision::foreground_acc(), 4) == doctest::Approx(fx.at("foreground_acc")[0]).epsilon(1e-6));
 
+    // Class by class, what the metric accumulated is per_class_iou over both batches at once.
+    const auto iou = vision::jaccard_coeff_multi();
+    CHECK(error_of([&] { vision::per_class_scores(*iou); }) == "per_class_scores: jaccard_coeff_multi has seen no batch");
+    run(iou, 4);
+    const auto all_preds = torch::cat({tensor("pred4.0", {2, 4, 6, 5}), tensor("pred4.1", {3, 4, 6, 5})});
+    const auto all_masks = torch::cat({tensor("mask4.0", {2, 6, 5}, torch::kLong), tensor("mask4.1", {3, 6, 5}, torch::kLong)});
+    const auto scores = vision::per_class_scores(*iou), expected = vision::per_class_iou(all_preds, all_masks);
+    REQUIRE(scores.size() == 4);
+    for (size_t c = 0; c < scores.size(); ++c) {
+      CAPTURE(c);
+      if (std::isnan(expected[c])) CHECK(std::isnan(scores[c]));  // class 3 is absent
+      else CHECK(scores[c] == doctest::Approx(expected[c]).epsilon(1e-12));
+    }
+    CHECK(error_of([] { vision::per_class_scores(*metrics::accuracy()); }) ==
+          "per_class_scores: accuracy is not a per-class Dice or IoU metric (dice_multi, jaccard_coeff_multi)");
+
     // Beyond fastai: void pixels are left out. Right everywhere but on the void pixels.
     learn.yb = void_mask;
     learn.pred = torch::nn::functional::one_hot(mask, 3).movedim(-1, 1).to(torch::kFloat);

@@ -76,6 +76,13 @@ class OverlapMetric : public Metric {
     const auto scores = score_ == Score::dice ? 2 * inter / uni : inter / (uni - inter);
     return scores.mean().item<double>();
   }
+  bool per_class() const { return per_class_; }
+  // Each class's score; 0 / 0 (a class absent from predictions and masks) is NaN.
+  std::vector<double> class_scores() const {
+    if (!inter_.defined()) throw Error("per_class_scores: " + name_ + " has seen no batch");
+    const auto scores = (score_ == Score::dice ? 2 * inter_ / union_ : inter_ / (union_ - inter_)).cpu();
+    return {scores.data_ptr<double>(), scores.data_ptr<double>() + scores.numel()};
+  }
 
  private:
   std::string name_;
@@ -143,6 +150,14 @@ std::vector<double> per_class_iou(const torch::Tensor& output, const torch::Tens
   const auto [inter, uni] = class_overlaps(decided_pixels(output, masks, "per_class_iou", options), output.size(1));
   const auto iou = (inter / (uni - inter)).cpu();  // 0 / 0: NaN for an absent class
   return {iou.data_ptr<double>(), iou.data_ptr<double>() + iou.numel()};
+}
+
+std::vector<double> per_class_scores(const Metric& metric) {
+  const auto* overlap = dynamic_cast<const OverlapMetric*>(&metric);
+  if (!overlap || !overlap->per_class())
+    throw Error("per_class_scores: " + metric.name() +
+                " is not a per-class Dice or IoU metric (dice_multi, jaccard_coeff_multi)");
+  return overlap->class_scores();
 }
 
 MetricPtr foreground_acc(int64_t background, SegmentationMetricOptions options) {

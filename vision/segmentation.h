@@ -53,6 +53,12 @@ MetricPtr jaccard_coeff_multi(SegmentationMetricOptions options = {});
 std::vector<double> per_class_iou(const torch::Tensor& output, const torch::Tensor& masks,
                                   SegmentationMetricOptions options = {});
 
+// Each class's score that a dice_multi or jaccard_coeff_multi metric accumulated over its
+// last pass (after a fit, the last validation): Dice or IoU, NaN for a class absent from
+// both predictions and masks; the metric's value is their mean over the others. No
+// second pass over the data, as per_class_iou of get_preds' outputs would need.
+std::vector<double> per_class_scores(const Metric& metric);
+
 // fastai's foreground_acc: the accuracy over the pixels whose mask is not the background
 // (nor void), a mean per batch weighted by its size.
 MetricPtr foreground_acc(int64_t background = 0, SegmentationMetricOptions options = {});
