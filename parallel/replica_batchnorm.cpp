@@ -95,7 +95,9 @@ struct CudaReplicaSyncBatchNormFunction : torch::autograd::Function<CudaReplicaS
     const size_t n = grads.size();
     const auto &mean = saved[n], &invstd = saved[n + 1], &counts = saved[n + 2];
     const auto home = mean.device();
-    std::vector<torch::Tensor> dys;
+    const int64_t channels = mean.size(0);
+    // Per replica, on its device: the incoming gradient and the statistics.
+    std::vector<torch::Tensor> dys, means, invstds;
     torch::Tensor summed;  // [sum of dy (C), sum of dy * (x - mean) (C)] over every replica
     for (size_t i = 0; i < n; ++i) {
       const auto& x = saved[i];
@@ -104,18 +106,19 @@ struct CudaReplicaSyncBatchNormFunction : torch::autograd::Function<CudaReplicaS
       keep_for_current_stream(x);
       keep_for_current_stream(grads[i]);
       dys.push_back(grads[i].defined() ? grads[i].contiguous(x.suggest_memory_format()) : torch::zeros_like(x));
+      means.push_back(mean.to(x.device()));
+      invstds.push_back(invstd.to(x.device()));
       auto [sum_dy, sum_dy_xmu, grad_weight, grad_bias] =
-          at::batch_norm_backward_reduce(dys[i], x, mean.to(x.device()), invstd.to(x.device()), /*weight=*/{},
+          at::batch_norm_backward_reduce(dys[i], x, means[i], invstds[i], /*weight=*/{},
                                          /*input_g=*/true, /*weight_g=*/false, /*bias_g=*/false);
       auto local = torch::cat({sum_dy, sum_dy_xmu}).to(home);
       summed = summed.defined() ? summed + local : local;
     }
-    const int64_t channels = mean.size(0);
     variable_list dx(n);
     for (size_t i = 0; i < n; ++i) {
       const auto& x = saved[i];
       const auto sums = summed.to(x.device());
-      dx[i] = at::batch_norm_backward_elemt(dys[i], x, mean.to(x.device()), invstd.to(x.device()), /*weight=*/{},
+      dx[i] = at::batch_norm_backward_elemt(dys[i], x, means[i], invstds[i], /*weight=*/{},
                                             sums.narrow(0, 0, channels), sums.narrow(0, channels, channels),
                                             counts.to(x.device()));
     }
