@@ -1,10 +1,12 @@
 #!/usr/bin/env bash
 # fastcpp's Learner against PyTorch eager on this GPU: every cell of bench_train_step and
 # of train_step_peer.py (same models, batches, precisions and layouts, in the same run),
-# then one table with the ratio fastcpp / eager. The two sides alternate, round after
-# round ($FASTCPP_BENCH_ROUNDS, default 3), and each cell's figure is the median of its
-# rounds, so that the GPU's drift over the run falls on both sides alike. The table is
-# printed after each round.
+# then one table with the ratio fastcpp / eager. Each side is one process for the whole
+# run (bench_train_step --serve, train_step_peer.py --serve), so cuDNN's plans are
+# searched once per cell, not once per round. The two alternate cell by cell, the first
+# side swapping each round, over $FASTCPP_BENCH_ROUNDS rounds (default 3); each cell's
+# figure is the median of its rounds, so that the GPU's drift over the run falls on both
+# sides alike. The table is printed after each round.
 #
 #   bench/gpu_train_step.sh [BUILD_DIR [PYTHON]] [-- options of both, e.g. --arch resnet50]
 set -euo pipefail
@@ -18,10 +20,10 @@ shift $(( $# < 2 ? $# : 2 ))
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 rounds=${FASTCPP_BENCH_ROUNDS:-3}
-# Per cell (arch, bs, precision, layout): the round of median speed, whole line.
+# Per cell (arch, bs, precision, layout): the line of its median speed, over the rounds it has.
 median() {
   sort -k1,1 -k3,3 -k4,4 -k5,5g "$1" |
-    awk -v n="$2" '{key = $1" "$3" "$4; count[key]++; if (count[key] == int((n + 1) / 2)) print}'
+    awk '{key = $1" "$3" "$4; line[key, ++n[key]] = $0} END {for (k in n) print line[k, int((n[k] + 1) / 2)]}'
 }
 # Lines: arch bs precision layout img/s "img/s" "peak" MiB "MiB"
 key() { awk '{print $1"/"$3"/"$4, $2, $5, $8}' "$1" | sort; }
@@ -29,11 +31,10 @@ rate() { awk -v a="$1" -v p="$2" -v l="$3" '$1 == a && $3 == p && $4 == l {print
 
 # The table and the goals' figures over the rounds done so far.
 report() {
-  local done=$1
-  median "$tmp/fastcpp_all" "$done" > "$tmp/fastcpp"
-  median "$tmp/eager_all" "$done" > "$tmp/eager"
+  median "$tmp/fastcpp_all" > "$tmp/fastcpp"
+  median "$tmp/eager_all" > "$tmp/eager"
   echo
-  echo "Medians of $done alternating rounds:"
+  echo "Medians of $1 round$([ "$1" -eq 1 ] || echo s) alternating cell by cell (rounds took ${round_times# }):"
   echo "| model | batch | precision | layout | fastcpp img/s | eager img/s | fastcpp / eager | fastcpp peak MiB | eager peak MiB |"
   echo "|---|---|---|---|---|---|---|---|---|"
   join <(key "$tmp/fastcpp") <(key "$tmp/eager") |
@@ -57,10 +58,38 @@ report() {
          END {if (n) printf "largest peak memory, fastcpp over eager: %+.1f%% (%s; goal: <= 1%% in every cell)\n", hi, cell}'
 }
 
-# After each round, so that a run cut short by a time limit still leaves a table.
+cells=$("$build/bench/bench_train_step" --list "$@")
+# The two servers, each reading cells from a pipe and answering on another.
+mkfifo "$tmp/fastcpp.in" "$tmp/fastcpp.out" "$tmp/eager.in" "$tmp/eager.out"
+"$build/bench/bench_train_step" --serve "$@" < "$tmp/fastcpp.in" > "$tmp/fastcpp.out" &
+"$python" "$here/train_step_peer.py" --serve "$@" < "$tmp/eager.in" > "$tmp/eager.out" &
+exec 3> "$tmp/fastcpp.in" 4< "$tmp/fastcpp.out" 5> "$tmp/eager.in" 6< "$tmp/eager.out"
+trap '' PIPE  # a server that has ended is an answer below, not the end of this script
+
+# ask SIDE CELL: the side's line for the cell, kept when it is a figure.
+ask() {
+  local in=3 out=4 answer
+  [ "$1" = eager ] && in=5 out=6
+  echo "$2" >&"$in" 2> /dev/null || true
+  IFS= read -r answer <&"$out" || answer="error: the $1 server ended"
+  printf '%-9s%s\n' "$1:" "$answer"
+  case $answer in
+    *" img/s "*) echo "$answer" >> "$tmp/$1_all" ;;
+    *skipped*) exit 0 ;;  # no GPU
+  esac
+}
+
+: > "$tmp/fastcpp_all"
+: > "$tmp/eager_all"
+round_times=""
 for round in $(seq "$rounds"); do
-  "$build/bench/bench_train_step" "$@" | tee -a "$tmp/fastcpp_all"
-  grep -q "img/s" "$tmp/fastcpp_all" || exit 0  # skipped: no GPU
-  "$python" "$here/train_step_peer.py" "$@" | tee -a "$tmp/eager_all"
+  started=$SECONDS
+  sides=(fastcpp eager)
+  [ $((round % 2)) -eq 0 ] && sides=(eager fastcpp)
+  while read -r cell; do
+    ask "${sides[0]}" "$cell"
+    ask "${sides[1]}" "$cell"
+  done <<<"$cells"
+  round_times+="${round_times:+,} $((SECONDS - started)) s"
   report "$round"
 done

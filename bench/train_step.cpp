@@ -10,10 +10,14 @@
 //                    [--parallel all|DEVICE,DEVICE...]  (to_parallel over these devices)
 //                    [--profile TRACE.json]  (PyTorch's profiler over the timed steps: the
 //                                             trace, and the kernels that took the most time)
+//                    [--list]   (the cells chosen, one "<arch> <precision> <layout>" a line)
+//                    [--serve]  (reads cells, one a line, from standard input and answers each)
 //
 // One line per cell: "<arch> <bs> <precision> <layout> <images/s> img/s peak <MiB> MiB"
 // (peak: the caching allocator's max allocated bytes over the timed steps, as
-// torch.cuda.max_memory_allocated after reset_peak_memory_stats).
+// torch.cuda.max_memory_allocated after reset_peak_memory_stats). --serve keeps one
+// process, and so cuDNN's plans, over many cells: bench/gpu_train_step.sh alternates two
+// such servers, this one and the eager peer's, cell by cell.
 #include <fastcpp.h>
 
 #include "profile_window.h"
@@ -24,6 +28,7 @@
 #include <chrono>
 #include <cstdio>
 #include <iostream>
+#include <sstream>
 #include <string>
 
 using namespace fastcpp;
@@ -82,8 +87,11 @@ struct Cell {
   int64_t bs;
 };
 
-void run(const Cell& cell, int warmup, int steps, bool distributed, const std::string& parallel,
-         const std::string& trace) {
+const std::vector<std::string> kArchs{"resnet18", "resnet50"}, kPrecisions{"fp32", "tf32", "fp16", "bf16"},
+    kLayouts{"contiguous", "channels_last"};
+
+std::string run(const Cell& cell, int warmup, int steps, bool distributed, const std::string& parallel,
+                const std::string& trace) {
   const torch::Device device(torch::kCUDA, 0);
   const bool tf32 = cell.precision == "tf32";
   at::globalContext().setAllowTF32CuBLAS(tf32);
@@ -113,10 +121,29 @@ void run(const Cell& cell, int warmup, int steps, bool distributed, const std::s
     throw Error("the training epoch (" + std::to_string(learn.dls.train.size()) + " batches) ended before " +
                 std::to_string(warmup) + " warm-up and " + std::to_string(steps) + " timed steps");
   const double images_per_s = static_cast<double>(cell.bs * steps) / timer->seconds;
-  std::printf("%s %lld %s %s %.1f img/s peak %.1f MiB%s\n", cell.arch.c_str(), static_cast<long long>(cell.bs),
-              cell.precision.c_str(), cell.layout.c_str(), images_per_s, timer->peak_mib,
-              parallel.empty() ? "" : (" parallel " + parallel).c_str());
-  std::fflush(stdout);
+  char line[256];
+  std::snprintf(line, sizeof line, "%s %lld %s %s %.1f img/s peak %.1f MiB", cell.arch.c_str(),
+                static_cast<long long>(cell.bs), cell.precision.c_str(), cell.layout.c_str(), images_per_s,
+                timer->peak_mib);
+  return line + (parallel.empty() ? "" : " parallel " + parallel);
+}
+
+Cell make_cell(const std::string& arch, const std::string& precision, const std::string& layout) {
+  return {arch, precision, layout, arch == "resnet18" ? 256 : 128};
+}
+
+// A served cell: "<arch> <precision> <layout>", each one of the choices above.
+Cell parse_cell(const std::string& text) {
+  std::istringstream words(text);
+  std::string arch, precision, layout, extra;
+  words >> arch >> precision >> layout;
+  const auto is_one_of = [](const std::string& word, const std::vector<std::string>& all) {
+    return std::find(all.begin(), all.end(), word) != all.end();
+  };
+  if (words >> extra || !is_one_of(arch, kArchs) || !is_one_of(precision, kPrecisions) || !is_one_of(layout, kLayouts))
+    throw Error("bench_train_step --serve: the cell '" + text +
+                "' is not '<resnet18|resnet50> <fp32|tf32|fp16|bf16> <contiguous|channels_last>'");
+  return make_cell(arch, precision, layout);
 }
 
 std::vector<std::string> choices(const std::string& value, std::vector<std::string> all) {
@@ -128,7 +155,7 @@ std::vector<std::string> choices(const std::string& value, std::vector<std::stri
 int main(int argc, char** argv) {
   std::string arch = "all", precision = "all", layout = "all", parallel, trace;
   int warmup = 5, steps = 20;
-  bool distributed = false;
+  bool distributed = false, list = false, serve = false;
   CommandLine cli("bench_train_step", "Training-step throughput of the full Learner on a GPU: ResNet-18 (batch 256) "
                                       "and ResNet-50 (batch 128) on synthetic 224 px images resident there. One line "
                                       "per cell: arch, batch, precision, layout, img/s, peak MiB.");
@@ -140,18 +167,44 @@ int main(int argc, char** argv) {
   cli.option("--distributed", distributed, "to_distributed (run it under a launcher, e.g. world 1 on NCCL)");
   cli.flag("--parallel", parallel, "to_parallel over these devices: all, or DEVICE,DEVICE...");
   cli.flag("--profile", trace, "PyTorch's profiler over the timed steps: the trace here, the top kernels printed");
+  cli.option("--list", list, "print the cells chosen, one '<arch> <precision> <layout>' a line, and exit");
+  cli.option("--serve", serve, "read cells, one '<arch> <precision> <layout>' a line, from standard input and answer "
+                               "each with its line (one process, and cuDNN's plans, over many cells)");
   cli.example("bench_train_step --arch resnet50 --precision fp16 --layout channels_last");
   cli.parse(argc, argv);
+  std::vector<Cell> cells;
+  for (const auto& a : choices(arch, kArchs))
+    for (const auto& p : choices(precision, kPrecisions))
+      for (const auto& l : choices(layout, kLayouts)) cells.push_back(make_cell(a, p, l));
+  if (list) {
+    for (const auto& cell : cells) std::cout << cell.arch << " " << cell.precision << " " << cell.layout << "\n";
+    return 0;
+  }
   if (!torch::cuda::is_available()) {
     std::cout << "bench_train_step: skipped: no CUDA device\n";
     return 0;
   }
   at::globalContext().setBenchmarkCuDNN(true);
+  // Each cell gives its cached GPU memory back, so that a server alternating with the
+  // eager peer's leaves the GPU to it.
+  const auto answer = [&](const Cell& cell) {
+    std::cout << run(cell, warmup, steps, distributed, parallel, trace) << std::endl;
+    c10::cuda::CUDACachingAllocator::emptyCache();
+  };
   try {
-    for (const auto& a : choices(arch, {"resnet18", "resnet50"}))
-      for (const auto& p : choices(precision, {"fp32", "tf32", "fp16", "bf16"}))
-        for (const auto& l : choices(layout, {"contiguous", "channels_last"}))
-          run({a, p, l, a == "resnet18" ? 256 : 128}, warmup, steps, distributed, parallel, trace);
+    if (serve) {
+      // A failed cell is answered too, so that the reader waiting on this line goes on.
+      for (std::string line; std::getline(std::cin, line);) {
+        if (line.find_first_not_of(" \t") == std::string::npos) continue;
+        try {
+          answer(parse_cell(line));
+        } catch (const std::exception& e) {
+          std::cout << "error: " << e.what() << std::endl;
+        }
+      }
+      return 0;
+    }
+    for (const auto& cell : cells) answer(cell);
   } catch (const std::exception& e) {
     std::cerr << "bench_train_step: " << e.what() << "\n";
     return 1;

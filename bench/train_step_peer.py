@@ -5,11 +5,14 @@ the device, cross-entropy, SGD with momentum 0.9, fp32 / tf32 / fp16 (autocast +
 torch.amp.GradScaler) / bf16 (autocast), contiguous or channels-last; cudnn.benchmark on.
 
   train_step_peer.py [--arch resnet18|resnet50|all] [--precision ...|all] [--layout ...|all]
-                     [--warmup 5] [--steps 20]
+                     [--warmup 5] [--steps 20] [--serve]
 
 Prints the lines bench_train_step prints: "<arch> <bs> <precision> <layout> <img/s> img/s
-peak <MiB> MiB" (peak: torch.cuda.max_memory_allocated over the timed steps)."""
+peak <MiB> MiB" (peak: torch.cuda.max_memory_allocated over the timed steps). With
+--serve, as bench_train_step --serve: cells "<arch> <precision> <layout>" from standard
+input, one a line, each answered with its line ("error: ..." for one that failed)."""
 import argparse
+import sys
 import time
 
 import torch
@@ -49,7 +52,36 @@ def run(arch, bs, precision, layout, warmup, steps):
     torch.cuda.synchronize()
     seconds = time.perf_counter() - start
     peak = torch.cuda.max_memory_allocated(device) / 2**20
-    print(f"{arch} {bs} {precision} {layout} {bs * steps / seconds:.1f} img/s peak {peak:.1f} MiB", flush=True)
+    return f"{arch} {bs} {precision} {layout} {bs * steps / seconds:.1f} img/s peak {peak:.1f} MiB"
+
+
+ARCHS, PRECISIONS, LAYOUTS = ["resnet18", "resnet50"], ["fp32", "tf32", "fp16", "bf16"], ["contiguous", "channels_last"]
+
+
+def answer(arch, precision, layout, args):
+    """One cell's line; its cached GPU memory goes back, for the fastcpp server alternating with this one."""
+    line = run(arch, 256 if arch == "resnet18" else 128, precision, layout, args.warmup, args.steps)
+    torch.cuda.empty_cache()
+    print(line, flush=True)
+
+
+def serve(args):
+    for line in iter(sys.stdin.readline, ""):
+        words = line.split()
+        if not words:
+            continue
+        try:
+            arch, precision, layout = words
+            if arch not in ARCHS or precision not in PRECISIONS or layout not in LAYOUTS:
+                raise ValueError
+        except ValueError:
+            print(f"error: train_step_peer.py --serve: the cell '{line.strip()}' is not "
+                  "'<resnet18|resnet50> <fp32|tf32|fp16|bf16> <contiguous|channels_last>'", flush=True)
+            continue
+        try:
+            answer(arch, precision, layout, args)
+        except Exception as e:  # answered, so that the reader waiting on this line goes on
+            print(f"error: {e}".replace("\n", " "), flush=True)
 
 
 def main():
@@ -59,16 +91,19 @@ def main():
     parser.add_argument("--layout", default="all")
     parser.add_argument("--warmup", type=int, default=5)
     parser.add_argument("--steps", type=int, default=20)
+    parser.add_argument("--serve", action="store_true")
     args = parser.parse_args()
     if not torch.cuda.is_available():
         print("train_step_peer: skipped: no CUDA device")
         return
     torch.backends.cudnn.benchmark = True
+    if args.serve:
+        return serve(args)
     pick = lambda value, every: every if value == "all" else [value]
-    for arch in pick(args.arch, ["resnet18", "resnet50"]):
-        for precision in pick(args.precision, ["fp32", "tf32", "fp16", "bf16"]):
-            for layout in pick(args.layout, ["contiguous", "channels_last"]):
-                run(arch, 256 if arch == "resnet18" else 128, precision, layout, args.warmup, args.steps)
+    for arch in pick(args.arch, ARCHS):
+        for precision in pick(args.precision, PRECISIONS):
+            for layout in pick(args.layout, LAYOUTS):
+                answer(arch, precision, layout, args)
 
 
 if __name__ == "__main__":

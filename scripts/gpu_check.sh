@@ -84,7 +84,7 @@ step() {
   row "$title" "$([ $status -eq 0 ] && echo "done" || echo "FAILED (exit $status$([ $status -eq 124 ] && echo ", past ${limit} s"))") in $(since "$started") s"
   # Of a step that reprints its table after each round, the last one.
   awk '/^Medians of/ {kept = ""} {kept = kept $0 "\n"} END {printf "%s", kept}' "$log" > "$log.last"
-  { grep -E '^\|' "$log.last"; grep -E 'goal|time ratio|time: data|race|equal|^profile|ms/step' "$log.last"; } >> "$results"
+  { grep -E '^\|' "$log.last"; grep -E '^Medians|goal|time ratio|time: data|race|equal|^profile|ms/step' "$log.last"; } >> "$results"
 }
 
 # Two runs of the example (1 epoch, to_parallel on {cuda:0, cuda:0}, fp16) from the same

@@ -1,0 +1,53 @@
+#!/usr/bin/env bash
+# bench/gpu_train_step.sh's protocol, checked without a GPU by stand-in servers for
+# bench_train_step and the eager peer: one process per side for every round, the sides
+# alternating cell by cell with the first side swapping each round, each cell's median
+# over its rounds, and a failed cell answered and left out.
+#
+#   tests/bench_alternation.sh
+set -euo pipefail
+root=$(cd "$(dirname "$0")/.." && pwd)
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+mkdir -p "$tmp/build/bench"
+export LOG=$tmp/log
+
+# A stand-in answers each cell with the next of its rates; "fail" is an error line.
+stand_in() {
+  cat > "$1" <<SERVER
+#!/usr/bin/env bash
+if [[ " \$* " == *" --list "* ]]; then printf 'resnet18 fp32 contiguous\nresnet50 fp16 channels_last\n'; exit; fi
+echo "start $2" >> "\$LOG"
+declare -A rates=([resnet18]="$3" [resnet50]="$4") round
+while read -r arch precision layout; do
+  echo "$2 \$arch" >> "\$LOG"
+  round[\$arch]=\$(( \${round[\$arch]:-0} + 1 ))
+  rate=\$(cut -d, -f\${round[\$arch]} <<<"\${rates[\$arch]}")
+  if [ "\$rate" = fail ]; then echo "error: out of memory"; continue; fi
+  echo "\$arch 256 \$precision \$layout \$rate img/s peak 100.0 MiB"
+done
+SERVER
+  chmod +x "$1"
+}
+stand_in "$tmp/build/bench/bench_train_step" fastcpp 1000,3000,2000 1500,fail,500
+stand_in "$tmp/python" eager 1000,1000,1000 1000,1000,1000
+
+out=$(FASTCPP_BENCH_ROUNDS=3 bash "$root/bench/gpu_train_step.sh" "$tmp/build" "$tmp/python")
+failed=0
+expect() {
+  if [ "$2" != "$3" ]; then
+    printf 'bench_alternation: %s\n  expected: %s\n  got:      %s\n' "$1" "$3" "$2"
+    failed=1
+  fi
+}
+expect "servers started" "$(grep -c '^start' "$LOG")" 2
+expect "order of the cells" "$(grep -v '^start' "$LOG" | tr '\n' ' ')" \
+  "fastcpp resnet18 eager resnet18 fastcpp resnet50 eager resnet50 eager resnet18 fastcpp resnet18 eager resnet50 fastcpp resnet50 fastcpp resnet18 eager resnet18 fastcpp resnet50 eager resnet50 "
+table=$(awk '/^Medians of 3/ {on = 1} on && /^\| resnet/' <<<"$out")
+expect "the last table" "$table" "| resnet18 | 256 | fp32 | contiguous | 2000 | 1000 | 2.00x | 100.0 | 100.0 |
+| resnet50 | 256 | fp16 | channels_last | 500 | 1000 | 0.50x | 100.0 | 100.0 |"
+expect "the failed cell shown" "$(grep -c '^fastcpp: error: out of memory' <<<"$out")" 1
+expect "the slowest cell" "$(grep '^slowest' <<<"$out" | tail -1)" \
+  "slowest cell, fastcpp / eager: 0.50x (resnet50/fp16/channels_last; goal: >= 1.0x in every cell)"
+[ $failed -eq 0 ] && echo "bench_alternation: 2 servers, cells alternating, medians per cell"
+exit $failed
