@@ -11,6 +11,8 @@
 
 #include "core/host_memory.h"
 
+#include <ATen/record_function.h>
+
 using namespace fastcpp;
 using namespace fastcpp::testing;
 
@@ -411,5 +413,124 @@ TEST_SUITE("learner") {
                          "give its items training-time transforms, e.g. ImageFolder's item_tfms",
                          Error);
     CHECK_THROWS_WITH_AS(learn.tta({.n = 0}), "tta: n must be at least 1, got 0", Error);
+  }
+}
+
+namespace {
+
+// The ATen operators this thread (and the autograd engine's, which inherit the callback)
+// dispatches while it lives, by name: on a GPU each one is a kernel launch or more.
+class OperatorCount {
+ public:
+  OperatorCount() {
+    handle_ = at::addThreadLocalCallback(
+        at::RecordFunctionCallback(
+            [](const at::RecordFunction& fn) -> std::unique_ptr<at::ObserverContext> {
+              if (active_) ++(*active_)[fn.name()];
+              return nullptr;
+            })
+            .scopes({at::RecordScope::FUNCTION}));
+  }
+  ~OperatorCount() { at::removeCallback(handle_); }
+  void start() {
+    counts_.clear();
+    active_ = &counts_;
+  }
+  std::map<std::string, int> stop() {
+    active_ = nullptr;
+    return counts_;
+  }
+
+ private:
+  static inline thread_local std::map<std::string, int>* active_ = nullptr;
+  at::CallbackHandle handle_;
+  std::map<std::string, int> counts_;
+};
+
+int total(const std::map<std::string, int>& counts) {
+  int sum = 0;
+  for (const auto& [name, n] : counts) sum += n;
+  return sum;
+}
+
+// Counts one whole training batch: from this callback's after_batch (the last) of batch
+// 2 to that of batch 3, every callback's events and the loader's work included.
+class CountOneBatch : public Callback {
+ public:
+  explicit CountOneBatch(OperatorCount& count) : count_(count) { order = 1000; }
+  void after_batch() override {
+    if (!learn().training) return;
+    if (learn().iter == 2) count_.start();
+    if (learn().iter == 3) counts = count_.stop();
+  }
+  std::map<std::string, int> counts;
+
+ private:
+  OperatorCount& count_;
+};
+
+// `blocks` stride-1 conv + BatchNorm + ReLU blocks after a strided stem, then a linear head.
+torch::nn::Sequential small_cnn(int blocks) {
+  torch::manual_seed(0);
+  auto conv = [](int64_t in, int64_t out, int64_t stride) {
+    return torch::nn::Conv2d(torch::nn::Conv2dOptions(in, out, 3).stride(stride).padding(1).bias(false));
+  };
+  torch::nn::Sequential model(conv(1, 16, 2));
+  for (int i = 0; i < blocks; ++i) {
+    model->push_back(conv(16, 16, 1));
+    model->push_back(torch::nn::BatchNorm2d(16));
+    model->push_back(torch::nn::ReLU());
+  }
+  model->push_back(torch::nn::AdaptiveAvgPool2d(1));
+  model->push_back(torch::nn::Flatten());
+  model->push_back(torch::nn::Linear(16, 10));
+  return model;
+}
+
+// Operators of one Learner training batch over those of the same step by hand (the same
+// model, optimizer state and hyper-parameters, its batch sliced as the loader does),
+// and what differs, by name.
+std::pair<int, std::string> learner_extra_operators(int blocks) {
+  OperatorCount count;
+  auto x = torch::randn({256, 1, 28, 28});
+  auto y = torch::randint(10, {256});
+  auto data = std::make_shared<TensorDataset>(x, y);
+  Learner learn(DataLoaders{DataLoader(data, {.bs = 32}), DataLoader(data, {.bs = 64})}, small_cnn(blocks),
+                CrossEntropyLoss(), {metrics::accuracy()}, {.device = torch::kCPU});
+  silence(learn);
+  auto window = learn.add_cb(CountOneBatch(count));
+  learn.fit_one_cycle(1, 1e-2);
+  REQUIRE(total(window->counts) > 0);
+
+  learn.model.module().train();
+  count.start();
+  const auto xb = x.narrow(0, 0, 32), yb = y.narrow(0, 0, 32);
+  auto loss = torch::nn::functional::cross_entropy(learn.model(xb), yb);
+  loss.backward();
+  learn.opt->step();
+  learn.opt->zero_grad();
+  const auto by_hand = count.stop();
+
+  std::ostringstream differing;
+  for (const auto& [name, n] : window->counts)
+    if (auto it = by_hand.find(name); it == by_hand.end() || it->second != n)
+      differing << " " << name << " " << (it == by_hand.end() ? 0 : it->second) << "->" << n;
+  return {total(window->counts) - total(by_hand), differing.str()};
+}
+
+}  // namespace
+
+TEST_SUITE("learner") {
+  // The Learner's host work per batch, which bounds a launch-bound GPU step: the progress
+  // bar, the Recorder (smoothed loss), the one-cycle schedule, a metric and the label
+  // check add a fixed handful of operators to the step by hand, none per layer or per
+  // parameter (on the CPU most are dispatch steps, not kernels: a mean is sum + div).
+  TEST_CASE("a training batch dispatches a fixed few ATen operators more than the same step by hand") {
+    const auto [shallow, shallow_ops] = learner_extra_operators(1);
+    const auto [deep, deep_ops] = learner_extra_operators(4);
+    INFO("1 block: +" << shallow << ":" << shallow_ops);
+    INFO("4 blocks: +" << deep << ":" << deep_ops);
+    CHECK(deep == shallow);
+    CHECK(shallow <= 40);
   }
 }
