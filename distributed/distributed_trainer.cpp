@@ -80,15 +80,14 @@ void DistributedTrainer::gather_validation_batch() {
   const int64_t per_rank = static_cast<int64_t>(sampler.size());
   const int64_t n = static_cast<int64_t>(l.dls.valid.own_sampler()->size());  // the epoch before padding
   const int64_t first = static_cast<int64_t>(l.iter) * l.dls.valid.bs();
-  std::vector<torch::Tensor> preds = comm_->all_gather(l.pred.detach().contiguous());
-  std::vector<torch::Tensor> targets = comm_->all_gather(l.yb.contiguous());
+  const auto preds = comm_->all_gather(l.pred.detach()), targets = comm_->all_gather(l.yb);
   std::vector<torch::Tensor> kept_preds, kept_targets;
   for (int r = 0; r < env_.world_size; ++r) {
     // Rank r's batch holds padded positions r*per_rank + first + j; positions >= n are padding.
     const int64_t start = r * per_rank + first;
-    const int64_t keep = std::clamp<int64_t>(n - start, 0, preds[static_cast<size_t>(r)].size(0));
-    kept_preds.push_back(preds[static_cast<size_t>(r)].narrow(0, 0, keep));
-    kept_targets.push_back(targets[static_cast<size_t>(r)].narrow(0, 0, keep));
+    const int64_t keep = std::clamp<int64_t>(n - start, 0, preds.size(1));
+    kept_preds.push_back(preds[r].narrow(0, 0, keep));
+    kept_targets.push_back(targets[r].narrow(0, 0, keep));
   }
   l.pred = torch::cat(kept_preds);
   l.yb = torch::cat(kept_targets);

@@ -254,12 +254,14 @@ void Communicator::broadcast(torch::Tensor& tensor, int root) {
   wait(impl_->backend_for(tensor).broadcast(tensors, options), "broadcast");
 }
 
-std::vector<torch::Tensor> Communicator::all_gather(const torch::Tensor& tensor) {
-  std::vector<std::vector<torch::Tensor>> outputs(1);
-  for (int r = 0; r < world_size_; ++r) outputs[0].push_back(torch::empty_like(tensor));
-  std::vector<torch::Tensor> inputs{tensor.contiguous()};
-  wait(impl_->backend_for(tensor).allgather(outputs, inputs), "all_gather");
-  return outputs[0];
+torch::Tensor Communicator::all_gather(const torch::Tensor& tensor) {
+  // Into one flat tensor (all_gather_into_tensor): no per-rank copies out of a buffer.
+  auto input = tensor.contiguous().view(-1);
+  auto output = torch::empty({world_size_ * input.numel()}, input.options());
+  wait(impl_->backend_for(tensor)._allgather_base(output, input), "all_gather");
+  std::vector<int64_t> sizes{world_size_};
+  sizes.insert(sizes.end(), tensor.sizes().begin(), tensor.sizes().end());
+  return output.view(sizes);
 }
 
 void Communicator::barrier() {

@@ -47,8 +47,8 @@ class Communicator {
 
   void all_reduce_sum(torch::Tensor& tensor);
   void broadcast(torch::Tensor& tensor, int root = 0);
-  // Each rank's tensor (same shape everywhere), in rank order.
-  std::vector<torch::Tensor> all_gather(const torch::Tensor& tensor);
+  // Each rank's tensor (same shape everywhere), stacked in rank order: [world, ...].
+  torch::Tensor all_gather(const torch::Tensor& tensor);
   void barrier();
   // Ends NCCL's communicators and watchdog (torch's destroy_process_group); done at exit.
   void shutdown();

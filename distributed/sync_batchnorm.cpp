@@ -52,7 +52,7 @@ struct CudaSyncBatchNormFunction : torch::autograd::Function<CudaSyncBatchNormFu
     auto [mean, invstd] = at::batch_norm_stats(x, bn->eps);
     const auto count = torch::full({1}, static_cast<double>(x.numel() / channels), mean.options());
     // Every rank's [mean, invstd, count], gathered: [world, 2C + 1].
-    const auto gathered = torch::stack(comm->all_gather(torch::cat({mean, invstd, count})));
+    const auto gathered = comm->all_gather(torch::cat({mean, invstd, count}));
     const auto counts = gathered.select(1, 2 * channels);
     std::tie(mean, invstd) = at::batch_norm_gather_stats_with_counts(
         x, gathered.narrow(1, 0, channels), gathered.narrow(1, channels, channels), bn->running_mean,
