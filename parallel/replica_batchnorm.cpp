@@ -215,8 +215,10 @@ class ReplicaBatchNormSync : public BatchNormSync {
     const auto x_hat = meeting_->meet(*state_, replica_, bn, x);
     // In the input's dtype, as BatchNorm's own kernels answer under autocast: fp32
     // weights would otherwise promote an fp16 activation to fp32.
+    // One pass over the activation (bias + x_hat * weight), not a product and then a sum.
     const auto dtype = x_hat.scalar_type();
-    return x_hat * batchnorm::per_channel(bn.weight.to(dtype), x_hat) + batchnorm::per_channel(bn.bias.to(dtype), x_hat);
+    return torch::addcmul(batchnorm::per_channel(bn.bias.to(dtype), x_hat), x_hat,
+                          batchnorm::per_channel(bn.weight.to(dtype), x_hat));
   }
 
  private:
