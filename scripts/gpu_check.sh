@@ -130,7 +130,7 @@ export -f now since example example_fast peer_race stream_race
 if [[ " $stages " == *" step "* ]]; then
   # The table is printed again after each round: a step cut by its limit still leaves
   # the medians of the rounds it finished.
-  step 540 "Training step, fastcpp Learner vs PyTorch eager (${steps} timed steps, rounds alternating)" \
+  step 540 "Training step, fastcpp Learner vs PyTorch eager (${steps} timed steps, alternating cell by cell)" \
     env FASTCPP_BENCH_ROUNDS="${FASTCPP_BENCH_ROUNDS:-3}" bench/gpu_train_step.sh "$build" "$python" -- --steps "$steps"
 fi
 
@@ -149,9 +149,12 @@ if [[ " $stages " == *" bench "* ]]; then
 fi
 
 if [ -s "$out/bench.log" ]; then
-  # One line per goal the steps print ("...: 0.91x ... (goal >= 0.85x)"): met or not.
+  # One line per goal the steps print ("...: 0.91x ... (goal >= 0.85x)"): met or not. A
+  # goal printed again (the step table after each round) counts with its last figure.
   { echo; echo "| goal | figure | met |"; echo "|---|---|---|"
-    grep -E 'goal[^<>]*(>=|<=) -?[0-9.]+' "$out/bench.log" | awk '{
+    grep -E 'goal[^<>]*(>=|<=) -?[0-9.]+' "$out/bench.log" |
+      awk '{key = substr($0, 1, index($0, ": ")); if (!(key in last)) order[++n] = key; last[key] = $0}
+           END {for (i = 1; i <= n; ++i) print last[order[i]]}' | awk '{
       rest = substr($0, index($0, ": ") + 2)
       match(rest, /-?[0-9]+(\.[0-9]+)?(x|%| s| img\/s)/); figure = substr(rest, RSTART, RLENGTH)
       match($0, /goal[^<>]*(>=|<=) -?[0-9.]+/); spec = substr($0, RSTART, RLENGTH)
