@@ -3,12 +3,14 @@
 // inputs in channels-last with fp32 affine parameters, as autocast trains them. The
 // synced path runs in a one-rank process group, so it times the statistics, their
 // gather over the ranks' counts, the normalization, the backward and the collectives'
-// own cost, where the layer itself would skip the sync (no peers). Plain and synced
-// alternate per round; the median round counts.
+// own cost, where the layer itself would skip the sync (no peers). The same arithmetic
+// without the collectives is timed too, to tell the kernels' share from the
+// collectives'. The three alternate per round; the median round counts.
 //
 //   bench_sync_batchnorm [--backend nccl|gloo] [--rounds 5] [--iters 10]
 //
-// Last line: "SyncBatchNorm's synced path ...: <ratio>x the forward+backward rate of BatchNorm (goal >= 0.9x)".
+// Last lines: "SyncBatchNorm's synced path ...: <ratio>x the forward+backward rate of BatchNorm (goal >= 0.9x)",
+// then the ratio of the arithmetic alone.
 #include <fastcpp.h>
 
 #include <torch/cuda.h>
@@ -110,21 +112,28 @@ int main(int argc, char** argv) {
       return torch::batch_norm(l.x, l.bn->weight, l.bn->bias, l.bn->running_mean, l.bn->running_var,
                                /*training=*/true, l.bn->momentum, l.bn->eps, /*cudnn_enabled=*/true);
     };
-    auto synced = [&comm](Layer& l) { return distributed::synchronized_batch_norm(*l.bn, l.x, comm); };
-    const int iters = iters;
+    auto synced = [&comm](Layer& l) { return distributed::synchronized_batch_norm(*l.bn, l.x, &comm); };
+    auto arithmetic = [](Layer& l) { return distributed::synchronized_batch_norm(*l.bn, l.x, nullptr); };
     time_passes(layers, 2, plain);  // cuDNN's algorithm choice, the allocator's blocks, the communicator
     time_passes(layers, 2, synced);
-    std::vector<double> plain_s, synced_s;
+    time_passes(layers, 2, arithmetic);
+    std::vector<double> plain_s, synced_s, arithmetic_s;
     for (int round = 0; round < rounds; ++round) {
       plain_s.push_back(time_passes(layers, iters, plain));
       synced_s.push_back(time_passes(layers, iters, synced));
+      arithmetic_s.push_back(time_passes(layers, iters, arithmetic));
     }
-    const double plain_ms = median(plain_s) / iters * 1e3, synced_ms = median(synced_s) / iters * 1e3;
-    std::printf("BatchNorm (cuDNN): %.2f ms, synced path: %.2f ms per forward+backward of the %zu layers\n", plain_ms,
-                synced_ms, layers.size());
+    const auto ms = [iters](const std::vector<double>& seconds) { return median(seconds) / iters * 1e3; };
+    const double plain_ms = ms(plain_s), synced_ms = ms(synced_s), arithmetic_ms = ms(arithmetic_s);
+    std::printf("BatchNorm (cuDNN): %.2f ms, synced path: %.2f ms, its arithmetic without the collectives: %.2f ms per "
+                "forward+backward of the %zu layers\n",
+                plain_ms, synced_ms, arithmetic_ms, layers.size());
     std::printf("SyncBatchNorm's synced path on %s, world 1 (ResNet-50's BatchNorm layers, batch 128, fp16 "
                 "channels-last): %.2fx the forward+backward rate of BatchNorm (goal >= 0.9x)\n",
                 backend.c_str(), plain_ms / synced_ms);
+    std::printf("SyncBatchNorm's synced arithmetic alone (the same kernels, no collective): %.2fx the "
+                "forward+backward rate of BatchNorm\n",
+                plain_ms / arithmetic_ms);
     comm.shutdown();
   } catch (const std::exception& e) {
     std::cerr << "bench_sync_batchnorm: " << e.what() << "\n";

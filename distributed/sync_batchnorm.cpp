@@ -19,7 +19,7 @@ struct ProcessSyncBatchNormFunction : torch::autograd::Function<ProcessSyncBatch
   static torch::Tensor forward(AutogradContext* ctx, torch::Tensor x, torch::Tensor weight, torch::Tensor bias,
                                SyncBatchNormImpl* bn, Communicator* comm) {
     auto stats = batchnorm::local_stats(x);
-    comm->all_reduce_sum(stats);
+    if (comm) comm->all_reduce_sum(stats);
     const auto n = batchnorm::normalization(stats, x.size(1), bn->eps, bn->momentum, bn->running_mean, bn->running_var);
     auto x_hat = batchnorm::normalize(x, n);
     ctx->save_for_backward({x_hat, weight, n.invstd});
@@ -36,7 +36,7 @@ struct ProcessSyncBatchNormFunction : torch::autograd::Function<ProcessSyncBatch
     auto local = batchnorm::local_grad_sums(dy, x_hat);
     const int64_t channels = dy.size(1);
     auto grad_bias = local.narrow(0, 0, channels).clone(), grad_weight = local.narrow(0, channels, channels).clone();
-    comm->all_reduce_sum(local);  // weight and bias gradients stay local: DDP averages them
+    if (comm) comm->all_reduce_sum(local);  // weight and bias gradients stay local: DDP averages them
     auto dx = batchnorm::input_grad(dy, x_hat, local, ctx->saved_data["count"].toDouble(), invstd, weight);
     return {dx, grad_weight, grad_bias, torch::Tensor(), torch::Tensor()};
   }
@@ -52,7 +52,8 @@ struct CudaSyncBatchNormFunction : torch::autograd::Function<CudaSyncBatchNormFu
     auto [mean, invstd] = at::batch_norm_stats(x, bn->eps);
     const auto count = torch::full({1}, static_cast<double>(x.numel() / channels), mean.options());
     // Every rank's [mean, invstd, count], gathered: [world, 2C + 1].
-    const auto gathered = comm->all_gather(torch::cat({mean, invstd, count}));
+    const auto stats = torch::cat({mean, invstd, count});
+    const auto gathered = comm ? comm->all_gather(stats) : stats.unsqueeze(0);
     const auto counts = gathered.select(1, 2 * channels);
     std::tie(mean, invstd) = at::batch_norm_gather_stats_with_counts(
         x, gathered.narrow(1, 0, channels), gathered.narrow(1, channels, channels), bn->running_mean,
@@ -70,7 +71,7 @@ struct CudaSyncBatchNormFunction : torch::autograd::Function<CudaSyncBatchNormFu
         at::batch_norm_backward_reduce(dy, x, mean, invstd, weight, /*input_g=*/true, /*weight_g=*/true, /*bias_g=*/true);
     auto sums = torch::cat({sum_dy, sum_dy_xmu});
     auto* comm = reinterpret_cast<Communicator*>(ctx->saved_data["comm"].toInt());
-    comm->all_reduce_sum(sums);  // weight and bias gradients stay local: DDP averages them
+    if (comm) comm->all_reduce_sum(sums);  // weight and bias gradients stay local: DDP averages them
     const int64_t channels = sum_dy.size(0);
     auto dx = at::batch_norm_backward_elemt(dy, x, mean, invstd, weight, sums.narrow(0, 0, channels),
                                             sums.narrow(0, channels, channels), counts);
@@ -83,7 +84,7 @@ class ProcessBatchNormSync : public BatchNormSync {
   explicit ProcessBatchNormSync(std::shared_ptr<Communicator> comm) : comm_(std::move(comm)) {}
   bool has_peers() const override { return comm_->world_size() > 1; }
   torch::Tensor forward(SyncBatchNormImpl& bn, const torch::Tensor& x) override {
-    return synchronized_batch_norm(bn, x, *comm_);
+    return synchronized_batch_norm(bn, x, comm_.get());
   }
 
  private:
@@ -92,9 +93,9 @@ class ProcessBatchNormSync : public BatchNormSync {
 
 }  // namespace
 
-torch::Tensor synchronized_batch_norm(SyncBatchNormImpl& bn, const torch::Tensor& x, Communicator& comm) {
-  if (x.is_cuda()) return CudaSyncBatchNormFunction::apply(x, bn.weight, bn.bias, &bn, &comm);
-  return ProcessSyncBatchNormFunction::apply(x, bn.weight, bn.bias, &bn, &comm);
+torch::Tensor synchronized_batch_norm(SyncBatchNormImpl& bn, const torch::Tensor& x, Communicator* comm) {
+  if (x.is_cuda()) return CudaSyncBatchNormFunction::apply(x, bn.weight, bn.bias, &bn, comm);
+  return ProcessSyncBatchNormFunction::apply(x, bn.weight, bn.bias, &bn, comm);
 }
 
 namespace {

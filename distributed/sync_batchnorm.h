@@ -71,8 +71,10 @@ torch::nn::Sequential convert_sync_batchnorm(const torch::nn::Sequential& model,
 
 // The training output of `bn` for x with statistics over every rank of `comm`, whatever
 // the world size (the layer itself skips this at a world of one, as PyTorch's does;
-// bench/sync_batchnorm times it there).
-torch::Tensor synchronized_batch_norm(SyncBatchNormImpl& bn, const torch::Tensor& x, Communicator& comm);
+// bench/sync_batchnorm times it there). With comm null: the same arithmetic on this
+// batch alone, without the collectives (what bench/sync_batchnorm compares with
+// BatchNorm's kernels).
+torch::Tensor synchronized_batch_norm(SyncBatchNormImpl& bn, const torch::Tensor& x, Communicator* comm);
 
 // The dotted names of torch::nn::BatchNorm layers that convert_sync_batchnorm cannot
 // reach: those that are not direct children of the root Sequential.

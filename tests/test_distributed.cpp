@@ -9,6 +9,7 @@
 #include <thread>
 
 #include "helpers.h"
+#include "synced_arithmetic.h"
 #include "worker_process.h"
 #include "distributed/network.h"
 
@@ -151,6 +152,11 @@ TEST_SUITE("distributed") {
 
   TEST_CASE("SyncBatchNorm on shards of 3 and 5 equals BatchNorm on the 8: output, gradients, running stats") {
     check_syncbn_equals_batchnorm(6);
+  }
+
+  TEST_CASE("SyncBatchNorm's synced arithmetic without a communicator equals BatchNorm on the batch") {
+    check_synced_arithmetic_equals_batchnorm(torch::kFloat, at::MemoryFormat::Contiguous, 1e-5, 1e-6);
+    check_synced_arithmetic_equals_batchnorm(torch::kFloat, at::MemoryFormat::ChannelsLast, 1e-5, 1e-6);
   }
 
   TEST_CASE("BatchNorm layers that cannot be swapped are named") {

@@ -10,6 +10,7 @@
 #include "core/autocast.h"
 #include "core/device.h"
 #include "helpers.h"
+#include "synced_arithmetic.h"
 #include "worker_process.h"
 
 #if FASTCPP_HAS_CUDA
@@ -192,6 +193,12 @@ TEST_SUITE("gpu" * doctest::skip(!torch::cuda::is_available())) {
 
   TEST_CASE("SyncBatchNorm on CUDA tensors equals BatchNorm on the whole batch") {
     check_syncbn_equals_batchnorm(36, kSharedGpuEnv);
+  }
+
+  TEST_CASE("SyncBatchNorm's synced arithmetic on CUDA (ATen's kernels, no collective) equals cuDNN's BatchNorm") {
+    const auto cuda = torch::TensorOptions().device(kCuda0);
+    check_synced_arithmetic_equals_batchnorm(cuda.dtype(torch::kFloat), at::MemoryFormat::Contiguous, 1e-4, 1e-5);
+    check_synced_arithmetic_equals_batchnorm(cuda.dtype(torch::kHalf), at::MemoryFormat::ChannelsLast, 1e-2, 1e-2);
   }
 
   TEST_CASE("a pipeline over CUDA stages equals the plain model: outputs, gradients, training, GradientClip") {
