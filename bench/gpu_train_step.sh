@@ -66,13 +66,14 @@ mkfifo "$tmp/fastcpp.in" "$tmp/fastcpp.out" "$tmp/eager.in" "$tmp/eager.out"
 exec 3> "$tmp/fastcpp.in" 4< "$tmp/fastcpp.out" 5> "$tmp/eager.in" 6< "$tmp/eager.out"
 trap '' PIPE  # a server that has ended is an answer below, not the end of this script
 
-# ask SIDE CELL: the side's line for the cell, kept when it is a figure.
+# ask SIDE CELL: the side's line for the cell (shown with the seconds it took, set-up and
+# warm-up included), kept when it is a figure.
 ask() {
-  local in=3 out=4 answer
+  local in=3 out=4 answer started=$SECONDS
   [ "$1" = eager ] && in=5 out=6
   echo "$2" >&"$in" 2> /dev/null || true
   IFS= read -r answer <&"$out" || answer="error: the $1 server ended"
-  printf '%-9s%s\n' "$1:" "$answer"
+  printf '%-9s%s (%d s)\n' "$1:" "$answer" $((SECONDS - started))
   case $answer in
     *" img/s "*) echo "$answer" >> "$tmp/$1_all" ;;
     *skipped*) exit 0 ;;  # no GPU
