@@ -54,7 +54,8 @@ struct CudaSyncBatchNormFunction : torch::autograd::Function<CudaSyncBatchNormFu
     // Every rank's [mean, invstd, count], gathered: [world, 2C + 1].
     const auto stats = torch::cat({mean, invstd, count});
     const auto gathered = comm ? comm->all_gather(stats) : stats.unsqueeze(0);
-    const auto counts = gathered.select(1, 2 * channels);
+    // In the running statistics' dtype, which is how the kernel reads them.
+    const auto counts = gathered.select(1, 2 * channels).to(bn->running_mean.scalar_type());
     std::tie(mean, invstd) = at::batch_norm_gather_stats_with_counts(
         x, gathered.narrow(1, 0, channels), gathered.narrow(1, channels, channels), bn->running_mean,
         bn->running_var, bn->momentum, bn->eps, counts);

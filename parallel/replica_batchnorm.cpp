@@ -2,6 +2,7 @@
 
 #include <torch/torch.h>
 
+#include <algorithm>
 #include <condition_variable>
 #include <exception>
 #include <mutex>
@@ -75,7 +76,8 @@ struct CudaReplicaSyncBatchNormFunction : torch::autograd::Function<CudaReplicaS
       invstds.push_back(invstd.to(home));
       counts.push_back(torch::full({1}, static_cast<double>(x.numel() / channels), means.back().options()));
     }
-    const auto all_counts = torch::cat(counts);
+    // In the running statistics' dtype, which is how the kernel reads them.
+    const auto all_counts = torch::cat(counts).to(keeper->running_mean.scalar_type());
     const auto [mean, invstd] = at::batch_norm_gather_stats_with_counts(
         xs[0], torch::stack(means), torch::stack(invstds), keeper->running_mean, keeper->running_var,
         keeper->momentum, keeper->eps, all_counts);
@@ -96,6 +98,16 @@ struct CudaReplicaSyncBatchNormFunction : torch::autograd::Function<CudaReplicaS
     const auto &mean = saved[n], &invstd = saved[n + 1], &counts = saved[n + 2];
     const auto home = mean.device();
     const int64_t channels = mean.size(0);
+    // Autograd knows this node by one stream, the home device's current one: it made that
+    // stream wait for every incoming gradient and takes every output as ready there. The
+    // work on another GPU's current stream starts after it and ends before it.
+    std::vector<torch::Device> others;
+    for (size_t i = 0; i < n; ++i)
+      if (const auto device = saved[i].device();
+          device != home && std::find(others.begin(), others.end(), device) == others.end())
+        others.push_back(device);
+    const StreamMark gradients_ready(home);
+    for (const auto& device : others) gradients_ready.wait_on(device);
     // Per replica, on its device: the incoming gradient and the statistics.
     std::vector<torch::Tensor> dys, means, invstds;
     torch::Tensor summed;  // [sum of dy (C), sum of dy * (x - mean) (C)] over every replica
@@ -122,6 +134,7 @@ struct CudaReplicaSyncBatchNormFunction : torch::autograd::Function<CudaReplicaS
                                             sums.narrow(0, 0, channels), sums.narrow(0, channels, channels),
                                             counts.to(x.device()));
     }
+    for (const auto& device : others) StreamMark(device).wait_on(home);
     dx.emplace_back();  // for `keeper`
     return dx;
   }

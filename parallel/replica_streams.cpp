@@ -19,8 +19,10 @@ StreamMark::StreamMark(const torch::Device& device) : device_(device) {
   event_->record(current_stream(device));
 }
 
-void StreamMark::wait() const {
-  if (event_) event_->block(current_stream(device_));
+void StreamMark::wait() const { wait_on(device_); }
+
+void StreamMark::wait_on(const torch::Device& other) const {
+  if (event_) event_->block(current_stream(other));
 }
 
 void keep_for_current_stream(const torch::Tensor& tensor) {

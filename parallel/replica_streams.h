@@ -21,6 +21,8 @@ class StreamMark {
   explicit StreamMark(const torch::Device& device);
   // This thread's current stream of the same device waits for the marked work.
   void wait() const;
+  // This thread's current stream of `other` (another GPU) waits for it.
+  void wait_on(const torch::Device& other) const;
 
  private:
   torch::Device device_;
