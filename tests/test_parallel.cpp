@@ -420,12 +420,17 @@ TEST_SUITE("parallel") {
 }
 
 TEST_SUITE("gpu" * doctest::skip(!torch::cuda::is_available())) {
-  TEST_CASE("to_parallel on {cuda:0, cuda:0}, {cuda:0 x3} and every GPU ends with the weights and buffers of one GPU") {
+  TEST_CASE("to_parallel on {cuda:0, cuda:0}, {cuda:0 x3}, every GPU and {cuda:0, cuda:1, cuda:1} ends with the weights and buffers of one GPU") {
     const torch::Device cuda0("cuda:0");
     std::vector<std::vector<torch::Device>> device_sets{{cuda0, cuda0}, {cuda0, cuda0, cuda0}};
     std::vector<torch::Device> every_gpu;
     for (c10::DeviceIndex i = 0; i < torch::cuda::device_count(); ++i) every_gpu.emplace_back(torch::kCUDA, i);
-    if (every_gpu.size() > 1) device_sets.push_back(every_gpu);
+    if (every_gpu.size() > 1) {
+      device_sets.push_back(every_gpu);
+      // Two replicas sharing a GPU other than the first: the synced BatchNorm's backward
+      // orders that GPU's streams against its own.
+      device_sets.push_back({cuda0, every_gpu[1], every_gpu[1]});
+    }
     const auto single = train({}, sgd({.mom = 0.9}), {}, cuda0);
     for (const auto& devices : device_sets) {
       CAPTURE(devices.size());
