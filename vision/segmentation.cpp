@@ -68,23 +68,24 @@ class OverlapMetric : public Metric {
     inter_ = inter_.defined() ? inter_ + inter : inter;
     union_ = union_.defined() ? union_ + uni : uni;
   }
+  // The mean over the classes present in predictions or masks (the others are NaN).
   double value() const override {
     if (!inter_.defined()) return std::nan("");
-    const auto present = union_ > 0;
-    if (!present.any().item<bool>()) return std::nan("");
-    const auto inter = inter_.masked_select(present), uni = union_.masked_select(present);
-    const auto scores = score_ == Score::dice ? 2 * inter / uni : inter / (uni - inter);
-    return scores.mean().item<double>();
+    return scores().nanmean().item<double>();
   }
   bool per_class() const { return per_class_; }
-  // Each class's score; 0 / 0 (a class absent from predictions and masks) is NaN.
   std::vector<double> class_scores() const {
     if (!inter_.defined()) throw Error("per_class_scores: " + name_ + " has seen no batch");
-    const auto scores = (score_ == Score::dice ? 2 * inter_ / union_ : inter_ / (union_ - inter_)).cpu();
-    return {scores.data_ptr<double>(), scores.data_ptr<double>() + scores.numel()};
+    const auto all = scores().cpu();
+    return {all.data_ptr<double>(), all.data_ptr<double>() + all.numel()};
   }
 
  private:
+  // Each class's score; 0 / 0 (a class absent from predictions and masks) is NaN.
+  torch::Tensor scores() const {
+    return score_ == Score::dice ? 2 * inter_ / union_ : inter_ / (union_ - inter_);
+  }
+
   std::string name_;
   Score score_;
   bool per_class_;
