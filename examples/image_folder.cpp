@@ -92,6 +92,8 @@ int main(int argc, char** argv) {
       else learn.fine_tune(epochs, {.base_lr = lr});
       learn.save("image_folder.pt", /*with_opt=*/false);
     }
+    auto results = learn.recorder->valid_values();  // the fit's last validation
+    if (results.size() < 2) results = learn.validate();  // --epochs 0: evaluate the loaded model
     // For inference without the data: build/examples/predict image_folder_export.pt IMAGE...
     learn.export_learner("image_folder_export.pt");
 
@@ -100,7 +102,7 @@ int main(int argc, char** argv) {
     interp.plot_confusion_matrix("confusion_matrix.png");
     interp.plot_top_losses(9, "top_losses.png");
     vision::show_results(learn, "show_results.png");  // target/prediction, red where wrong
-    std::printf("final valid accuracy: %.4f\n", learn.validate()[1]);
+    std::printf("final valid accuracy: %.4f\n", results[1]);
     if (const int passes = tta; passes > 0) {
       // The valid items with the training transforms, `passes` times, blended with the plain pass.
       const auto tta = learn.tta({.n = passes});
