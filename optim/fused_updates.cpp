@@ -27,6 +27,17 @@ std::array<Part, 2> split_by_decay(const GroupTensors& group, const std::vector<
   return parts;
 }
 
+// The kernels treat each tensor as its flat memory, so two dense tensors fit together when
+// their strides agree on every dimension longer than 1 (the kernels' own rule). A size-1
+// dimension's stride is arbitrary: a channels-last 1x1 or one-channel weight and its
+// gradient may differ there, and exact equality would fall back to the per-param loop.
+bool same_layout(const torch::Tensor& a, const torch::Tensor& b) {
+  if (a.sizes() != b.sizes() || !b.is_non_overlapping_and_dense()) return false;
+  for (int64_t d = 0; d < a.dim(); ++d)
+    if (a.size(d) > 1 && a.stride(d) != b.stride(d)) return false;
+  return true;
+}
+
 }  // namespace
 
 bool fusable(const GroupTensors& group) {
@@ -36,13 +47,13 @@ bool fusable(const GroupTensors& group) {
   for (size_t i = 0; i < group.params.size(); ++i) {
     const auto &param = group.params[i], &grad = group.grads[i];
     if (param.device() != head.device() || param.scalar_type() != head.scalar_type() ||
-        grad.scalar_type() != head.scalar_type() || grad.is_sparse() || grad.strides() != param.strides() ||
-        !param.is_non_overlapping_and_dense() || group.states[i]->step != group.states.front()->step)
+        grad.scalar_type() != head.scalar_type() || grad.is_sparse() || !param.is_non_overlapping_and_dense() ||
+        !same_layout(param, grad) || group.states[i]->step != group.states.front()->step)
       return false;
     // Buffers made before the params changed layout (to_channels_last after a fit, a
     // loaded checkpoint) stay as they were: the kernels would refuse them.
     for (const auto& [name, buffer] : group.states[i]->buffers)
-      if (buffer.strides() != param.strides() || buffer.scalar_type() != param.scalar_type() ||
+      if (!same_layout(param, buffer) || buffer.scalar_type() != param.scalar_type() ||
           buffer.device() != param.device())
         return false;
   }

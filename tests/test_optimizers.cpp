@@ -34,30 +34,34 @@ void check_trajectory(const OptFunc& opt_func, const std::string& expected_key, 
 }
 
 // Three steps of `opt_func`'s per-param update and of `fused` on copies of the same
-// params (a conv weight in channels-last, a bias without decay), with the same gradients
-// and a scheduled momentum: every param and state buffer agree.
+// params (a conv weight in channels-last, a bias without decay, and a one-channel
+// channels-last weight whose gradient is laid out contiguously: strides that differ only
+// on the size-1 dimension, as cuDNN may hand back), with the same gradients and a
+// scheduled momentum: every param and state buffer agree.
 void check_fused_equals_per_param(const OptFunc& opt_func, void (*fused)(GroupTensors&, const Hypers&)) {
   torch::manual_seed(0);
   const std::vector<torch::Tensor> init{torch::randn({4, 3, 3, 3}).contiguous(at::MemoryFormat::ChannelsLast),
-                                        torch::randn({4})};
+                                        torch::randn({4}),
+                                        torch::empty_strided({4, 1, 3, 3}, {9, 1, 3, 1}).normal_()};
   std::vector<torch::Tensor> looped, fused_params;
   for (const auto& t : init) {
     looped.push_back(t.clone().requires_grad_(true));
     fused_params.push_back(t.clone().requires_grad_(true));
   }
-  auto opt = opt_func({ParamGroup{looped, {true, false}, {}}});
+  auto opt = opt_func({ParamGroup{looped, {true, false, true}, {}}});
   opt->set_hyper("lr", 0.05);
   opt->set_hyper("wd", 0.1);
   std::vector<ParamState> states(init.size());
   for (int k = 0; k < 3; ++k) {
     opt->set_hyper("mom", 0.9 - 0.05 * k);
-    GroupTensors group{fused_params, {}, {&states[0], &states[1]}, {true, false}};
+    GroupTensors group{fused_params, {}, {&states[0], &states[1], &states[2]}, {true, false, true}};
     for (size_t i = 0; i < init.size(); ++i) {
-      const auto grad = torch::randn_like(init[i]);
+      const auto grad = i == 2 ? torch::randn(init[i].sizes()) : torch::randn_like(init[i]);
       looped[i].mutable_grad() = grad.clone();
       fused_params[i].mutable_grad() = grad.clone();
       group.grads.push_back(fused_params[i].grad());
     }
+    REQUIRE(group.grads[2].strides() != fused_params[2].strides());
     opt->step();
     REQUIRE(fusable(group));
     torch::NoGradGuard no_grad;
