@@ -27,16 +27,20 @@ std::optional<int> launcher_local_rank() {
   return std::nullopt;
 }
 
+c10::Device local_rank_gpu(int local_rank) {
+  const auto visible = static_cast<int>(torch::cuda::device_count());
+  if (visible == 0) throw Error("local rank " + std::to_string(local_rank) + ": no CUDA device is visible");
+  return c10::Device(c10::kCUDA, static_cast<c10::DeviceIndex>(local_rank % visible));
+}
+
 c10::Device default_device() {
 #if FASTCPP_HAS_CUDA
   if (!torch::cuda::is_available()) return c10::kCPU;
   // One GPU per process of a launched run from the start, so that no rank opens a
-  // context on another's device. The local rank's GPU among those visible (a launcher
-  // that hands each process one GPU through CUDA_VISIBLE_DEVICES leaves it cuda:0).
+  // context on another's device.
   static std::once_flag placed;
   std::call_once(placed, [] {
-    if (const auto local_rank = launcher_local_rank())
-      c10::cuda::set_device(static_cast<c10::DeviceIndex>(*local_rank % torch::cuda::device_count()));
+    if (const auto local_rank = launcher_local_rank()) c10::cuda::set_device(local_rank_gpu(*local_rank).index());
   });
   return c10::Device(c10::kCUDA, c10::cuda::current_device());
 #else
@@ -79,14 +83,18 @@ std::string cuda_devices_text() {
   return std::to_string(n) + " CUDA devices (cuda:0..cuda:" + std::to_string(n - 1) + ")";
 }
 
-void check_device(const c10::Device& device, const std::string& who) {
-  if (device.is_cpu()) return;
+c10::Device check_device(const c10::Device& device, const std::string& who) {
+  if (device.is_cpu()) return device;
   if (!device.is_cuda())
     throw Error(who + ": device " + device.str() + " is not supported; use cpu or cuda[:N]");
   const auto n = static_cast<int64_t>(torch::cuda::device_count());
   if (n == 0 || device.index() >= n)
     throw Error(who + ": device " + device.str() + " is not on this machine, which has " + cuda_devices_text() +
                 (n == 0 ? "; train on the CPU (the default when no GPU is there)" : ""));
+#if FASTCPP_HAS_CUDA
+  if (!device.has_index()) return c10::Device(c10::kCUDA, c10::cuda::current_device());
+#endif
+  return device;
 }
 
 }  // namespace fastcpp

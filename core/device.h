@@ -18,9 +18,16 @@ c10::Device default_device();
 // The local rank a launcher gave this process, if any.
 std::optional<int> launcher_local_rank();
 
+// The GPU of the process with this local rank: cuda:<local rank modulo the visible GPUs>
+// (a launcher that gives each process one GPU through CUDA_VISIBLE_DEVICES leaves it
+// cuda:0). Only where CUDA is.
+c10::Device local_rank_gpu(int local_rank);
+
 // Throws fastcpp::Error when `device` is not on this machine, naming `who` asked for it,
 // the device, and what there is ("cuda:1 ... this machine has 1 CUDA device: cuda:0").
-void check_device(const c10::Device& device, const std::string& who);
+// Returns the device with its index (a bare `cuda` is the current GPU): a tensor names
+// its device so, and a comparison with a bare `cuda` would never match.
+c10::Device check_device(const c10::Device& device, const std::string& who);
 
 // A small host tensor (random draws, indices) on `device` without stalling the host:
 // on CUDA pinned and copied asynchronously, as a blocking copy from pageable memory

@@ -67,7 +67,9 @@ Batch TensorDataset::get_batch(const std::vector<int64_t>& indices, uint64_t) co
   if (consecutive) return {x_.narrow(0, first, n), y_.narrow(0, first, n)};
   // The data may live on a GPU: the indices go there without stalling the host.
   const auto index = torch::tensor(indices, torch::kLong);
-  return {x_.index_select(0, to_device_async(index, x_.device())), y_.index_select(0, to_device_async(index, y_.device()))};
+  const auto x_index = to_device_async(index, x_.device());
+  const auto y_index = y_.device() == x_.device() ? x_index : to_device_async(index, y_.device());
+  return {x_.index_select(0, x_index), y_.index_select(0, y_index)};
 }
 
 }  // namespace fastcpp

@@ -30,10 +30,7 @@ void DistributedTrainer::before_fit() {
   for (const auto& param : l.model.module().parameters())
     if (param.requires_grad()) trainable.push_back(param);
   reducer_ = std::make_unique<Reducer>(trainable, comm_, options_.reducer);
-  for (auto& buffer : l.model.module().buffers()) {  // running statistics too start as rank 0's
-    auto data = buffer.detach();
-    comm_->broadcast(data, 0);
-  }
+  broadcast_buffers();  // running statistics too start as rank 0's
 
   // Each rank takes its share of the loaders' own samplers (a WeightedSampler stays one).
   for (auto* loader : {&l.dls.train, &l.dls.valid})
@@ -47,10 +44,24 @@ void DistributedTrainer::before_fit() {
 void DistributedTrainer::move_to_rank_device() {
   auto& l = learn();
   if (!l.device.is_cuda()) return;
-  const auto device = options_.device.value_or(torch::Device(torch::kCUDA, static_cast<c10::DeviceIndex>(env_.local_rank)));
-  check_device(device, "to_distributed (rank " + std::to_string(env_.rank) + ", LOCAL_RANK " +
-                           std::to_string(env_.local_rank) + ")");
+  const auto device = check_device(
+      options_.device.value_or(local_rank_gpu(env_.local_rank)),
+      "to_distributed (rank " + std::to_string(env_.rank) + ", LOCAL_RANK " + std::to_string(env_.local_rank) + ")");
   if (device != l.device) l.to(device);
+}
+
+void DistributedTrainer::broadcast_buffers() {
+  for (auto& buffer : learn().model.module().buffers()) {
+    auto data = buffer.detach();
+    comm_->broadcast(data, 0);
+  }
+}
+
+void DistributedTrainer::before_validate() {
+  // Without sync_bn each rank's BatchNorm statistics follow its own batches. Every rank
+  // validates its share of the set, and rank 0 saves the model: all of them use rank 0's
+  // statistics, as PyTorch's DDP (broadcast_buffers) does.
+  if (reducer_ && !options_.sync_bn) broadcast_buffers();
 }
 
 void DistributedTrainer::synchronize_batchnorm() {

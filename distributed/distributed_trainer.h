@@ -30,8 +30,9 @@ namespace fastcpp::distributed {
 
 struct DistributedOptions {
   bool sync_bn = true;  // BatchNorm -> SyncBatchNorm (see sync_batchnorm.h)
-  // This rank's device when the Learner is on CUDA; default cuda:LOCAL_RANK (one GPU
-  // per process). Several ranks may share a GPU with the "gloo" backend.
+  // This rank's device when the Learner is on CUDA; default the local rank's GPU,
+  // cuda:<LOCAL_RANK modulo the visible GPUs> (one GPU per process). Several ranks may
+  // share a GPU with the "gloo" backend.
   std::optional<torch::Device> device;
   ProcessGroupOptions process_group;  // its device is set from the Learner's
   ReducerOptions reducer;
@@ -43,6 +44,7 @@ class DistributedTrainer : public DevicePlacement {
   explicit DistributedTrainer(DistributedOptions options = {});
   void before_fit() override;
   void after_loss() override;
+  void before_validate() override;
   void before_backward() override;
   void after_backward() override;
   void after_fit() override;
@@ -55,6 +57,7 @@ class DistributedTrainer : public DevicePlacement {
   void gather_validation_batch();
   void synchronize_batchnorm();
   void move_to_rank_device();
+  void broadcast_buffers();
   DistributedOptions options_;
   DistEnv env_;
   std::shared_ptr<Communicator> comm_;

@@ -28,7 +28,7 @@ struct Communicator::Impl {
   c10::intrusive_ptr<c10d::Store> store;
   c10::intrusive_ptr<c10d::Backend> gloo;  // CPU tensors, and CUDA ones with backend "gloo"
   c10::intrusive_ptr<c10d::Backend> nccl;  // CUDA tensors with backend "auto" or "nccl"
-  std::chrono::milliseconds timeout;
+  std::chrono::milliseconds timeout, barrier_timeout;
   PeerDirectory peers;
 
   c10d::Backend& backend_for(const torch::Tensor& tensor) {
@@ -131,6 +131,7 @@ Communicator::Communicator(const DistEnv& env, ProcessGroupOptions options)
     : impl_(std::make_unique<Impl>()), rank_(env.rank), world_size_(env.world_size), backend_("gloo") {
   resolve_backend(options);  // bad options fail before any rendezvous
   impl_->timeout = options.timeout;
+  impl_->barrier_timeout = options.barrier_timeout;
   const std::string where = env.master_addr + ":" + std::to_string(env.master_port);
   const auto rank_text = "rank " + std::to_string(env.rank);
   const auto first_line = [](const std::exception& e) {
@@ -196,8 +197,7 @@ void Communicator::require(const ProcessGroupOptions& options) {
   const auto backend = resolve_backend(options);
   if (backend != "nccl" || impl_->nccl) return;
 #if FASTCPP_HAS_NCCL
-  check_device(options.device, "the NCCL process group");
-  const torch::Device device(torch::kCUDA, options.device.has_index() ? options.device.index() : c10::cuda::current_device());
+  const auto device = check_device(options.device, "the NCCL process group");
   c10::cuda::set_device(device.index());
   auto nccl_options = c10d::ProcessGroupNCCL::Options::create();
   nccl_options->timeout = options.nccl_timeout;
@@ -267,7 +267,9 @@ torch::Tensor Communicator::all_gather(const torch::Tensor& tensor) {
 void Communicator::barrier() {
   // Through NCCL when there is one, so that the barrier orders NCCL work too.
   auto& backend = impl_->nccl ? *impl_->nccl : impl_->backend_for(torch::empty({0}));
-  wait(backend.barrier(), "barrier");
+  c10d::BarrierOptions options;
+  options.timeout = impl_->barrier_timeout;
+  wait(backend.barrier(options), "barrier");
 }
 
 }  // namespace fastcpp::distributed

@@ -25,6 +25,9 @@ struct ProcessGroupOptions {
   std::string backend = "auto";  // auto, gloo, nccl
   // The rendezvous and Gloo's collectives fail after this.
   std::chrono::milliseconds timeout{std::chrono::seconds(60)};
+  // A barrier waits out the other ranks' own work (rank 0 preparing a dataset in
+  // rank0_first, a checkpoint being written): torch's default for collectives.
+  std::chrono::milliseconds barrier_timeout{std::chrono::minutes(30)};
   // NCCL's watchdog aborts the process when a collective has not finished after this:
   // torch's default, long enough for a rank that waits out a peer's checkpoint.
   std::chrono::milliseconds nccl_timeout{std::chrono::minutes(10)};

@@ -112,6 +112,24 @@ std::shared_ptr<SyncBatchNormImpl> sync_from(const BatchNormImpl& bn, const std:
   return sync;
 }
 
+// A setting of a torch::nn::BatchNorm that SyncBatchNorm (affine, with running statistics
+// and a momentum) would silently change; "" when there is none.
+template <class BatchNormImpl>
+std::string unsupported_setting(const BatchNormImpl& bn) {
+  const auto& options = bn.options;
+  if (!options.affine()) return "affine=false";
+  if (!options.track_running_stats()) return "track_running_stats=false";
+  if (!options.momentum()) return "momentum=none (a cumulative average)";
+  return "";
+}
+
+std::string unsupported_setting(const torch::nn::Module& m) {
+  if (const auto* bn = dynamic_cast<const torch::nn::BatchNorm1dImpl*>(&m)) return unsupported_setting(*bn);
+  if (const auto* bn = dynamic_cast<const torch::nn::BatchNorm2dImpl*>(&m)) return unsupported_setting(*bn);
+  if (const auto* bn = dynamic_cast<const torch::nn::BatchNorm3dImpl*>(&m)) return unsupported_setting(*bn);
+  return "";
+}
+
 bool is_torch_batchnorm(const torch::nn::Module& m) {
   return dynamic_cast<const torch::nn::BatchNorm1dImpl*>(&m) || dynamic_cast<const torch::nn::BatchNorm2dImpl*>(&m) ||
          dynamic_cast<const torch::nn::BatchNorm3dImpl*>(&m);
@@ -193,13 +211,18 @@ std::vector<std::string> unconvertible_batchnorms(const torch::nn::Module& model
 }
 
 void check_batchnorms_convertible(const torch::nn::Module& model, const std::string& who, const std::string& peer) {
-  const auto unreachable = unconvertible_batchnorms(model);
-  if (unreachable.empty()) return;
+  const std::string or_else = ", or pass sync_bn = false to keep per-" + peer + " statistics";
   std::string names;
-  for (const auto& name : unreachable) names += (names.empty() ? "" : ", ") + name;
-  throw Error(who + "(sync_bn): cannot make these BatchNorm layers synchronized, they are members of modules C++ "
-              "cannot rebuild: " + names + ". Build them as distributed::SyncBatchNorm, or pass sync_bn = false to "
-              "keep per-" + peer + " statistics");
+  for (const auto& name : unconvertible_batchnorms(model)) names += (names.empty() ? "" : ", ") + name;
+  if (!names.empty())
+    throw Error(who + "(sync_bn): cannot make these BatchNorm layers synchronized, they are members of modules C++ "
+                "cannot rebuild: " + names + ". Build them as distributed::SyncBatchNorm" + or_else);
+  for (const auto& item : model.named_modules())
+    if (const auto setting = unsupported_setting(*item.value()); !setting.empty())
+      names += (names.empty() ? "" : ", ") + item.key() + " (" + setting + ")";
+  if (!names.empty())
+    throw Error(who + "(sync_bn): SyncBatchNorm would not keep these BatchNorm layers' settings: " + names +
+                ". Build them with affine weights, running statistics and a momentum" + or_else);
 }
 
 }  // namespace fastcpp::distributed

@@ -81,7 +81,9 @@ torch::Tensor synchronized_batch_norm(SyncBatchNormImpl& bn, const torch::Tensor
 std::vector<std::string> unconvertible_batchnorms(const torch::nn::Module& model);
 
 // Throws fastcpp::Error naming those layers, if any: "<who>(sync_bn): cannot make these
-// BatchNorm layers synchronized ... to keep per-<peer> statistics".
+// BatchNorm layers synchronized ... to keep per-<peer> statistics"; else naming the
+// layers SyncBatchNorm would change (affine=false, track_running_stats=false, momentum
+// none: it is affine, with running statistics and a momentum).
 void check_batchnorms_convertible(const torch::nn::Module& model, const std::string& who, const std::string& peer);
 
 }  // namespace fastcpp::distributed

@@ -82,7 +82,7 @@ Learner::Learner(DataLoaders dls_, Model model_, Loss loss_func_, std::vector<Me
   if (!options_.lr.given()) throw Error("Learner: the default lr must be a value");
   for (const auto& metric : metrics)
     if (!metric) throw Error("Learner: a metric is null");
-  check_device(device, "Learner");
+  device = check_device(device, "Learner");
   keep_freed_host_memory();  // each step's buffers reused, not faulted in afresh (core/host_memory.h)
   model.module().to(device);
   dls.to(device);
@@ -338,8 +338,8 @@ void Learner::load(const std::string& path, bool with_opt) {
   checkpoint::decode_into(*this, read_file(path), with_opt, "checkpoint '" + path + "'");
 }
 
-void Learner::to(torch::Device device_) {
-  check_device(device_, "Learner::to");
+void Learner::to(torch::Device requested) {
+  const auto device_ = check_device(requested, "Learner::to");
   model.module().to(device_);
   dls.to(device_);
   device = device_;

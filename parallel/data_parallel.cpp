@@ -55,7 +55,7 @@ void DataParallel::before_fit() {
   auto& l = learn();
   restore();  // a fit that failed half-way left its replicas
   devices_ = asked_.empty() ? every_cuda_device() : asked_;
-  for (const auto& device : devices_) check_device(device, "to_parallel");
+  for (auto& device : devices_) device = check_device(device, "to_parallel");
   if (devices_.size() < 2) {
     l.logger(devices_.empty() ? "to_parallel: no CUDA device, training on " + l.device.str() + " as usual"
                               : "to_parallel: one device (" + devices_[0].str() + "), training as usual");
@@ -100,12 +100,14 @@ void DataParallel::make_replicas() {
   l.model = Model(plain_->ptr(), [this](const torch::Tensor& x) { return forward(x); });
 }
 
-void DataParallel::copy_to_replicas(int replicas) {
+void DataParallel::copy_to_replicas() {
   torch::NoGradGuard no_grad;
   // Replicas on replica 0's device: a few multi-tensor copies. Other GPUs: one coalesced
-  // broadcast (a few flat transfers) to each, then the same.
+  // broadcast (a few flat transfers) to each, then the same. Every replica, also those a
+  // short batch leaves idle: the broadcast's NCCL communicators are made per list of
+  // GPUs, and a shorter list would make (and keep) a new one mid-epoch.
   std::vector<int> elsewhere;
-  for (int r = 1; r < replicas; ++r) {
+  for (int r = 1; r < static_cast<int>(replicas_.size()); ++r) {
     if (devices_[static_cast<size_t>(r)] == devices_[0]) copy_lists(state_[static_cast<size_t>(r)], state_[0]);
     else elsewhere.push_back(r);
   }
@@ -143,18 +145,25 @@ torch::Tensor DataParallel::forward(const torch::Tensor& x) {
   const bool training = plain_->module().is_training();
   for (auto& replica : replicas_)
     if (replica.module().is_training() != training) replica.module().train(training);
-  copy_to_replicas(replicas);
+  copy_to_replicas();
   group_.start_step(replicas);
+  // Replica r takes n / replicas items, one more for the first n % replicas. The slices
+  // go to their devices from this thread, before any replica starts (as PyTorch's
+  // DataParallel scatters first): a worker's own copy would queue on the source GPU's
+  // stream behind replica 0's forward.
+  std::vector<torch::Tensor> inputs(static_cast<size_t>(replicas));
+  int64_t start = 0;
+  for (int r = 0; r < replicas; ++r) {
+    const int64_t size = n / replicas + (r < n % replicas ? 1 : 0);
+    inputs[static_cast<size_t>(r)] = x.narrow(0, start, size).to(devices_[static_cast<size_t>(r)], /*non_blocking=*/true);
+    start += size;
+  }
   std::vector<torch::Tensor> outputs(static_cast<size_t>(replicas));
   // Replica r > 0 starts after the caller's work on its device (the parameter copies,
-  // the input) and marks where its output is ready, on its stream.
+  // its input) and marks where its output is ready, on its stream.
   std::vector<std::optional<StreamMark>> ready(static_cast<size_t>(replicas)), done(static_cast<size_t>(replicas));
   for (int r = 1; r < replicas; ++r) ready[static_cast<size_t>(r)].emplace(devices_[static_cast<size_t>(r)]);
   const at::ThreadLocalState caller_state;  // grad mode, autocast: thread-local, so handed to each worker
-  // Replica r takes n / replicas items, one more for the first n % replicas.
-  std::vector<int64_t> starts(static_cast<size_t>(replicas) + 1, 0);
-  for (int r = 0; r < replicas; ++r)
-    starts[static_cast<size_t>(r) + 1] = starts[static_cast<size_t>(r)] + n / replicas + (r < n % replicas ? 1 : 0);
   workers_->run(replicas, [&](int r) {
     const auto k = static_cast<size_t>(r);
     try {
@@ -164,9 +173,8 @@ torch::Tensor DataParallel::forward(const torch::Tensor& x) {
       std::optional<c10::StreamGuard> on_stream;
       if (streams_[k]) on_stream.emplace(*streams_[k]);
       if (ready[k]) ready[k]->wait();
-      const auto input = x.narrow(0, starts[k], starts[k + 1] - starts[k]).to(device, /*non_blocking=*/true);
-      if (r > 0) keep_for_current_stream(input);  // the caller's batch, read on this replica's stream
-      outputs[k] = replicas_[k](input);
+      if (r > 0) keep_for_current_stream(inputs[k]);  // made on the caller's stream, read on this replica's
+      outputs[k] = replicas_[k](inputs[k]);
       if (r > 0) {
         done[k].emplace(device);
         // autocast's casts of the weights are valid for this forward only; the caller's

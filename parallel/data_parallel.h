@@ -53,7 +53,7 @@ class DataParallel : public DevicePlacement {
   torch::Tensor forward(const torch::Tensor& x);
   void make_replicas();
   void restore();
-  void copy_to_replicas(int replicas);
+  void copy_to_replicas();
   std::vector<torch::Device> asked_;
   bool sync_bn_;
   std::vector<torch::Device> devices_;

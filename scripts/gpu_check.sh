@@ -84,18 +84,22 @@ step() {
   row "$title" "$([ $status -eq 0 ] && echo "done" || echo "FAILED (exit $status$([ $status -eq 124 ] && echo ", past ${limit} s"))") in $(since "$started") s"
   # Of a step that reprints its table after each round, the last one.
   awk '/^Medians of/ {kept = ""} {kept = kept $0 "\n"} END {printf "%s", kept}' "$log" > "$log.last"
-  { grep -E '^\|' "$log.last"; grep -E '^Medians|goal|time ratio|time: data|race|equal|^profile|ms/step' "$log.last"; } >> "$results"
+  { grep -E '^\|' "$log.last"; grep -E '^Medians|goal|time ratio|time: data|GPU busy|race|equal|^profile|ms/step' "$log.last"; } >> "$results"
 }
 
-# Two runs of the example (1 epoch, to_parallel on {cuda:0, cuda:0}, fp16) from the same
-# seed, the second with every kernel launch blocking: a stream race shows as a difference.
 # The example as the README documents its fastest setting, whole process (CUDA start-up
-# included), with the per-epoch time split.
+# included), with the per-epoch time split (the host's side) and how busy the GPU was
+# (nvidia-smi's utilization, sampled every 100 ms: low means the host holds it back).
 example_fast() {
-  local started elapsed
+  local started elapsed sampler
+  nvidia-smi --query-gpu=utilization.gpu --format=csv,noheader,nounits -lms 100 > "$out/example_busy.txt" 2>/dev/null &
+  sampler=$!
   started=$(now)
   example --epochs 5 --precision bf16 --bs 512 --lr 2e-2 --resident on --time-split on | tee "$out/example_fast.txt"
   elapsed=$(since "$started")
+  kill "$sampler" 2>/dev/null
+  awk '$1 ~ /^[0-9]+$/ {sum += $1; n++} END {if (n) printf "example, GPU busy: %.0f%% of %d samples (nvidia-smi, every 100 ms)\n", sum / n, n}' \
+    "$out/example_busy.txt"
   echo "example, 5 epochs bf16 batch 512 data on the GPU: $elapsed s whole-process (goal: <= 8 s)"
   awk '/final test accuracy/ {printf "example, 5 epochs bf16 batch 512: accuracy %.2f%% (goal: >= 93%%)\n", $4 * 100}' "$out/example_fast.txt"
 }
@@ -110,6 +114,8 @@ peer_race() {
     "$out/peer_race.txt"
 }
 
+# Two runs of the example (1 epoch, to_parallel on {cuda:0, cuda:0}, fp16) from the same
+# seed, the second with every kernel launch blocking: a stream race shows as a difference.
 stream_race() {
   local args=(--epochs 1 --data "$bundle/data/fashion-mnist" --precision fp16 --parallel cuda:0,cuda:0 --seed 7)
   "$build/examples/fashion_mnist" "${args[@]}" | grep -E '^0 |final' > "$out/race_async.txt"

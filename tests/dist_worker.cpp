@@ -2,7 +2,7 @@
 // BatchNorm) trained in one process with batch 8, or in two processes
 // (to_distributed, BatchNorm made SyncBatchNorm) with batch 4 each.
 //
-//   dist_worker single|single_bs4|ddp|unused|resume|checkpointed|single_acc|ddp_acc|syncbn_single|syncbn|rank0_first OUT
+//   dist_worker single|single_bs4|ddp|ddp_local_bn|unused|resume|checkpointed|single_acc|ddp_acc|syncbn_single|syncbn|rank0_first OUT
 //
 // On the CPU unless FASTCPP_WORKER_DEVICE names a device (cuda:0); FASTCPP_WORKER_BACKEND
 // (gloo, nccl; default auto) picks the process group's backend, and with gloo every rank
@@ -10,8 +10,8 @@
 // the order a world of 1 gives (the peer of `ddp` with WORLD_SIZE=1).
 //
 // Writes OUT (OUT.<rank> when distributed): the final parameters (on the CPU), then
-// [valid_loss, accuracy], the epoch the run resumed from, and the number of
-// gradient all-reduces, pickled. *_acc accumulate gradients over 2 batches. `resume` is ddp with a ResumeFromCheckpoint at
+// [valid_loss, accuracy], the epoch the run resumed from, the number of gradient
+// all-reduces and the final buffers, pickled. ddp_local_bn is ddp without sync_bn. *_acc accumulate gradients over 2 batches. `resume` is ddp with a ResumeFromCheckpoint at
 // OUT.ckpt, and rank 1 of the first attempt kills itself after epoch 0; `checkpointed`
 // is the same without the kill (tests/multinode.sh kills whole hosts). FASTCPP_WORKER_STEP_MS
 // adds a pause after each training batch, so that a test can act mid-epoch;
@@ -153,13 +153,19 @@ int main(int argc, char** argv) {
   const std::string out = std::string(argv[2]) + (rank ? std::string(".") + rank : "");
   torch::set_num_threads(1);
   torch::manual_seed(0);
+  // TF32 convolutions (cuDNN's default) round differently once the synced BatchNorm's
+  // last bits differ from BatchNorm's: full fp32, so 2 ranks can equal 1 process.
+  if (worker_device().is_cuda()) at::globalContext().setAllowTF32CuDNN(false);
   try {
     if (mode == "syncbn" || mode == "syncbn_single") return batchnorm_run(mode == "syncbn", out);
     if (mode == "rank0_first") {  // rank 0 (slow on purpose) appends its rank before the others do
-      distributed::rank0_first([&] {
-        if (std::string(rank) == "0") std::this_thread::sleep_for(std::chrono::milliseconds(500));
-        std::ofstream(argv[2], std::ios::app) << rank << "\n";
-      });
+      // Rank 0 takes longer than the collectives may: the barrier has a timeout of its own.
+      distributed::rank0_first(
+          [&] {
+            if (std::string(rank) == "0") std::this_thread::sleep_for(std::chrono::milliseconds(3500));
+            std::ofstream(argv[2], std::ios::app) << rank << "\n";
+          },
+          {.timeout = std::chrono::seconds(2)});
       return 0;
     }
     const bool single = mode == "single" || mode == "single_acc" || mode == "single_bs4";
@@ -191,6 +197,7 @@ int main(int argc, char** argv) {
       if (const char* seconds = std::getenv("FASTCPP_WORKER_NCCL_TIMEOUT_S"))
         options.process_group.nccl_timeout = std::chrono::seconds(std::atoi(seconds));
       if (worker_backend() == "gloo" && learn.device.is_cuda()) options.device = learn.device;  // ranks share it
+      options.sync_bn = mode != "ddp_local_bn";
       learn.to_distributed(options);
     }
     if (accumulate) learn.add_cb(GradientAccumulation(2 * (two_rank_batches ? 2 : 1) * kLocalBs));
@@ -212,6 +219,9 @@ int main(int argc, char** argv) {
     result.push_back(static_cast<int64_t>(resume ? resume->resumed_from() : 0));
     const auto trainer = learn.get_cb<distributed::DistributedTrainer>();
     result.push_back(static_cast<int64_t>(trainer ? trainer->reductions() : 0));
+    c10::List<torch::Tensor> buffers;
+    for (const auto& b : learn.model.module().buffers()) buffers.push_back(b.detach().cpu().clone());
+    result.push_back(buffers);
     const auto bytes = torch::pickle_save(result);
     std::ofstream(out, std::ios::binary).write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
   } catch (const std::exception& e) {

@@ -173,6 +173,27 @@ TEST_SUITE("distributed") {
     CHECK(converted->ptr(0)->parameters()[0].is_same(model->ptr(0)->parameters()[0]));  // shared, not copied
   }
 
+  TEST_CASE("BatchNorm layers whose settings SyncBatchNorm would change are named, not converted") {
+    torch::nn::Sequential model(torch::nn::BatchNorm2d(torch::nn::BatchNorm2dOptions(4).affine(false)),
+                                torch::nn::BatchNorm2d(4),
+                                torch::nn::BatchNorm1d(torch::nn::BatchNorm1dOptions(4).track_running_stats(false)),
+                                torch::nn::BatchNorm1d(torch::nn::BatchNorm1dOptions(4).momentum(std::nullopt)));
+    CHECK(error_of([&] { distributed::check_batchnorms_convertible(*model, "to_parallel", "replica"); }) ==
+          "to_parallel(sync_bn): SyncBatchNorm would not keep these BatchNorm layers' settings: 0 (affine=false), 2 "
+          "(track_running_stats=false), 3 (momentum=none (a cumulative average)). Build them with affine weights, "
+          "running statistics and a momentum, or pass sync_bn = false to keep per-replica statistics");
+    CHECK_NOTHROW(distributed::check_batchnorms_convertible(*torch::nn::Sequential(torch::nn::BatchNorm2d(4)), "to_parallel", "replica"));
+  }
+
+  TEST_CASE("without sync_bn, every rank validates and ends with rank 0's BatchNorm statistics") {
+    const auto outs = run_two_ranks("ddp_local_bn", 15);
+    const auto a = read_result(outs[0]).get(4).toTensorList(), b = read_result(outs[1]).get(4).toTensorList();
+    REQUIRE(a.size() == 3);  // running_mean, running_var, num_batches_tracked
+    for (size_t i = 0; i < a.size(); ++i) CHECK(torch::equal(a.get(i), b.get(i)));
+    check_same_params(outs[0], outs[1]);
+    for (const auto& out : outs) std::filesystem::remove(out);
+  }
+
   TEST_CASE("a model with a parameter that gets no gradient finishes") {
     for (const auto& out : run_two_ranks("unused", 1)) {
       CHECK(std::filesystem::exists(out));
@@ -229,7 +250,7 @@ TEST_SUITE("distributed") {
     for (const auto* suffix : {".log", ".ckpt", ".0", ".1"}) std::filesystem::remove(base + suffix);
   }
 
-  TEST_CASE("rank0_first: rank 0 runs first, the others after it is done") {
+  TEST_CASE("rank0_first: rank 0 runs first, the others after it is done, however longer than the collectives' timeout it takes") {
     const auto base = temp_path("rank0_first");
     std::filesystem::remove(base);
     run_two_ranks("rank0_first", 5);

@@ -46,9 +46,8 @@ auto parse_spec(Parse parse, const std::string& spec, const std::string& source)
 Predictor::Predictor(ExportedModel exported, LoadLearnerOptions options)
     : exported_(std::move(exported)),
       model_(build_model(exported_, options)),
-      device_(options.device.value_or(default_device())),
+      device_(check_device(options.device.value_or(default_device()), "load_learner")),
       workers_(options.workers) {
-  check_device(device_, "load_learner");
   if (!exported_.activation.empty() && exported_.activation != "softmax" && exported_.activation != "softmax_classes")
     throw Error("load_learner: " + exported_.source + " names an unknown activation '" + exported_.activation + "'");
   for (const auto& spec : exported_.batch_tfms)
