@@ -5,14 +5,20 @@
 #include <torch/csrc/distributed/c10d/Work.hpp>
 #include <torch/torch.h>
 
+#include <algorithm>
+
 #include "distributed/process_group.h"
+#include "core/device.h"
 #include "core/error.h"
 
 namespace fastcpp::distributed {
 
+// flat: the params' gradients, then one flag per param (1 where this rank has a gradient
+// for it), reduced together: after the sum a flag of 0 marks a param no rank used.
 struct Reducer::Bucket {
   std::vector<size_t> params;
   torch::Tensor flat;
+  int64_t flags_at = 0;
   size_t pending = 0;
   c10::intrusive_ptr<c10d::Work> work;
 };
@@ -38,7 +44,11 @@ Reducer::Reducer(std::vector<torch::Tensor> params, std::shared_ptr<Communicator
     current->params.push_back(k);
     current->flat = torch::empty({current->flat.numel() + param.numel()}, param.options());
   }
-  for (auto& bucket : buckets_) bucket->pending = bucket->params.size();
+  for (auto& bucket : buckets_) {
+    bucket->flags_at = bucket->flat.numel();
+    bucket->flat = torch::empty({bucket->flags_at + static_cast<int64_t>(bucket->params.size())}, bucket->flat.options());
+    bucket->pending = bucket->params.size();
+  }
 
   // Every rank starts from rank 0's weights.
   for (auto& param : params_) {
@@ -77,6 +87,11 @@ void Reducer::on_grad_ready(size_t k) {
 }
 
 void Reducer::launch(Bucket& bucket) {
+  std::vector<float> used;
+  for (size_t k : bucket.params) used.push_back(ready_[k] || params_[k].grad().defined() ? 1.0f : 0.0f);
+  auto flags = bucket.flat.narrow(0, bucket.flags_at, static_cast<int64_t>(used.size()));
+  if (std::find(used.begin(), used.end(), 0.0f) == used.end()) flags.fill_(1);  // the usual case: one kernel
+  else flags.copy_(to_device_async(torch::tensor(used), flags.device()));
   bucket.work = comm_->all_reduce_async(bucket.flat);
 }
 
@@ -103,9 +118,20 @@ void Reducer::finalize() {
   for (auto& bucket : buckets_) {
     comm_->wait(bucket->work, "gradient all-reduce");
     bucket->flat.div_(world);
-    for (size_t k : bucket->params) {
-      auto average = bucket->flat.narrow(0, static_cast<int64_t>(offset_of_[k]), params_[k].numel()).view_as(params_[k]);
+    torch::Tensor used_anywhere;  // read back only for a param unused here (as DDP's unused map)
+    for (size_t i = 0; i < bucket->params.size(); ++i) {
+      const size_t k = bucket->params[i];
       auto& grad = params_[k].mutable_grad();
+      if (!grad.defined() && !ready_[k]) {
+        if (!used_anywhere.defined())
+          used_anywhere = bucket->flat.narrow(0, bucket->flags_at, static_cast<int64_t>(bucket->params.size()))
+                              .to(torch::kCPU, torch::kFloat)
+                              .gt(0);
+        // No rank used it: no gradient, as in one process (a zero one would still get
+        // weight decay and momentum).
+        if (!used_anywhere[static_cast<int64_t>(i)].item<bool>()) continue;
+      }
+      auto average = bucket->flat.narrow(0, static_cast<int64_t>(offset_of_[k]), params_[k].numel()).view_as(params_[k]);
       if (grad.defined()) grad.copy_(average);
       else grad = average.clone();
     }

@@ -13,6 +13,9 @@
 // Unused parameters: a parameter whose hook did not fire by finalize() contributes
 // its current .grad, or zeros; its bucket is reduced like any other, so no rank
 // waits for a gradient that never comes, and every rank ends with the same .grad.
+// A parameter no rank used keeps no .grad, as in one process (the buckets carry a
+// used flag per parameter; reading it back is a host wait, paid only by a rank that
+// has an unused parameter, as DDP's find_unused_parameters pays it).
 // no_sync: while off, hooks do nothing and gradients accumulate locally; the next
 // synchronized backward reduces the accumulated sums.
 #include <torch/types.h>

@@ -2,7 +2,7 @@
 // BatchNorm) trained in one process with batch 8, or in two processes
 // (to_distributed, BatchNorm made SyncBatchNorm) with batch 4 each.
 //
-//   dist_worker single|single_bs4|ddp|ddp_local_bn|unused|resume|checkpointed|single_acc|ddp_acc|syncbn_single|syncbn|rank0_first OUT
+//   dist_worker single|single_bs4|ddp|ddp_local_bn|unused|single_unused|resume|checkpointed|single_acc|ddp_acc|syncbn_single|syncbn|rank0_first OUT
 //
 // On the CPU unless FASTCPP_WORKER_DEVICE names a device (cuda:0); FASTCPP_WORKER_BACKEND
 // (gloo, nccl; default auto) picks the process group's backend, and with gloo every rank
@@ -11,7 +11,8 @@
 //
 // Writes OUT (OUT.<rank> when distributed): the final parameters (on the CPU), then
 // [valid_loss, accuracy], the epoch the run resumed from, the number of gradient
-// all-reduces and the final buffers, pickled. ddp_local_bn is ddp without sync_bn. *_acc accumulate gradients over 2 batches. `resume` is ddp with a ResumeFromCheckpoint at
+// all-reduces and the final buffers, pickled. ddp_local_bn is ddp without sync_bn;
+// unused and single_unused train a model with a parameter it never uses, with Adam. *_acc accumulate gradients over 2 batches. `resume` is ddp with a ResumeFromCheckpoint at
 // OUT.ckpt, and rank 1 of the first attempt kills itself after epoch 0; `checkpointed`
 // is the same without the kill (tests/multinode.sh kills whole hosts). FASTCPP_WORKER_STEP_MS
 // adds a pause after each training batch, so that a test can act mid-epoch;
@@ -168,7 +169,8 @@ int main(int argc, char** argv) {
           {.timeout = std::chrono::seconds(2)});
       return 0;
     }
-    const bool single = mode == "single" || mode == "single_acc" || mode == "single_bs4";
+    const bool single = mode == "single" || mode == "single_acc" || mode == "single_bs4" || mode == "single_unused";
+    const bool with_unused = mode == "unused" || mode == "single_unused";
     const bool two_rank_batches = single && mode != "single_bs4";
     const bool accumulate = mode == "single_acc" || mode == "ddp_acc";
     SamplerPtr order;  // none: the loader's own shuffle, which to_distributed replaces
@@ -182,14 +184,14 @@ int main(int argc, char** argv) {
     };
     Model model = unet_worker() ? Model(vision::DynamicUnet(vision::unet_encoder(vision::resnet18, {.width = 8}),
                                                             {.n_out = 3, .img_size = {16, 16}}))
-                  : mode == "unused" ? Model(WithUnused())
+                  : with_unused ? Model(WithUnused())
                                    : Model(torch::nn::Sequential(conv(3, 8, 1), torch::nn::BatchNorm2d(8),
                                                                  torch::nn::ReLU(), conv(8, 8, 2),
                                                                  torch::nn::ReLU(), torch::nn::AdaptiveAvgPool2d(1),
                                                                  torch::nn::Flatten(), torch::nn::Linear(8, 3)));
     Learner learn(dls, model, unet_worker() ? vision::CrossEntropyLossFlat() : CrossEntropyLoss(),
                   {unet_worker() ? vision::jaccard_coeff_multi() : metrics::accuracy()},
-                  {.opt_func = sgd({.mom = 0.9}), .device = worker_device(), .progress = false});
+                  {.opt_func = with_unused ? adam() : sgd({.mom = 0.9}), .device = worker_device(), .progress = false});
     learn.logger = [](const std::string&) {};
     if (!single) {
       distributed::DistributedOptions options;
