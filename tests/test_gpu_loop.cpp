@@ -11,6 +11,7 @@
 //     the metrics' values, read once;
 //   - the live progress bar's loss, at most every 100 ms (only on a terminal).
 #include "helpers.h"
+#include "operator_count.h"
 
 #if FASTCPP_HAS_CUDA
 #include <c10/cuda/CUDAFunctions.h>
@@ -151,6 +152,37 @@ TEST_SUITE("gpu" * doctest::skip(!torch::cuda::is_available())) {
       CHECK(torch::equal(a[i].x.cpu(), b[i].x.cpu()));
       CHECK(torch::equal(a[i].y.cpu(), b[i].y.cpu()));
     }
+  }
+
+  TEST_CASE("a channels-last net with a one-channel stem and a 1x1 convolution steps with Adam's fused kernel") {
+    // cuDNN may lay out such weights' gradients otherwise on their size-1 dimension;
+    // the fused kernels take that, and so must the check that picks them.
+    struct CountStep : Callback {
+      explicit CountStep(OperatorCount& count) : count(count) {}
+      void before_step() override {
+        if (learn().iter == 1) count.start();
+      }
+      void after_step() override {
+        if (learn().iter == 1) counts = count.stop();
+      }
+      OperatorCount& count;
+      std::map<std::string, int> counts;
+    };
+    auto gen = at::make_generator<at::CPUGeneratorImpl>(5);
+    auto data = std::make_shared<TensorDataset>(torch::randn({64, 1, 8, 8}, gen), torch::randint(0, 3, {64}, gen, torch::kLong));
+    torch::manual_seed(0);
+    torch::nn::Sequential net(torch::nn::Conv2d(torch::nn::Conv2dOptions(1, 8, 3).padding(1)), torch::nn::BatchNorm2d(8),
+                              torch::nn::ReLU(), torch::nn::Conv2d(torch::nn::Conv2dOptions(8, 8, 1)), torch::nn::ReLU(),
+                              torch::nn::AdaptiveAvgPool2d(1), torch::nn::Flatten(), torch::nn::Linear(8, 3));
+    Learner learn({DataLoader(data, {.bs = 16, .shuffle = true}), DataLoader(data, {.bs = 16})}, net, CrossEntropyLoss(),
+                  {}, {.opt_func = adam(), .device = kCuda0});
+    silence(learn);
+    learn.to_channels_last();
+    OperatorCount count;
+    auto window = learn.add_cb(CountStep(count));
+    learn.fit(1, 1e-3);
+    // One launch for the weights that decay, one for the norm layers and biases.
+    CHECK(window->counts["aten::_fused_adamw_"] == 2);
   }
 
   TEST_CASE("a Learner asked for a bare `cuda` names the current GPU, and its in-memory data go there once") {

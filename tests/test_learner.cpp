@@ -4,14 +4,13 @@
 #include <fstream>
 
 #include "helpers.h"
+#include "operator_count.h"
 
 #include <sys/resource.h>
 
 #include <cstring>
 
 #include "core/host_memory.h"
-
-#include <ATen/record_function.h>
 
 using namespace fastcpp;
 using namespace fastcpp::testing;
@@ -244,7 +243,7 @@ TEST_SUITE("learner") {
       };
     };
     const auto cannot = "cannot read checkpoint '" + path + "'";
-    CHECK(load_edited(b, [](auto& root) { root.erase(c10::IValue(std::string("epoch"))); }) ==
+    CHECK(load_edited(b, [](auto& root) { (void)root.erase(c10::IValue(std::string("epoch"))); }) ==
           cannot + ": its 'epoch' entry is missing or of the wrong type");
     CHECK(load_edited(b, [](auto& root) { root.insert_or_assign(c10::IValue(std::string("epoch")), c10::IValue(-1)); }) ==
           cannot + ": its 'epoch' entry -1 is out of range");
@@ -417,35 +416,6 @@ TEST_SUITE("learner") {
 }
 
 namespace {
-
-// The ATen operators this thread (and the autograd engine's, which inherit the callback)
-// dispatches while it lives, by name: on a GPU each one is a kernel launch or more.
-class OperatorCount {
- public:
-  OperatorCount() {
-    handle_ = at::addThreadLocalCallback(
-        at::RecordFunctionCallback(
-            [](const at::RecordFunction& fn) -> std::unique_ptr<at::ObserverContext> {
-              if (active_) ++(*active_)[fn.name()];
-              return nullptr;
-            })
-            .scopes({at::RecordScope::FUNCTION}));
-  }
-  ~OperatorCount() { at::removeCallback(handle_); }
-  void start() {
-    counts_.clear();
-    active_ = &counts_;
-  }
-  std::map<std::string, int> stop() {
-    active_ = nullptr;
-    return counts_;
-  }
-
- private:
-  static inline thread_local std::map<std::string, int>* active_ = nullptr;
-  at::CallbackHandle handle_;
-  std::map<std::string, int> counts_;
-};
 
 int total(const std::map<std::string, int>& counts) {
   int sum = 0;
