@@ -5,17 +5,19 @@
 #
 #   bench/gpu_parallel.sh [BUILD_DIR [TRACE_DIR]]
 #
-# With TRACE_DIR: the two-replica runs again under PyTorch's profiler, 3 steps each
-# (traces and the kernels that took the most GPU time; one replica's too, to compare).
+# With TRACE_DIR: then the two-replica runs again under PyTorch's profiler, 3 steps each
+# (traces and the kernels that took the most GPU time; one replica's too, to compare),
+# after both goal figures, so that a time limit cuts the profiles first.
 set -euo pipefail
 source "$(dirname "$0")/../scripts/command_line.sh"
 positional_only "$@"
 traces=${2:-}
 bench=${1:-build}/bench/bench_train_step
 rate() { awk '{print $5}' <<<"$1"; }
-gpus=$(nvidia-smi -L 2>/dev/null | wc -l)
+gpus=$(nvidia-smi -L 2>/dev/null | wc -l || true)
 # The issue's two cells: ResNet-18 fp32 and ResNet-50 fp16 channels-last (goal >= 0.85x).
-for cell in "resnet18 fp32 contiguous" "resnet50 fp16 channels_last"; do
+cells=("resnet18 fp32 contiguous" "resnet50 fp16 channels_last")
+for cell in "${cells[@]}"; do
   read -r arch precision layout <<<"$cell"
   args=(--arch "$arch" --precision "$precision" --layout "$layout" --steps 30)
   one=$("$bench" "${args[@]}")
@@ -25,15 +27,17 @@ for cell in "resnet18 fp32 contiguous" "resnet50 fp16 channels_last"; do
   echo "2 replicas, 1 GPU:   $shared"
   awk -v a="$(rate "$one")" -v b="$(rate "$shared")" -v c="$arch $precision $layout" \
     'BEGIN {printf "to_parallel {cuda:0, cuda:0} %s: %.2fx the images/s of 1 replica (goal >= 0.85x)\n", c, b / a}'
-  if [ -n "$traces" ]; then
-    profiled=(--arch "$arch" --precision "$precision" --layout "$layout" --warmup 10 --steps 3)
-    "$bench" "${profiled[@]}" --profile "$traces/${arch}_${precision}_one.json"
-    "$bench" "${profiled[@]}" --parallel cuda:0,cuda:0 --profile "$traces/${arch}_${precision}_shared.json"
-  fi
   if [ "$gpus" -gt 1 ]; then
     every=$("$bench" "${args[@]}" --parallel all)
     echo "$gpus replicas, $gpus GPUs: $every"
     awk -v a="$(rate "$one")" -v b="$(rate "$every")" -v n="$gpus" \
       'BEGIN {printf "to_parallel on %d GPUs: %.2fx the images/s of 1 GPU (%.0f%% of linear)\n", n, b / a, b / a / n * 100}'
   fi
+done
+[ -n "$traces" ] || exit 0
+for cell in "${cells[@]}"; do
+  read -r arch precision layout <<<"$cell"
+  profiled=(--arch "$arch" --precision "$precision" --layout "$layout" --warmup 10 --steps 3)
+  "$bench" "${profiled[@]}" --profile "$traces/${arch}_${precision}_one.json"
+  "$bench" "${profiled[@]}" --parallel cuda:0,cuda:0 --profile "$traces/${arch}_${precision}_shared.json"
 done

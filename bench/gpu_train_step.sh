@@ -6,7 +6,8 @@
 # searched once per cell, not once per round. The two alternate cell by cell, the first
 # side swapping each round, over $FASTCPP_BENCH_ROUNDS rounds (default 3); each cell's
 # figure is the median of its rounds, so that the GPU's drift over the run falls on both
-# sides alike. The table is printed after each round.
+# sides alike. The table is printed after each round, and when a time limit cuts the run
+# (SIGTERM), with the cells it has.
 #
 #   bench/gpu_train_step.sh [BUILD_DIR [PYTHON]] [-- options of both, e.g. --arch resnet50]
 set -euo pipefail
@@ -18,7 +19,7 @@ python=${2:-python3}
 shift $(( $# < 2 ? $# : 2 ))
 [ "${1:-}" = "--" ] && shift
 tmp=$(mktemp -d)
-trap 'rm -rf "$tmp"' EXIT
+trap 'kill $(jobs -p) 2> /dev/null; rm -rf "$tmp"' EXIT  # the servers end with this script
 rounds=${FASTCPP_BENCH_ROUNDS:-3}
 # Per cell (arch, bs, precision, layout): the line of its median speed, over the rounds it has.
 median() {
@@ -44,7 +45,8 @@ report() {
   for arch in resnet18 resnet50; do
     fp32=$(rate $arch fp32 contiguous); fp16=$(rate $arch fp16 contiguous); best=$(rate $arch fp16 channels_last)
     if [ -n "$fp32" ] && [ -n "$fp16" ]; then
-      awk -v a="$fp16" -v b="$fp32" -v n=$arch 'BEGIN {printf "%s: fp16 / fp32 (contiguous) %.2fx (goal for resnet50: >= 2x)\n", n, a / b}'
+      goal=""; [ "$arch" = resnet50 ] && goal=" (goal: >= 2x)"
+      awk -v a="$fp16" -v b="$fp32" -v n=$arch -v g="$goal" 'BEGIN {printf "%s: fp16 / fp32 (contiguous) %.2fx%s\n", n, a / b, g}'
     fi
     if [ "$arch" = resnet50 ] && [ -n "$best" ]; then
       echo "resnet50 fp16 channels-last: $best img/s (goal on an H100: >= 4000 img/s)"
@@ -76,13 +78,15 @@ ask() {
   printf '%-9s%s (%d s)\n' "$1:" "$answer" $((SECONDS - started))
   case $answer in
     *" img/s "*) echo "$answer" >> "$tmp/$1_all" ;;
-    *skipped*) exit 0 ;;  # no GPU
+    *"skipped: no CUDA device"*) exit 0 ;;
   esac
 }
 
 : > "$tmp/fastcpp_all"
 : > "$tmp/eager_all"
 round_times=""
+round=1
+trap 'echo "(cut by its time limit in round $round)"; report "$round"; exit 124' TERM
 for round in $(seq "$rounds"); do
   started=$SECONDS
   sides=(fastcpp eager)

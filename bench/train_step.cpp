@@ -25,6 +25,7 @@
 #include <c10/cuda/CUDACachingAllocator.h>
 #include <torch/cuda.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <iostream>
@@ -185,11 +186,12 @@ int main(int argc, char** argv) {
     return 0;
   }
   at::globalContext().setBenchmarkCuDNN(true);
-  // Each cell gives its cached GPU memory back, so that a server alternating with the
-  // eager peer's leaves the GPU to it.
+  // Each cell gives its cached GPU memory back before it answers, so that a server
+  // alternating with the eager peer's leaves the GPU to it.
   const auto answer = [&](const Cell& cell) {
-    std::cout << run(cell, warmup, steps, distributed, parallel, trace) << std::endl;
+    const auto line = run(cell, warmup, steps, distributed, parallel, trace);
     c10::cuda::CUDACachingAllocator::emptyCache();
+    std::cout << line << std::endl;
   };
   try {
     if (serve) {
@@ -199,7 +201,13 @@ int main(int argc, char** argv) {
         try {
           answer(parse_cell(line));
         } catch (const std::exception& e) {
-          std::cout << "error: " << e.what() << std::endl;
+          // One line: the reader takes the next line as the next cell's answer. ATen's
+          // errors carry a backtrace over many lines.
+          const auto* aten = dynamic_cast<const c10::Error*>(&e);
+          std::string text = aten ? aten->what_without_backtrace() : e.what();
+          std::replace(text.begin(), text.end(), '\n', ' ');
+          c10::cuda::CUDACachingAllocator::emptyCache();
+          std::cout << "error: " << text << std::endl;
         }
       }
       return 0;

@@ -59,9 +59,13 @@ ARCHS, PRECISIONS, LAYOUTS = ["resnet18", "resnet50"], ["fp32", "tf32", "fp16", 
 
 
 def answer(arch, precision, layout, args):
-    """One cell's line; its cached GPU memory goes back, for the fastcpp server alternating with this one."""
-    line = run(arch, 256 if arch == "resnet18" else 128, precision, layout, args.warmup, args.steps)
-    torch.cuda.empty_cache()
+    """One cell's line, or its error's. Its cached GPU memory goes back before the line
+    does (a failed cell's too), for the fastcpp server alternating with this one."""
+    try:
+        line = run(arch, 256 if arch == "resnet18" else 128, precision, layout, args.warmup, args.steps)
+    except Exception as e:  # answered, so that the reader waiting on this line goes on
+        line = f"error: {e}".replace("\n", " ")
+    torch.cuda.empty_cache()  # after the exception, and the tensors its traceback held, are gone
     print(line, flush=True)
 
 
@@ -78,10 +82,7 @@ def serve(args):
             print(f"error: train_step_peer.py --serve: the cell '{line.strip()}' is not "
                   "'<resnet18|resnet50> <fp32|tf32|fp16|bf16> <contiguous|channels_last>'", flush=True)
             continue
-        try:
-            answer(arch, precision, layout, args)
-        except Exception as e:  # answered, so that the reader waiting on this line goes on
-            print(f"error: {e}".replace("\n", " "), flush=True)
+        answer(arch, precision, layout, args)
 
 
 def main():

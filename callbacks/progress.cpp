@@ -63,8 +63,9 @@ void ProgressCallback::draw(bool force) {
   std::snprintf(numbers, sizeof numbers, "%.1fit/s %s<%s", rate, format_time(elapsed).c_str(),
                 format_time(remaining).c_str());
   bar << numbers;
-  if (l.training) {
-    std::snprintf(numbers, sizeof numbers, " loss %.4f", l.recorder->smooth_loss());
+  // On a GPU the loss as of an earlier draw: drawing never waits for the device.
+  if (const double loss = l.training ? l.recorder->smooth_loss_lagged() : std::nan(""); !std::isnan(loss)) {
+    std::snprintf(numbers, sizeof numbers, " loss %.4f", loss);
     bar << numbers;
   }
   std::cout << bar.str() << std::flush;

@@ -1,9 +1,12 @@
 #include "learner/recorder.h"
 
+#include <c10/core/Event.h>
+#include <c10/core/impl/DeviceGuardImplInterface.h>
 #include <torch/torch.h>
 
 #include <cmath>
 #include <cstdio>
+#include <optional>
 
 #include "learner/learner.h"
 #include "learner/plot.h"
@@ -93,6 +96,31 @@ void Recorder::flush_losses() {
 }
 
 void Recorder::after_train() { flush_losses(); }
+
+struct Recorder::LaggedRead {
+  torch::Tensor host;  // pinned
+  std::optional<c10::Event> copied;
+  double value = std::nan("");
+};
+
+double Recorder::smooth_loss_lagged() {
+  if (!smooth_.defined() || !smooth_.is_cuda()) return smooth_loss();
+  if (!lagged_) lagged_ = std::make_shared<LaggedRead>();
+  auto& read = *lagged_;
+  if (read.copied) {
+    if (!read.copied->query()) return read.value;  // the last copy is still on its way
+    read.value = read.host.item<double>();
+    read.copied.reset();
+  }
+  if (pending_losses_.empty()) return read.value;  // between epochs
+  const auto& latest = pending_losses_.back();  // debiased, on the device
+  if (!read.host.defined() || read.host.scalar_type() != latest.scalar_type())
+    read.host = torch::empty({}, latest.options().device(torch::kCPU).pinned_memory(true));
+  read.host.copy_(latest, /*non_blocking=*/true);
+  read.copied.emplace(latest.device().type());
+  read.copied->record(c10::impl::getDeviceGuardImpl(latest.device().type())->getStream(latest.device()));
+  return read.value;
+}
 
 double Recorder::smooth_loss() const {
   if (!smooth_.defined()) return std::nan("");

@@ -11,6 +11,7 @@
 
 #include <chrono>
 #include <functional>
+#include <memory>
 #include <string>
 #include <utility>
 #include <vector>
@@ -36,6 +37,10 @@ class Recorder : public Callback {
 
   // Smoothed training loss now (reads it back from the device).
   double smooth_loss() const;
+  // The same without waiting for the device, for what is drawn while training runs (the
+  // progress bar): on a GPU, the value an earlier call started copying back behind an
+  // event (NaN until one has arrived); on the CPU, smooth_loss().
+  double smooth_loss_lagged();
   // [valid_loss, metrics...] of the last validation (NaN where it was cancelled).
   const std::vector<double>& valid_values() const { return valid_values_; }
   // "epoch", "train_loss", "valid_loss", metric names..., extra columns..., "time"
@@ -58,6 +63,8 @@ class Recorder : public Callback {
  private:
   void flush_losses();
 
+  struct LaggedRead;
+  std::shared_ptr<LaggedRead> lagged_;  // smooth_loss_lagged's copy in flight
   double beta_;
   torch::Tensor smooth_;         // biased running average, on the device
   int64_t smooth_count_ = 0;

@@ -2,7 +2,8 @@
 # bench/gpu_train_step.sh's protocol, checked without a GPU by stand-in servers for
 # bench_train_step and the eager peer: one process per side for every round, the sides
 # alternating cell by cell with the first side swapping each round, each cell's median
-# over its rounds, and a failed cell answered and left out.
+# over its rounds, a failed cell answered and left out, and a run cut by its time limit
+# still printing the table of what it has.
 #
 #   tests/bench_alternation.sh
 set -euo pipefail
@@ -12,7 +13,8 @@ trap 'rm -rf "$tmp"' EXIT
 mkdir -p "$tmp/build/bench"
 export LOG=$tmp/log
 
-# A stand-in answers each cell with the next of its rates; "fail" is an error line.
+# A stand-in answers each cell with the next of its rates (after $PAUSE seconds); "fail"
+# is an error line.
 stand_in() {
   cat > "$1" <<SERVER
 #!/usr/bin/env bash
@@ -21,6 +23,7 @@ echo "start $2" >> "\$LOG"
 declare -A rates=([resnet18]="$3" [resnet50]="$4") round
 while read -r arch precision layout; do
   echo "$2 \$arch" >> "\$LOG"
+  sleep "\${PAUSE:-0}"
   round[\$arch]=\$(( \${round[\$arch]:-0} + 1 ))
   rate=\$(cut -d, -f\${round[\$arch]} <<<"\${rates[\$arch]}")
   if [ "\$rate" = fail ]; then echo "error: out of memory"; continue; fi
@@ -49,5 +52,9 @@ expect "the last table" "$table" "| resnet18 | 256 | fp32 | contiguous | 2000 | 
 expect "the failed cell shown" "$(grep -c '^fastcpp: error: out of memory' <<<"$out")" 1
 expect "the slowest cell" "$(grep '^slowest' <<<"$out" | tail -1)" \
   "slowest cell, fastcpp / eager: 0.50x (resnet50/fp16/channels_last; goal: >= 1.0x in every cell)"
-[ $failed -eq 0 ] && echo "bench_alternation: 2 servers, cells alternating, medians per cell"
+# 0.4 s an answer: round 1 (4 answers) is done before the limit, round 3 is not reached.
+cut=$(PAUSE=0.4 FASTCPP_BENCH_ROUNDS=3 timeout 3 bash "$root/bench/gpu_train_step.sh" "$tmp/build" "$tmp/python" || true)
+expect "a cut run says so" "$(grep -c '^(cut by its time limit in round' <<<"$cut")" 1
+expect "a cut run's table" "$(awk '/^\(cut by/ {on = 1} on && /^\| resnet18/ {n++} END {print n + 0}' <<<"$cut")" 1
+[ $failed -eq 0 ] && echo "bench_alternation: 2 servers, cells alternating, medians per cell, a cut run's table"
 exit $failed
