@@ -14,7 +14,8 @@
 # (default python3), FASTCPP_BUNDLE (default .gpu_bundle), FASTCPP_GPU_BUILD (default
 # build-gpu), FASTCPP_BENCH_STEPS (timed steps per benchmark cell, default 20),
 # FASTCPP_CALL_SECONDS (default 570: every bench step's limit shrinks to what is left of
-# them, so that the call ends inside a device call's 10 minutes).
+# them, so that the call ends inside a device call's 10 minutes), FASTCPP_STEP_ARGS
+# (more options of the step's cells, e.g. "--arch resnet50": one architecture a call).
 #
 # A device machine is handed back soon after a call: a later call may find a fresh one.
 # Then bench and step build first (about 3 minutes of the call).
@@ -159,7 +160,7 @@ if [[ " $stages " == *" step "* ]]; then
   # The table is printed again after each round: a step cut by its limit still leaves
   # the medians of the rounds it finished.
   step 540 "Training step, fastcpp Learner vs PyTorch eager (${steps} timed steps, alternating cell by cell)" \
-    env FASTCPP_BENCH_ROUNDS="${FASTCPP_BENCH_ROUNDS:-3}" bench/gpu_train_step.sh "$build" "$python" -- --steps "$steps"
+    env FASTCPP_BENCH_ROUNDS="${FASTCPP_BENCH_ROUNDS:-3}" bench/gpu_train_step.sh "$build" "$python" -- --steps "$steps" ${FASTCPP_STEP_ARGS:-}
 fi
 
 if [[ " $stages " == *" bench "* ]]; then
