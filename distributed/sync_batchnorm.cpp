@@ -112,27 +112,25 @@ std::shared_ptr<SyncBatchNormImpl> sync_from(const BatchNormImpl& bn, const std:
   return sync;
 }
 
+// The options of a torch::nn::BatchNorm1d/2d/3d; nullptr for any other module.
+const torch::nn::BatchNormOptions* torch_batchnorm_options(const torch::nn::Module& m) {
+  if (const auto* bn = dynamic_cast<const torch::nn::BatchNorm1dImpl*>(&m)) return &bn->options;
+  if (const auto* bn = dynamic_cast<const torch::nn::BatchNorm2dImpl*>(&m)) return &bn->options;
+  if (const auto* bn = dynamic_cast<const torch::nn::BatchNorm3dImpl*>(&m)) return &bn->options;
+  return nullptr;
+}
+
+bool is_torch_batchnorm(const torch::nn::Module& m) { return torch_batchnorm_options(m) != nullptr; }
+
 // A setting of a torch::nn::BatchNorm that SyncBatchNorm (affine, with running statistics
-// and a momentum) would silently change; "" when there is none.
-template <class BatchNormImpl>
-std::string unsupported_setting(const BatchNormImpl& bn) {
-  const auto& options = bn.options;
-  if (!options.affine()) return "affine=false";
-  if (!options.track_running_stats()) return "track_running_stats=false";
-  if (!options.momentum()) return "momentum=none (a cumulative average)";
-  return "";
-}
-
+// and a momentum) would silently change; "" when there is none (or m is no BatchNorm).
 std::string unsupported_setting(const torch::nn::Module& m) {
-  if (const auto* bn = dynamic_cast<const torch::nn::BatchNorm1dImpl*>(&m)) return unsupported_setting(*bn);
-  if (const auto* bn = dynamic_cast<const torch::nn::BatchNorm2dImpl*>(&m)) return unsupported_setting(*bn);
-  if (const auto* bn = dynamic_cast<const torch::nn::BatchNorm3dImpl*>(&m)) return unsupported_setting(*bn);
+  const auto* options = torch_batchnorm_options(m);
+  if (!options) return "";
+  if (!options->affine()) return "affine=false";
+  if (!options->track_running_stats()) return "track_running_stats=false";
+  if (!options->momentum()) return "momentum=none (a cumulative average)";
   return "";
-}
-
-bool is_torch_batchnorm(const torch::nn::Module& m) {
-  return dynamic_cast<const torch::nn::BatchNorm1dImpl*>(&m) || dynamic_cast<const torch::nn::BatchNorm2dImpl*>(&m) ||
-         dynamic_cast<const torch::nn::BatchNorm3dImpl*>(&m);
 }
 
 }  // namespace
