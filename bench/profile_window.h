@@ -23,8 +23,9 @@ class ProfileWindow {
     prof::enableProfiler(config, activities);
   }
 
-  // Ends the window: writes the trace to `path` and prints the summary.
-  void stop(const std::string& path, int steps) {
+  // Ends the window: writes the trace to `path`, prints the summary (the `top` kernels)
+  // and returns the GPU time per step in ms.
+  double stop(const std::string& path, int steps, size_t top = 15) {
     auto result = torch::autograd::profiler::disableProfiler();
     struct Total {
       uint64_t ns = 0;
@@ -47,10 +48,11 @@ class ProfileWindow {
     std::printf("profile of %d steps (trace: %s): %lld GPU activities (%.0f per step), %.2f ms of GPU time per step\n",
                 steps, path.c_str(), static_cast<long long>(launches), static_cast<double>(launches) / steps,
                 static_cast<double>(gpu_ns) / 1e6 / steps);
-    for (size_t i = 0; i < std::min<size_t>(15, sorted.size()); ++i)
+    for (size_t i = 0; i < std::min(top, sorted.size()); ++i)
       std::printf("  %8.3f ms/step %6lld x  %s\n", static_cast<double>(sorted[i].second.ns) / 1e6 / steps,
                   static_cast<long long>(sorted[i].second.count), sorted[i].first.c_str());
     std::fflush(stdout);
+    return static_cast<double>(gpu_ns) / 1e6 / steps;
   }
 };
 

@@ -5,9 +5,11 @@
 // gather over the ranks' counts, the normalization, the backward and the collectives'
 // own cost, where the layer itself would skip the sync (no peers). The same arithmetic
 // without the collectives is timed too, to tell the kernels' share from the
-// collectives'. The three alternate per round; the median round counts.
+// collectives'. The three alternate per round; the median round counts. With --profile,
+// one more pass of each under PyTorch's profiler gives its GPU time, which tells a
+// host-bound path (GPU time well under the wall time) from slow kernels.
 //
-//   bench_sync_batchnorm [--backend nccl|gloo] [--rounds 5] [--iters 10]
+//   bench_sync_batchnorm [--backend nccl|gloo] [--rounds 5] [--iters 10] [--profile DIR]
 //
 // Last lines: "SyncBatchNorm's synced path ...: <ratio>x the forward+backward rate of BatchNorm (goal >= 0.9x)",
 // then the ratio of the arithmetic alone.
@@ -15,9 +17,12 @@
 
 #include <torch/cuda.h>
 
+#include "profile_window.h"
+
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
+#include <filesystem>
 #include <iostream>
 #include <string>
 
@@ -86,7 +91,7 @@ double median(std::vector<double> values) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  std::string backend = "nccl";
+  std::string backend = "nccl", trace_dir;
   int rounds = 5, iters = 10;
   CommandLine cli("bench_sync_batchnorm", "SyncBatchNorm's synced path on a GPU against cuDNN's BatchNorm: forward + "
                                           "backward over ResNet-50's BatchNorm layers, fp16 channels-last, in a "
@@ -94,6 +99,8 @@ int main(int argc, char** argv) {
   cli.flag("--backend", backend, "the process group's backend").choices({"nccl", "gloo"});
   cli.flag("--rounds", rounds, "alternating rounds").range(1, 1000);
   cli.flag("--iters", iters, "passes per round").range(1, 100000);
+  cli.flag("--profile", trace_dir, "one more pass of each under PyTorch's profiler: traces in this folder, GPU times "
+                                   "and top kernels printed");
   cli.example("bench_sync_batchnorm --backend nccl");
   cli.parse(argc, argv);
   if (!torch::cuda::is_available()) {
@@ -134,6 +141,22 @@ int main(int argc, char** argv) {
     std::printf("SyncBatchNorm's synced arithmetic alone (the same kernels, no collective): %.2fx the "
                 "forward+backward rate of BatchNorm\n",
                 plain_ms / arithmetic_ms);
+    if (!trace_dir.empty()) {
+      std::filesystem::create_directories(trace_dir);
+      // The GPU time of one pass of each: against the wall times above it tells whether a
+      // path waits on the host (launches, collectives) or on its kernels.
+      auto gpu_ms = [&](const char* name, auto forward) {
+        bench::ProfileWindow window;
+        window.start();
+        time_passes(layers, 1, forward);
+        return window.stop(trace_dir + "/sync_batchnorm_" + name + ".json", 1, 6);
+      };
+      const double plain_gpu = gpu_ms("batchnorm", plain), synced_gpu = gpu_ms("synced", synced),
+                   arithmetic_gpu = gpu_ms("arithmetic", arithmetic);
+      std::printf("GPU time per forward+backward (profiled pass): BatchNorm %.2f ms of %.2f ms wall, synced path "
+                  "%.2f of %.2f, its arithmetic %.2f of %.2f\n",
+                  plain_gpu, plain_ms, synced_gpu, synced_ms, arithmetic_gpu, arithmetic_ms);
+    }
     comm.shutdown();
   } catch (const std::exception& e) {
     std::cerr << "bench_sync_batchnorm: " << e.what() << "\n";

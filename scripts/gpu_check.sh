@@ -106,7 +106,7 @@ step() {
   row "$title" "$([ $status -eq 0 ] && echo "done" || echo "FAILED (exit $status$([ $status -eq 124 ] && echo ", past ${limit} s"))") in $(since "$started") s"
   # Of a step that reprints its table after each round, the last one.
   awk '/^Medians of/ {kept = ""} {kept = kept $0 "\n"} END {printf "%s", kept}' "$log" > "$log.last"
-  { grep -E '^\|' "$log.last"; grep -E '^Medians|goal|time ratio|time: data|GPU busy|race stress|equal|^profile|ms/step' "$log.last"; } >> "$results"
+  { grep -E '^\|' "$log.last"; grep -E '^Medians|goal|time ratio|time: data|GPU busy|^GPU time|race stress|equal|^profile|ms/step' "$log.last"; } >> "$results"
 }
 
 # The example as the README documents its fastest setting, whole process (CUDA start-up
@@ -168,8 +168,9 @@ if [[ " $stages " == *" bench "* ]]; then
   step 90 "DDP at world size 1 on NCCL" bench/gpu_ddp_overhead.sh "$build"
   mkdir -p "$scratch/traces"
   step 150 "to_parallel (and its profile)" bench/gpu_parallel.sh "$build" "$scratch/traces"
+  step 60 "SyncBatchNorm's synced path vs BatchNorm (ResNet-50's layers, fp16 channels-last)" \
+    "$build/bench/bench_sync_batchnorm" --profile "$scratch/traces"
   tar -czf "$out/traces.tgz" -C "$scratch" traces
-  step 60 "SyncBatchNorm's synced path vs BatchNorm (ResNet-50's layers, fp16 channels-last)" "$build/bench/bench_sync_batchnorm"
   step 60 "Fashion-MNIST example, time split (5 epochs, bf16, batch 512, data on the GPU)" example_fast
   step 60 "Stream race stress" stream_race
   # Contiguous only: its ratio is the goal's, and both layouts would outrun the call
