@@ -201,6 +201,18 @@ void check_unet_equal(const UnetRun& parallel, const UnetRun& single, double tol
   }
 }
 
+// cuDNN's fp32 convolutions round their inputs to TF32 (10-bit mantissas) by default, so
+// half a batch and the whole batch differ at 1e-3 whatever to_parallel does: the fp32
+// comparisons of replicas with one GPU run in full fp32 while this lives.
+class FullFp32Convolutions {
+ public:
+  FullFp32Convolutions() : was_(at::globalContext().allowTF32CuDNN()) { at::globalContext().setAllowTF32CuDNN(false); }
+  ~FullFp32Convolutions() { at::globalContext().setAllowTF32CuDNN(was_); }
+
+ private:
+  bool was_;
+};
+
 }  // namespace
 
 TEST_SUITE("parallel") {
@@ -421,6 +433,7 @@ TEST_SUITE("parallel") {
 
 TEST_SUITE("gpu" * doctest::skip(!torch::cuda::is_available())) {
   TEST_CASE("to_parallel on {cuda:0, cuda:0}, {cuda:0 x3}, every GPU and {cuda:0, cuda:1, cuda:1} ends with the weights and buffers of one GPU") {
+    const FullFp32Convolutions full_fp32;
     const torch::Device cuda0("cuda:0");
     std::vector<std::vector<torch::Device>> device_sets{{cuda0, cuda0}, {cuda0, cuda0, cuda0}};
     std::vector<torch::Device> every_gpu;
@@ -439,6 +452,7 @@ TEST_SUITE("gpu" * doctest::skip(!torch::cuda::is_available())) {
   }
 
   TEST_CASE("a U-Net on {cuda:0, cuda:0} in fp32 and fp16 ends as on one GPU") {
+    const FullFp32Convolutions full_fp32;
     const torch::Device cuda0("cuda:0");
     for (const auto& [name, setup, tolerance] : std::vector<std::tuple<std::string, std::function<void(Learner&)>, double>>{
              {"fp32", {}, 1e-4}, {"fp16", [](Learner& l) { l.to_fp16(); }, 2e-2}}) {
@@ -450,6 +464,7 @@ TEST_SUITE("gpu" * doctest::skip(!torch::cuda::is_available())) {
   }
 
   TEST_CASE("to_parallel on {cuda:0, cuda:0} in fp16, bf16 and channels-last ends as one GPU in the same setting") {
+    const FullFp32Convolutions full_fp32;
     const torch::Device cuda0("cuda:0");
     // Half precision rounds differently on half a batch (other kernels, other sums): the
     // tolerance is the precision's, and the integer buffers (batches tracked) stay exact.
