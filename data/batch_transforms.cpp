@@ -13,8 +13,33 @@ torch::Tensor IntToFloat::operator()(const torch::Tensor& x) const {
   return x.to(torch::kFloat).div_(255);
 }
 
-// out = x * scale[c] + shift[c] with scale = 1/(255 std), shift = -mean/std: one pass.
+namespace {
+
+// out = x * scale[c] + shift[c]: scale = 1/std (1/(255 std) for integer input, read as
+// x/255 as IntToFloat reads it), shift = -mean/std; rounded to the output's dtype where
+// they meet the data.
+struct ChannelAffine {
+  std::vector<double> scale, shift;
+  bool uniform() const {  // one scale and shift for every channel: scalars will do
+    for (size_t c = 1; c < scale.size(); ++c)
+      if (scale[c] != scale[0] || shift[c] != shift[0]) return false;
+    return true;
+  }
+};
+
+ChannelAffine channel_affine(const Normalize& n, bool integer_input) {
+  ChannelAffine affine;
+  for (size_t c = 0; c < n.mean.size(); ++c) {
+    affine.scale.push_back(1.0 / ((integer_input ? 255.0 : 1.0) * n.std[c]));
+    affine.shift.push_back(-n.mean[c] / n.std[c]);
+  }
+  return affine;
+}
+
+}  // namespace
+
 torch::Tensor Normalize::normalize_bytes(const torch::Tensor& x) const {
+  const auto affine = channel_affine(*this, /*integer_input=*/true);
   auto input = x.contiguous();
   auto out = pooled_empty(input.sizes(), torch::kFloat);
   const int64_t batch = input.size(0), channels = input.size(1);
@@ -23,13 +48,34 @@ torch::Tensor Normalize::normalize_bytes(const torch::Tensor& x) const {
   float* dst = out.data_ptr<float>();
   for (int64_t b = 0; b < batch; ++b)
     for (int64_t c = 0; c < channels; ++c) {
-      const size_t stat = mean.size() == 1 ? 0 : static_cast<size_t>(c);
-      const float scale = static_cast<float>(1.0 / (255.0 * std[stat]));
-      const float shift = static_cast<float>(-mean[stat] / std[stat]);
+      const size_t stat = affine.scale.size() == 1 ? 0 : static_cast<size_t>(c);
+      const auto scale = static_cast<float>(affine.scale[stat]), shift = static_cast<float>(affine.shift[stat]);
       const int64_t offset = (b * channels + c) * plane;
       for (int64_t i = 0; i < plane; ++i) dst[offset + i] = static_cast<float>(src[offset + i]) * scale + shift;
     }
   return out;
+}
+
+// The same arithmetic as normalize_bytes, one ATen kernel per step (a product, then a
+// sum: never fused into one rounding, so uint8 batches match it bitwise). No copy from
+// the host per batch when every channel has the same statistics; otherwise one,
+// asynchronous (from pinned memory to a GPU: the host does not wait for the device).
+torch::Tensor Normalize::normalize_tensor(const torch::Tensor& x) const {
+  const bool integer_input = !x.is_floating_point();
+  const auto affine = channel_affine(*this, integer_input);
+  auto apply = [&](const auto& scale, const auto& shift) {
+    return (integer_input ? x.to(torch::kFloat).mul_(scale) : x.mul(scale)).add_(shift);
+  };
+  if (affine.uniform()) return apply(affine.scale[0], affine.shift[0]);
+  const auto channels = static_cast<int64_t>(affine.scale.size());
+  auto values = affine.scale;
+  values.insert(values.end(), affine.shift.begin(), affine.shift.end());
+  auto stats = torch::tensor(values, torch::kDouble).view({2, channels}).to(integer_input ? torch::kFloat : x.scalar_type());
+  if (x.is_cuda()) stats = stats.pin_memory();
+  stats = stats.to(x.device(), /*non_blocking=*/true);
+  std::vector<int64_t> shape(static_cast<size_t>(x.dim()), 1);
+  shape[1] = channels;
+  return apply(stats[0].view(shape), stats[1].view(shape));
 }
 
 Normalize Normalize::from_data(const Dataset& dataset, size_t max_items) {
@@ -58,13 +104,7 @@ torch::Tensor Normalize::operator()(const torch::Tensor& x) const {
     throw Error("Normalize: " + std::to_string(channels) + " channel statistics for a batch of shape " +
                 c10::str(x.sizes()));
   if (x.scalar_type() == torch::kUInt8 && x.device().is_cpu()) return normalize_bytes(x);
-  auto input = IntToFloat()(x);
-  std::vector<int64_t> shape(static_cast<size_t>(input.dim()), 1);
-  shape[1] = channels;
-  auto options = torch::TensorOptions().dtype(input.scalar_type());
-  auto mean_t = torch::tensor(mean, options).view(shape).to(input.device(), /*non_blocking=*/true);
-  auto std_t = torch::tensor(std, options).view(shape).to(input.device(), /*non_blocking=*/true);
-  return (input - mean_t) / std_t;
+  return normalize_tensor(x);
 }
 
 std::string batch_transform_spec(const BatchTransform& tfm) {

@@ -20,13 +20,16 @@ struct IntToFloat {
   torch::Tensor operator()(const torch::Tensor& x) const;
 };
 
-// (x - mean) / std per channel (dimension 1). uint8 input is read as x/255, in one
-// pass on the CPU (no intermediate float copy).
+// (x - mean) / std per channel (dimension 1), uint8 input read as x/255, computed as
+// float(x) * scale + shift. On the CPU uint8 batches take one pass (no intermediate
+// float copy); elsewhere ATen's kernels compute the same products and sums, bitwise, so
+// a model sees the same inputs on the GPU as on the CPU.
 struct Normalize {
   std::vector<double> mean;
   std::vector<double> std;
   torch::Tensor operator()(const torch::Tensor& x) const;
-  torch::Tensor normalize_bytes(const torch::Tensor& x) const;
+  torch::Tensor normalize_bytes(const torch::Tensor& x) const;   // uint8 on the CPU
+  torch::Tensor normalize_tensor(const torch::Tensor& x) const;  // any dtype and device
   static Normalize imagenet() { return {{0.485, 0.456, 0.406}, {0.229, 0.224, 0.225}}; }
   // Per-channel statistics of the first max_items items (uint8 read as x/255).
   static Normalize from_data(const Dataset& dataset, size_t max_items = 2048);

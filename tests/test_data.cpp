@@ -6,6 +6,7 @@
 #include <set>
 
 #include "helpers.h"
+#include "operator_count.h"
 
 using namespace fastcpp;
 using namespace fastcpp::testing;
@@ -86,6 +87,35 @@ TEST_SUITE("data") {
     CHECK(y[0][1][1][0].item<double>() == doctest::Approx((0.4 - 0.2) / 0.25));
     CHECK(error_of([&] { Normalize{{0.1, 0.2, 0.3}, {1, 1, 1}}(x); }) ==
           "Normalize: 3 channel statistics for a batch of shape [1, 2, 2, 1]");
+  }
+
+  TEST_CASE("Normalize's ATen path (GPU batches) equals its CPU byte loop bitwise and copies nothing per batch") {
+    auto gen = at::make_generator<at::CPUGeneratorImpl>(6);
+    const auto bytes = torch::randint(0, 256, {4, 3, 5, 7}, gen, torch::kLong).to(torch::kByte);
+    for (const auto& normalize : {Normalize::imagenet(), Normalize{{0.2860}, {0.3530}}, Normalize{{0.5, 0.5, 0.5}, {0.25, 0.25, 0.25}}}) {
+      CAPTURE(normalize.mean.size());
+      CHECK(torch::equal(normalize.normalize_tensor(bytes), normalize.normalize_bytes(bytes)));
+      const auto channels_last = bytes.contiguous(at::MemoryFormat::ChannelsLast);
+      CHECK(torch::equal(normalize.normalize_tensor(channels_last), normalize.normalize_bytes(bytes)));
+    }
+    // Float input (already in [0, 1]) keeps its dtype and is (x - mean) / std.
+    const auto x = bytes.to(torch::kDouble) / 255;
+    const auto mean = torch::tensor({0.485, 0.456, 0.406}, torch::kDouble).view({1, 3, 1, 1});
+    const auto std = torch::tensor({0.229, 0.224, 0.225}, torch::kDouble).view({1, 3, 1, 1});
+    const auto y = Normalize::imagenet()(x);
+    CHECK((y.scalar_type() == torch::kDouble));
+    CHECK(torch::allclose(y, (x - mean) / std, 1e-12, 1e-12));
+    // The same statistics for every channel: scalars, no tensor made from host values
+    // per batch (on a GPU each would be a copy from the host): the cost of the
+    // conversion, product and sum written by hand.
+    testing::OperatorCount count;
+    const Normalize same{{0.2860}, {0.3530}};
+    count.start();
+    same.normalize_tensor(bytes);
+    const auto normalize_ops = count.stop();
+    count.start();
+    bytes.to(torch::kFloat).mul_(1.0 / (255 * 0.3530)).add_(-0.2860 / 0.3530);
+    CHECK(normalize_ops == count.stop());
   }
 
   TEST_CASE("Normalize::from_data computes per-channel statistics") {

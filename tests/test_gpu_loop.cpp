@@ -139,6 +139,15 @@ TEST_SUITE("gpu" * doctest::skip(!torch::cuda::is_available())) {
     CHECK((torch::ones({4}, kCuda0) * 2).sum().item<double>() == 8.0);
   }
 
+  TEST_CASE("Normalize on the GPU gives the CPU's floats, bitwise, with per-channel and shared statistics") {
+    auto gen = at::make_generator<at::CPUGeneratorImpl>(7);
+    const auto bytes = torch::randint(0, 256, {8, 3, 6, 6}, gen, torch::kLong).to(torch::kByte);
+    for (const auto& normalize : {Normalize::imagenet(), Normalize{{0.3}, {0.2}}}) {
+      CAPTURE(normalize.mean.size());
+      CHECK(torch::equal(normalize(bytes.to(kCuda0)).cpu(), normalize(bytes)));
+    }
+  }
+
   TEST_CASE("in-memory data go to the GPU once and give the host loader's batches, bitwise") {
     auto gen = at::make_generator<at::CPUGeneratorImpl>(3);
     auto data = std::make_shared<TensorDataset>(torch::randint(0, 256, {100, 1, 8, 8}, gen, torch::kLong).to(torch::kByte),
