@@ -5,10 +5,16 @@
 #
 #   scripts/gpu_bundle.sh                         # once, on a machine with Debian's packages
 #   scripts/gpu_check.sh OUT [build] [test] [bench] [step]   # on the GPU machine (default: all)
+#   scripts/gpu_check.sh OUT goals                # every goal figure in one call
 #
 # A device call is at most 10 minutes: build+test, bench and step (the Learner against
-# eager, 16 cells x 3 alternating rounds) fit one call each. Every bench step has its own
-# time limit and adds its lines to results.md as it ends.
+# eager, 16 cells x 3 alternating rounds) fit one call each. Where the device time is
+# shorter than three such calls, `goals` does it in one: only the targets the GPU runs,
+# only the GPU test entries (CI runs the rest), the benchmarks' goal figures (no
+# profiles of to_parallel), then the step for what is left of the call; a second call,
+# `step` with FASTCPP_STEP_ARGS, takes the cells it did not reach. The bench steps run
+# in the order of what their figures decide, each with its own time limit, and add
+# their lines to results.md as they end.
 # Files in OUT: build.log, tests.log, bench.log, results.md and traces.tgz (a device call
 # brings back 8 files at most: the rest lives in a scratch folder). Environment: FASTCPP_PYTHON
 # (default python3), FASTCPP_BUNDLE (default .gpu_bundle), FASTCPP_GPU_BUILD (default
@@ -26,6 +32,11 @@ cd "$(dirname "$0")/.."
 out=${1:?usage: scripts/gpu_check.sh OUT [build] [test] [bench] [step]}
 shift
 stages=${*:-build test bench step}
+goals=0
+if [ "$stages" = goals ]; then
+  goals=1
+  stages="build test bench step"
+fi
 call_start=$(date +%s.%N)
 call_seconds=${FASTCPP_CALL_SECONDS:-570}
 mkdir -p "$out"
@@ -65,11 +76,13 @@ if [[ " $stages " == *" build "* ]]; then
     libz=$(ldconfig -p | awk '/libz\.so\.1 .*x86-64/ {print $NF; exit}')
     zlib=(-DZLIB_INCLUDE_DIR="$bundle/include" -DZLIB_LIBRARY="$libz")
   fi
+  targets=()  # every target; for the goals, the ones the GPU runs
+  [ $goals -eq 1 ] && targets=(fastcpp_tests bench_train_step bench_sync_batchnorm fashion_mnist)
   start=$(now)
   { cmake -S . -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Release -DFASTCPP_PYTHON="$(command -v "$python")" \
       -DFASTCPP_WITH_OPENCV=OFF -DFASTCPP_DOCTEST_DIR="$bundle/include" -DFASTCPP_GLOO_DIR="$bundle/include" -DFASTCPP_CLI11_DIR="$bundle/include" \
       -DFASTCPP_FASTAI_FIXTURES="$bundle/fastai_fixtures" \
-      "${zlib[@]}" && ninja -C "$build" -j "$(nproc)"; } > "$out/build.log" 2>&1
+      "${zlib[@]}" && ninja -C "$build" -j "$(nproc)" "${targets[@]}"; } > "$out/build.log" 2>&1
   status=$?
   row "configure summary" "$(grep -o 'fastcpp: libtorch.*' "$out/build.log" | head -1)"
   row build "$([ $status -eq 0 ] && echo ok || echo FAILED) in $(since "$start") s on $(nproc) cores (log: build.log)"
@@ -79,8 +92,11 @@ fi
 if [[ " $stages " == *" test "* ]]; then
   export FASTCPP_FASHION_MNIST="$bundle/data/fashion-mnist"  # the install test trains on it
   start=$(now)
-  # Not the fuzzing and multi-host entries: CPU-only, checked by CI, minutes of device time.
-  (cd "$build" && ctest --output-on-failure -j 4 --timeout 250 -E '^(fuzz_|multinode$)') > "$out/tests.log" 2>&1
+  # Not the fuzzing and multi-host entries: CPU-only, checked by CI, minutes of device
+  # time. For the goals, the GPU entries alone.
+  select=(-E '^(fuzz_|multinode$)')
+  [ $goals -eq 1 ] && select=(-R '^gpu')
+  (cd "$build" && ctest --output-on-failure -j 4 --timeout 250 "${select[@]}") > "$out/tests.log" 2>&1
   row tests "$(grep -E 'tests passed|tests failed' "$out/tests.log" | tail -1) in $(since "$start") s (log: tests.log)"
   row "gpu suite" "$(grep -A3 -E '^ *[0-9]+/[0-9]+ Test +#[0-9]+: gpu ' "$out/tests.log" | head -1 | sed 's/  */ /g')"
   grep -E '\(Failed\)|\(Skipped\)|\(Timeout\)|\(SEGFAULT\)' "$out/tests.log" | while read -r line; do row "not passed" "$line"; done
@@ -156,27 +172,30 @@ export out scratch bundle build python
 export -f now since example example_fast peer_race stream_race
 [[ " $stages " == *" bench "* || " $stages " == *" step "* ]] && : > "$out/bench.log"
 
+if [[ " $stages " == *" bench "* ]]; then
+  start=$(now)
+  # Cheapest goal figures first: a call cut short keeps the most of them.
+  step 60 "Fashion-MNIST example, time split (5 epochs, bf16, batch 512, data on the GPU)" example_fast
+  # Contiguous only: its ratio is the goal's, and both layouts would outrun the call
+  # (bench/fashion_mnist_vs_python.sh --memory-format channels-last runs the other).
+  step 120 "Fashion-MNIST example vs the PyTorch peer (5 epochs, both contiguous, data on the GPU)" peer_race
+  mkdir -p "$scratch/traces"
+  step 60 "SyncBatchNorm's synced path vs BatchNorm (ResNet-50's layers, fp16 channels-last)" \
+    "$build/bench/bench_sync_batchnorm" --profile "$scratch/traces"
+  parallel_traces=("$scratch/traces")
+  [ $goals -eq 1 ] && parallel_traces=()
+  step 150 "to_parallel$([ $goals -eq 0 ] && echo " (and its profile)")" bench/gpu_parallel.sh "$build" "${parallel_traces[@]}"
+  tar -czf "$out/traces.tgz" -C "$scratch" traces
+  step 90 "DDP at world size 1 on NCCL" bench/gpu_ddp_overhead.sh "$build"
+  step 60 "Stream race stress" stream_race
+  row benchmarks "done in $(since "$start") s (log: bench.log)"
+fi
+
 if [[ " $stages " == *" step "* ]]; then
   # The table is printed again after each round: a step cut by its limit still leaves
   # the medians of the rounds it finished.
   step 540 "Training step, fastcpp Learner vs PyTorch eager (${steps} timed steps, alternating cell by cell)" \
     env FASTCPP_BENCH_ROUNDS="${FASTCPP_BENCH_ROUNDS:-3}" bench/gpu_train_step.sh "$build" "$python" -- --steps "$steps" ${FASTCPP_STEP_ARGS:-}
-fi
-
-if [[ " $stages " == *" bench "* ]]; then
-  start=$(now)
-  step 90 "DDP at world size 1 on NCCL" bench/gpu_ddp_overhead.sh "$build"
-  mkdir -p "$scratch/traces"
-  step 150 "to_parallel (and its profile)" bench/gpu_parallel.sh "$build" "$scratch/traces"
-  step 60 "SyncBatchNorm's synced path vs BatchNorm (ResNet-50's layers, fp16 channels-last)" \
-    "$build/bench/bench_sync_batchnorm" --profile "$scratch/traces"
-  tar -czf "$out/traces.tgz" -C "$scratch" traces
-  step 60 "Fashion-MNIST example, time split (5 epochs, bf16, batch 512, data on the GPU)" example_fast
-  step 60 "Stream race stress" stream_race
-  # Contiguous only: its ratio is the goal's, and both layouts would outrun the call
-  # (bench/fashion_mnist_vs_python.sh --memory-format channels-last runs the other).
-  step 120 "Fashion-MNIST example vs the PyTorch peer (5 epochs, both contiguous, data on the GPU)" peer_race
-  row benchmarks "done in $(since "$start") s (log: bench.log)"
 fi
 
 if [ -s "$out/bench.log" ]; then
