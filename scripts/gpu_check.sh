@@ -182,9 +182,11 @@ if [[ " $stages " == *" bench "* ]]; then
   mkdir -p "$scratch/traces"
   step 60 "SyncBatchNorm's synced path vs BatchNorm (ResNet-50's layers, fp16 channels-last)" \
     "$build/bench/bench_sync_batchnorm" --profile "$scratch/traces"
-  parallel_traces=("$scratch/traces")
-  [ $goals -eq 1 ] && parallel_traces=()
-  step 150 "to_parallel$([ $goals -eq 0 ] && echo " (and its profile)")" bench/gpu_parallel.sh "$build" "${parallel_traces[@]}"
+  if [ $goals -eq 1 ]; then
+    step 150 "to_parallel" bench/gpu_parallel.sh "$build"
+  else
+    step 150 "to_parallel (and its profile)" bench/gpu_parallel.sh "$build" "$scratch/traces"
+  fi
   tar -czf "$out/traces.tgz" -C "$scratch" traces
   step 90 "DDP at world size 1 on NCCL" bench/gpu_ddp_overhead.sh "$build"
   step 60 "Stream race stress" stream_race
