@@ -155,8 +155,10 @@ SyncBatchNormImpl::SyncBatchNormImpl(int64_t num_features_, double eps_, double 
                                      torch::Tensor num_batches_tracked_)
     : num_features(num_features_), eps(eps_), momentum(momentum_) {
   auto given = [](torch::Tensor t, torch::Tensor fallback) { return t.defined() ? t : fallback; };
-  weight = register_parameter("weight", given(weight_, torch::ones({num_features})));
-  bias = register_parameter("bias", given(bias_, torch::zeros({num_features})));
+  // A given parameter keeps whether it trains: a frozen BatchNorm (train_bn off) stays frozen.
+  auto trains = [](const torch::Tensor& t) { return !t.defined() || t.requires_grad(); };
+  weight = register_parameter("weight", given(weight_, torch::ones({num_features})), trains(weight_));
+  bias = register_parameter("bias", given(bias_, torch::zeros({num_features})), trains(bias_));
   running_mean = register_buffer("running_mean", given(running_mean_, torch::zeros({num_features})));
   running_var = register_buffer("running_var", given(running_var_, torch::ones({num_features})));
   num_batches_tracked =

@@ -18,55 +18,74 @@ namespace {
 using torch::autograd::AutogradContext;
 using torch::autograd::variable_list;
 
-// One node for all replicas: inputs x_0..x_n-1, outputs their normalized x_hat_0..x_hat_n-1.
-// The affine part (x_hat * weight + bias) stays with each replica, on its own thread and
-// stream, so each weight's and bias's gradient is made on the stream of the replica that
-// owns it, where its AccumulateGrad node expects it.
+// `gradient`, or none where autograd wants none (a frozen weight or bias).
+torch::Tensor unless_needed(AutogradContext* ctx, size_t input, torch::Tensor gradient) {
+  return ctx->needs_input_grad(input) ? std::move(gradient) : torch::Tensor();
+}
+
+// One node for all replicas: inputs x_0..x_n-1, each replica's weight and bias (as
+// ReplicaParametersFunction hands them over), outputs y_0..y_n-1, each normalized with
+// the statistics of the whole batch and scaled and shifted by its replica's weight and
+// bias. In backward it returns each replica's input, weight and bias gradient.
 struct ReplicaSyncBatchNormFunction : torch::autograd::Function<ReplicaSyncBatchNormFunction> {
-  static variable_list forward(AutogradContext* ctx, at::TensorList xs, SyncBatchNormImpl* keeper) {
+  static variable_list forward(AutogradContext* ctx, at::TensorList xs, at::TensorList weights, at::TensorList biases,
+                               SyncBatchNormImpl* keeper) {
     const auto home = keeper->running_mean.device();
     auto summed = batchnorm::local_stats(xs[0]).to(home);
     for (size_t i = 1; i < xs.size(); ++i) summed += batchnorm::local_stats(xs[i]).to(home);
     const auto n = batchnorm::normalization(summed, xs[0].size(1), keeper->eps, keeper->momentum,
                                             keeper->running_mean, keeper->running_var);
-    variable_list x_hats;
-    for (const auto& x : xs) x_hats.push_back(batchnorm::normalize(x, n));
-    variable_list saved(x_hats);
+    variable_list ys, saved;
+    for (size_t i = 0; i < xs.size(); ++i) {
+      auto x_hat = batchnorm::normalize(xs[i], n);
+      // In the input's dtype, as BatchNorm's own kernels answer under autocast: fp32
+      // weights would otherwise promote a bf16 activation to fp32.
+      const auto dtype = x_hat.scalar_type();
+      ys.push_back(torch::addcmul(batchnorm::per_channel(biases[i].to(dtype), x_hat), x_hat,
+                                  batchnorm::per_channel(weights[i].to(dtype), x_hat)));
+      saved.push_back(x_hat);
+    }
+    saved.insert(saved.end(), weights.begin(), weights.end());
     saved.push_back(n.invstd);
     ctx->save_for_backward(saved);
     ctx->saved_data["count"] = n.count;
-    return x_hats;
+    return ys;
   }
 
   static variable_list backward(AutogradContext* ctx, variable_list grads) {
     const auto saved = ctx->get_saved_variables();
     const size_t n = grads.size();
-    const auto& invstd = saved[n];
-    std::vector<torch::Tensor> d_x_hats, locals;
+    const auto& invstd = saved[2 * n];
+    const int64_t channels = invstd.size(0);
+    std::vector<torch::Tensor> dys, locals;
     for (size_t i = 0; i < n; ++i) {
-      d_x_hats.push_back(grads[i].defined() ? grads[i].contiguous() : torch::zeros_like(saved[i]));
-      locals.push_back(batchnorm::local_grad_sums(d_x_hats[i], saved[i]));
+      dys.push_back(grads[i].defined() ? grads[i].contiguous() : torch::zeros_like(saved[i]));
+      locals.push_back(batchnorm::local_grad_sums(dys[i], saved[i]));  // [sum of dy, sum of dy * x_hat]
     }
     auto summed = locals[0].to(invstd.device(), torch::kDouble);
     for (size_t i = 1; i < n; ++i) summed += locals[i].to(invstd.device(), torch::kDouble);
     const double count = ctx->saved_data["count"].toDouble();
-    variable_list dx(n);
-    for (size_t i = 0; i < n; ++i)
-      dx[i] = batchnorm::input_grad(d_x_hats[i], saved[i], summed, count, invstd, /*weight=*/{});
-    dx.emplace_back();  // for `keeper`
-    return dx;
+    variable_list out(3 * n + 1);  // inputs, weights, biases, `keeper`
+    for (size_t i = 0; i < n; ++i) {
+      const auto& weight = saved[n + i];
+      out[i] = batchnorm::input_grad(dys[i], saved[i], summed, count, invstd, weight.to(dys[i].scalar_type()));
+      out[n + i] = unless_needed(ctx, n + i, locals[i].narrow(0, channels, channels).to(weight.scalar_type()));
+      out[2 * n + i] = unless_needed(ctx, 2 * n + i, locals[i].narrow(0, 0, channels).to(weight.scalar_type()));
+    }
+    return out;
   }
 };
 
 // On CUDA, as the processes' synced layer does (distributed/sync_batchnorm.cpp): ATen's
 // kernels for each replica's statistics, their gather over the replicas' counts (which
-// also updates the running statistics), the normalization and the backward, in the
-// input's dtype and memory format. Nothing is read back to the host, so the replicas'
-// threads keep queueing work while the GPU runs: the arithmetic above converts to
-// double, reads the count with .item() and makes the gradient contiguous, which on a GPU
-// stops every replica at every layer.
+// also updates the running statistics), the normalization with the replica's weight and
+// bias in one pass, and the backward, in the input's dtype and memory format. Nothing is
+// read back to the host, so the replicas' threads keep queueing work while the GPU runs:
+// the arithmetic above converts to double, reads the count with .item() and makes the
+// gradient contiguous, which on a GPU stops every replica at every layer.
 struct CudaReplicaSyncBatchNormFunction : torch::autograd::Function<CudaReplicaSyncBatchNormFunction> {
-  static variable_list forward(AutogradContext* ctx, at::TensorList xs, SyncBatchNormImpl* keeper) {
+  static variable_list forward(AutogradContext* ctx, at::TensorList xs, at::TensorList weights, at::TensorList biases,
+                               SyncBatchNormImpl* keeper) {
     const auto home = keeper->running_mean.device();
     const int64_t channels = xs[0].size(1);
     std::vector<torch::Tensor> means, invstds, counts;
@@ -81,21 +100,23 @@ struct CudaReplicaSyncBatchNormFunction : torch::autograd::Function<CudaReplicaS
     const auto [mean, invstd] = at::batch_norm_gather_stats_with_counts(
         xs[0], torch::stack(means), torch::stack(invstds), keeper->running_mean, keeper->running_var,
         keeper->momentum, keeper->eps, all_counts);
-    variable_list x_hats, saved(xs.begin(), xs.end());
-    for (const auto& x : xs)
-      x_hats.push_back(at::batch_norm_elemt(x, /*weight=*/{}, /*bias=*/{}, mean.to(x.device()),
-                                            invstd.to(x.device()), keeper->eps));
+    variable_list ys, saved(xs.begin(), xs.end());
+    saved.insert(saved.end(), weights.begin(), weights.end());
+    for (size_t i = 0; i < xs.size(); ++i) {
+      const auto device = xs[i].device();
+      ys.push_back(at::batch_norm_elemt(xs[i], weights[i], biases[i], mean.to(device), invstd.to(device), keeper->eps));
+    }
     saved.push_back(mean);
     saved.push_back(invstd);
     saved.push_back(all_counts.to(torch::kInt));
     ctx->save_for_backward(saved);
-    return x_hats;
+    return ys;
   }
 
   static variable_list backward(AutogradContext* ctx, variable_list grads) {
     const auto saved = ctx->get_saved_variables();
     const size_t n = grads.size();
-    const auto &mean = saved[n], &invstd = saved[n + 1], &counts = saved[n + 2];
+    const auto &mean = saved[2 * n], &invstd = saved[2 * n + 1], &counts = saved[2 * n + 2];
     const auto home = mean.device();
     const int64_t channels = mean.size(0);
     // Autograd knows this node by one stream, the home device's current one: it made that
@@ -108,9 +129,11 @@ struct CudaReplicaSyncBatchNormFunction : torch::autograd::Function<CudaReplicaS
         others.push_back(device);
     const StreamMark gradients_ready(home);
     for (const auto& device : others) gradients_ready.wait_on(device);
-    // Per replica, on its device: the incoming gradient and the statistics.
+    variable_list out(3 * n + 1);  // inputs, weights, biases, `keeper`
+    // Per replica, on its device: the incoming gradient, the statistics, and the sums
+    // [sum of dy (C), sum of dy * (x - mean) (C)], which also give its weight's and bias's gradients.
     std::vector<torch::Tensor> dys, means, invstds;
-    torch::Tensor summed;  // [sum of dy (C), sum of dy * (x - mean) (C)] over every replica
+    torch::Tensor summed;  // the sums over every replica
     for (size_t i = 0; i < n; ++i) {
       const auto& x = saved[i];
       // Made on the replica's stream, read on this one (autograd's, or the default
@@ -121,29 +144,42 @@ struct CudaReplicaSyncBatchNormFunction : torch::autograd::Function<CudaReplicaS
       means.push_back(mean.to(x.device()));
       invstds.push_back(invstd.to(x.device()));
       auto [sum_dy, sum_dy_xmu, grad_weight, grad_bias] =
-          at::batch_norm_backward_reduce(dys[i], x, means[i], invstds[i], /*weight=*/{},
-                                         /*input_g=*/true, /*weight_g=*/false, /*bias_g=*/false);
+          at::batch_norm_backward_reduce(dys[i], x, means[i], invstds[i], saved[n + i], /*input_g=*/true,
+                                         ctx->needs_input_grad(n + i), ctx->needs_input_grad(2 * n + i));
+      out[n + i] = unless_needed(ctx, n + i, grad_weight);
+      out[2 * n + i] = unless_needed(ctx, 2 * n + i, grad_bias);
       auto local = torch::cat({sum_dy, sum_dy_xmu}).to(home);
       summed = summed.defined() ? summed + local : local;
     }
-    variable_list dx(n);
     for (size_t i = 0; i < n; ++i) {
       const auto& x = saved[i];
       const auto sums = summed.to(x.device());
-      dx[i] = at::batch_norm_backward_elemt(dys[i], x, means[i], invstds[i], /*weight=*/{},
-                                            sums.narrow(0, 0, channels), sums.narrow(0, channels, channels),
-                                            counts.to(x.device()));
+      out[i] = at::batch_norm_backward_elemt(dys[i], x, means[i], invstds[i], saved[n + i],
+                                             sums.narrow(0, 0, channels), sums.narrow(0, channels, channels),
+                                             counts.to(x.device()));
     }
     for (const auto& device : others) StreamMark(device).wait_on(home);
-    dx.emplace_back();  // for `keeper`
-    return dx;
+    return out;
   }
 };
 
-variable_list synchronized_normalization(at::TensorList xs, SyncBatchNormImpl* keeper) {
-  if (xs[0].is_cuda()) return CudaReplicaSyncBatchNormFunction::apply(xs, keeper);
-  return ReplicaSyncBatchNormFunction::apply(xs, keeper);
+variable_list replicas_batch_norm(at::TensorList xs, at::TensorList weights, at::TensorList biases,
+                                  SyncBatchNormImpl* keeper) {
+  if (xs[0].is_cuda()) return CudaReplicaSyncBatchNormFunction::apply(xs, weights, biases, keeper);
+  return ReplicaSyncBatchNormFunction::apply(xs, weights, biases, keeper);
 }
+
+// Hands a replica's weight and bias on to the shared node unchanged. Made on the
+// replica's thread, it runs in backward on the replica's stream: the shared node's
+// gradients for them cross to that stream here (autograd orders the crossing), and reach
+// the parameters' AccumulateGrad nodes on the stream those expect.
+struct ReplicaParametersFunction : torch::autograd::Function<ReplicaParametersFunction> {
+  static variable_list forward(AutogradContext* ctx, torch::Tensor weight, torch::Tensor bias) {
+    ctx->set_materialize_grads(false);
+    return {weight, bias};
+  }
+  static variable_list backward(AutogradContext*, variable_list grads) { return grads; }
+};
 
 }  // namespace
 
@@ -153,18 +189,21 @@ variable_list synchronized_normalization(at::TensorList xs, SyncBatchNormImpl* k
 struct ReplicaGroup::Meeting {
   std::mutex mutex;
   std::condition_variable all_there;
-  std::vector<torch::Tensor> xs, ys;
+  std::vector<torch::Tensor> xs, weights, biases, ys;
   std::vector<std::optional<StreamMark>> ready, done;
   std::vector<SyncBatchNormImpl*> layers;
   int arrived = 0;
   uint64_t round = 0;
   std::exception_ptr error;
 
-  torch::Tensor meet(const ReplicaGroup::State& state, size_t replica, SyncBatchNormImpl& layer, const torch::Tensor& x) {
+  torch::Tensor meet(const ReplicaGroup::State& state, size_t replica, SyncBatchNormImpl& layer, const torch::Tensor& x,
+                     const torch::Tensor& weight, const torch::Tensor& bias) {
     std::unique_lock<std::mutex> lock(mutex);
     const int expected = state.replicas.load();
     const uint64_t my_round = round;
     xs[replica] = x;
+    weights[replica] = weight;
+    biases[replica] = bias;
     layers[replica] = &layer;
     ready[replica].emplace(x.device());
     if (++arrived == expected) {
@@ -174,9 +213,11 @@ struct ReplicaGroup::Meeting {
           ready[static_cast<size_t>(r)]->wait();
           keep_for_current_stream(xs[static_cast<size_t>(r)]);
         }
-        std::vector<torch::Tensor> inputs(xs.begin(), xs.begin() + expected);
-        // A TensorList, so that autograd sees each tensor as an input.
-        auto outputs = synchronized_normalization(at::TensorList(inputs), layers[0]);
+        const std::vector<torch::Tensor> inputs(xs.begin(), xs.begin() + expected),
+            replica_weights(weights.begin(), weights.begin() + expected),
+            replica_biases(biases.begin(), biases.begin() + expected);
+        // TensorLists, so that autograd sees each tensor as an input.
+        auto outputs = replicas_batch_norm(inputs, replica_weights, replica_biases, layers[0]);
         std::copy(outputs.begin(), outputs.end(), ys.begin());
         for (size_t r = 0; r < outputs.size(); ++r) done[r].emplace(outputs[r].device());
       } catch (...) {
@@ -189,7 +230,8 @@ struct ReplicaGroup::Meeting {
       all_there.wait(lock, [&] { return round != my_round || state.aborted.load(); });
       if (round == my_round) throw Error("to_parallel: another replica's forward failed");
     }
-    xs[replica] = torch::Tensor();  // autograd keeps what it needs; nothing else outlives the step
+    // Autograd keeps what it needs; nothing else outlives the step.
+    xs[replica] = weights[replica] = biases[replica] = torch::Tensor();
     if (error) std::rethrow_exception(error);
     done[replica]->wait();
     keep_for_current_stream(ys[replica]);
@@ -199,6 +241,8 @@ struct ReplicaGroup::Meeting {
   void reset(size_t replicas) {
     std::lock_guard<std::mutex> lock(mutex);
     xs.assign(replicas, {});
+    weights.assign(replicas, {});
+    biases.assign(replicas, {});
     ys.assign(replicas, {});
     ready.clear();  // marks are not copyable: emptied, then sized
     ready.resize(replicas);
@@ -225,14 +269,10 @@ class ReplicaBatchNormSync : public BatchNormSync {
   // One global batch, counted once: by replica 0's layer, the one the Learner keeps.
   bool counts_batches() const override { return replica_ == 0; }
   torch::Tensor forward(SyncBatchNormImpl& bn, const torch::Tensor& x) override {
-    const auto x_hat = meeting_->meet(*state_, replica_, bn, x);
-    // In the input's dtype, as BatchNorm's own kernels answer under autocast: fp32
-    // weights would otherwise promote an fp16 activation to fp32.
-    // One pass over the activation (bias + x_hat * weight), not a product and then a sum.
-    const auto dtype = x_hat.scalar_type();
-    return torch::addcmul(batchnorm::per_channel(bn.bias.to(dtype), x_hat), x_hat,
-                          batchnorm::per_channel(bn.weight.to(dtype), x_hat));
+    const auto parameters = ReplicaParametersFunction::apply(bn.weight, bn.bias);
+    return meeting_->meet(*state_, replica_, bn, x, parameters[0], parameters[1]);
   }
+
 
  private:
   std::shared_ptr<ReplicaGroup::State> state_;

@@ -1,8 +1,8 @@
 #pragma once
 // SyncBatchNorm across to_parallel's replicas, whose forwards run on threads of one
 // process. At each synchronized layer the replicas meet; the last to arrive runs one
-// autograd node that normalizes every replica's input, so the statistics span the whole
-// batch; each replica then applies its own weight and bias. In backward nobody has to
+// autograd node that normalizes every replica's input with the statistics of the whole
+// batch and applies that replica's own weight and bias. In backward nobody has to
 // meet: autograd runs that node once the gradients of all its outputs are there
 // (whichever device threads computed them), and it combines the replicas' gradient sums
 // itself. Running statistics and the batch count are kept by replica 0's layer.

@@ -173,6 +173,15 @@ TEST_SUITE("distributed") {
     CHECK(converted->ptr(0)->parameters()[0].is_same(model->ptr(0)->parameters()[0]));  // shared, not copied
   }
 
+  TEST_CASE("a frozen BatchNorm stays frozen as a SyncBatchNorm, a trained one trains") {
+    torch::nn::Sequential model(torch::nn::BatchNorm2d(4), torch::nn::BatchNorm2d(4));
+    for (auto& p : model->ptr(0)->parameters()) p.set_requires_grad(false);  // a frozen group, train_bn off
+    auto converted = distributed::convert_sync_batchnorm(model, nullptr);
+    for (const auto& p : converted->ptr(0)->parameters()) CHECK_FALSE(p.requires_grad());
+    for (const auto& p : converted->ptr(1)->parameters()) CHECK(p.requires_grad());
+    for (const auto& p : distributed::SyncBatchNorm(4)->parameters()) CHECK(p.requires_grad());
+  }
+
   TEST_CASE("BatchNorm layers whose settings SyncBatchNorm would change are named, not converted") {
     torch::nn::Sequential model(torch::nn::BatchNorm2d(torch::nn::BatchNorm2dOptions(4).affine(false)),
                                 torch::nn::BatchNorm2d(4),

@@ -309,16 +309,29 @@ TEST_SUITE("parallel") {
   }
 
   TEST_CASE("frozen groups, gradient clipping and lr_find under to_parallel, as on one device") {
-    auto frozen_clipped = [](bool parallel) {
+    // The frozen group is the first convolution and BatchNorm: with train_bn off the
+    // BatchNorm's weight and bias are frozen too, and its synced layer makes no gradient for them.
+    const Splitter conv_and_norm_first = [](torch::nn::Module& model) {
+      auto children = model.children();
+      std::vector<std::vector<torch::Tensor>> groups(2);
+      for (size_t i = 0; i < children.size(); ++i)
+        for (const auto& p : children[i]->parameters()) groups[i < 2 ? 0 : 1].push_back(p);
+      return groups;
+    };
+    auto frozen_clipped = [&](bool parallel, bool train_bn) {
       auto model = bn_model();
-      Learner learn(image_dls(), model, CrossEntropyLoss(), {},
-                    quiet({.cbs = {std::make_shared<GradientClip>(0.05)}, .splitter = two_groups}));
+      auto options = quiet({.cbs = {std::make_shared<GradientClip>(0.05)}, .splitter = conv_and_norm_first});
+      options.train_bn = train_bn;
+      Learner learn(image_dls(), model, CrossEntropyLoss(), {}, options);
       silence(learn);
       if (parallel) learn.to_parallel(kTwoCpus);
       learn.freeze();
       const auto first_conv = model[0]->as<torch::nn::Conv2d>()->weight.detach().clone();
+      const auto first_norm = model[1]->as<torch::nn::BatchNorm2d>()->weight.detach().clone();
       learn.fit(2, 0.05);
       CHECK(torch::equal(model[0]->as<torch::nn::Conv2d>()->weight, first_conv));
+      CAPTURE(parallel);
+      CHECK(torch::equal(model[1]->as<torch::nn::BatchNorm2d>()->weight, first_norm) == !train_bn);
       const auto trained = snapshot(learn.model.module());
       learn.unfreeze();
       const auto found = learn.lr_find({.num_it = 12, .plot = ""});
@@ -327,9 +340,12 @@ TEST_SUITE("parallel") {
       CHECK(learn.model.ptr().get() == model.ptr().get());
       return trained;
     };
-    const auto single = frozen_clipped(false), parallel = frozen_clipped(true);
-    REQUIRE(parallel.size() == single.size());
-    for (size_t i = 0; i < single.size(); ++i) CHECK(torch::allclose(parallel[i], single[i], 1e-5, 1e-5));
+    for (const bool train_bn : {true, false}) {
+      CAPTURE(train_bn);
+      const auto single = frozen_clipped(false, train_bn), parallel = frozen_clipped(true, train_bn);
+      REQUIRE(parallel.size() == single.size());
+      for (size_t i = 0; i < single.size(); ++i) CHECK(torch::allclose(parallel[i], single[i], 1e-5, 1e-5));
+    }
   }
 
   TEST_CASE("autocast reaches the replica threads: bf16 forwards, a float loss that falls") {
