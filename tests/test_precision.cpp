@@ -1,6 +1,9 @@
 // Mixed precision: GradScaler against PyTorch's, MixedPrecision's interplay with
 // GradientAccumulation and GradientClip, bf16 autocast on the CPU, the fp16-on-CPU
 // error, checkpoints with the scaler, PeakMemMetric and ChannelsLast.
+#include <sys/mman.h>
+
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <map>
@@ -154,12 +157,21 @@ TEST_SUITE("precision") {
   TEST_CASE("PeakMemMetric adds four columns; gpu is n/a on the CPU; peak >= used") {
     Learner learn(synthetic_dls(), tiny_model(), CrossEntropyLoss(), {metrics::accuracy()},
                   quiet({.cbs = {std::make_shared<PeakMemMetric>()}}));
-    struct Allocate : Callback {  // holds 64 MB during epoch 0's training
+    // Holds 64 MB during epoch 0's training: fresh pages from the kernel, written, so the
+    // resident size grows whatever memory the allocator kept from earlier tests.
+    struct Allocate : Callback {
+      const size_t bytes = 64u << 20;
       void before_train() override {
-        if (learn().epoch == 0) block = torch::ones({16 * 1024 * 1024});
+        if (learn().epoch != 0) return;
+        block = mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+        REQUIRE(block != MAP_FAILED);
+        std::memset(block, 1, bytes);
       }
-      void after_epoch() override { block = torch::Tensor(); }
-      torch::Tensor block;
+      void after_epoch() override {
+        if (block) munmap(block, bytes);
+        block = nullptr;
+      }
+      void* block = nullptr;
     };
     learn.add_cb(Allocate());
     silence(learn);
