@@ -43,12 +43,13 @@ mkdir -p "$out"
 out=$(realpath "$out")
 python=${FASTCPP_PYTHON:-python3}
 bundle=$(realpath "${FASTCPP_BUNDLE:-.gpu_bundle}")
-build=${FASTCPP_GPU_BUILD:-build-gpu}
+build=$(realpath -m "${FASTCPP_GPU_BUILD:-build-gpu}")
 steps=${FASTCPP_BENCH_STEPS:-20}
 if [[ " $stages " != *" build "* && (" $stages " == *" bench "* || " $stages " == *" step "*) ]] &&
    [ ! -x "$build/bench/bench_train_step" ]; then
   echo "gpu_check: no $build on this machine (a fresh one): building first" >&2
   stages="build $stages"
+  auto_build=1
 fi
 results=$out/results.md
 scratch=$(mktemp -d)
@@ -70,7 +71,10 @@ row torch "$("$python" -c 'import torch; print(torch.__version__, "CUDA", torch.
 row cores "$(nproc)"
 
 if [[ " $stages " == *" build "* ]]; then
-  [ -d "$bundle/include" ] || { echo "gpu_check: no $bundle: run scripts/gpu_bundle.sh first (and carry it)" >&2; exit 1; }
+  for header in doctest/doctest.h CLI/CLI.hpp gloo/algorithm.h zlib.h; do  # a bundle older than a dependency
+    [ -f "$bundle/include/$header" ] ||
+      { echo "gpu_check: $bundle/include/$header missing: run scripts/gpu_bundle.sh again (and carry it)" >&2; exit 1; }
+  done
   zlib=()
   if [ ! -f /usr/include/zlib.h ]; then  # headers from the bundle, the system's libz.so.1
     libz=$(ldconfig -p | awk '/libz\.so\.1 .*x86-64/ {print $NF; exit}')
@@ -78,6 +82,7 @@ if [[ " $stages " == *" build "* ]]; then
   fi
   targets=()  # every target; for the goals, the ones the GPU runs
   [ $goals -eq 1 ] && targets=(fastcpp_tests bench_train_step bench_sync_batchnorm fashion_mnist)
+  [ "${auto_build:-0}" -eq 1 ] && [[ " $stages " != *" bench "* ]] && targets=(bench_train_step)  # a later step call
   start=$(now)
   { cmake -S . -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Release -DFASTCPP_PYTHON="$(command -v "$python")" \
       -DFASTCPP_WITH_OPENCV=OFF -DFASTCPP_DOCTEST_DIR="$bundle/include" -DFASTCPP_GLOO_DIR="$bundle/include" -DFASTCPP_CLI11_DIR="$bundle/include" \
@@ -116,7 +121,8 @@ step() {
   local log=$scratch/step.log started
   started=$(now)
   { echo; echo "## $title"; } >> "$out/bench.log"
-  timeout "$limit" bash -c '"$@"' step "$@" > "$log" 2>&1  # bash -c: the step may be a function here
+  # bash -c: the step may be a function here. -k: a process stuck in the driver may ignore TERM.
+  timeout -k 10 "$limit" bash -o pipefail -c '"$@"' step "$@" > "$log" 2>&1
   local status=$?
   cat "$log" >> "$out/bench.log"
   row "$title" "$([ $status -eq 0 ] && echo "done" || echo "FAILED (exit $status$([ $status -eq 124 ] && echo ", past ${limit} s"))") in $(since "$started") s"
@@ -134,8 +140,10 @@ example_fast() {
   sampler=$!
   started=$(now)
   example --epochs 5 --precision bf16 --bs 512 --lr 2e-2 --resident on --time-split on | tee "$scratch/example_fast.txt"
+  local status=$?
   elapsed=$(since "$started")
   kill "$sampler" 2>/dev/null
+  [ $status -eq 0 ] || { echo "example: failed (exit $status): no time"; return 1; }
   # From the first busy sample to the last: start-up and the pictures at the end are not training.
   awk '$1 ~ /^[0-9]+$/ {v[++n] = $1} END {for (i = 1; i <= n && v[i] == 0; ++i); for (j = n; j > i && v[j] == 0; --j);
        for (k = i; k <= j; ++k) sum += v[k]; if (j >= i) printf "example, GPU busy while it trains: %.0f%% of %d samples (nvidia-smi, every 100 ms)\n", sum / (j - i + 1), j - i + 1}' \
@@ -148,7 +156,7 @@ example_fast() {
 # processes, so the ratio also counts each side's start-up).
 peer_race() {
   bench/fashion_mnist_vs_python.sh --epochs 5 --data "$bundle/data/fashion-mnist" --build "$build" --python "$python" \
-    --memory-format contiguous --resident on | tee "$scratch/peer_race.txt"
+    --memory-format contiguous --resident on | tee "$scratch/peer_race.txt" || return 1
   awk '/time ratio/ {printf "example / PyTorch loop, batch 128 fp32 contiguous, data on the GPU: %.2fx (goal: <= 0.6x)\n", $NF}' \
     "$scratch/peer_race.txt"
 }
@@ -157,17 +165,22 @@ peer_race() {
 # seed, the second with every kernel launch blocking: a stream race shows as a difference.
 stream_race() {
   local args=(--epochs 1 --data "$bundle/data/fashion-mnist" --precision fp16 --parallel cuda:0,cuda:0 --seed 7)
-  "$build/examples/fashion_mnist" "${args[@]}" | grep -E '^0 |final' > "$scratch/race_async.txt"
-  CUDA_LAUNCH_BLOCKING=1 "$build/examples/fashion_mnist" "${args[@]}" | grep -E '^0 |final' > "$scratch/race_blocking.txt"
-  cat "$scratch/race_async.txt"
-  if diff <(awk '{NF--; print}' "$scratch/race_async.txt") <(awk '{NF--; print}' "$scratch/race_blocking.txt") > /dev/null; then
+  example "${args[@]}" > "$scratch/race_async.txt" || { echo "stream race stress: the asynchronous run failed"; return 1; }
+  CUDA_LAUNCH_BLOCKING=1 example "${args[@]}" > "$scratch/race_blocking.txt" ||
+    { echo "stream race stress: the blocking run failed"; return 1; }
+  # The epoch's row without its time, and the final accuracy.
+  rows() { awk '/^0 / {NF--; print} /final test accuracy/ {print}' "$1"; }
+  rows "$scratch/race_async.txt"
+  if [ "$(rows "$scratch/race_async.txt" | wc -l)" -eq 2 ] &&
+     diff <(rows "$scratch/race_async.txt") <(rows "$scratch/race_blocking.txt") > /dev/null; then
     echo "stream race stress: asynchronous and blocking launches equal"
   else
-    echo "stream race stress: asynchronous and blocking launches DIFFER"; cat "$scratch/race_blocking.txt"; return 1
+    echo "stream race stress: asynchronous and blocking launches DIFFER"; rows "$scratch/race_blocking.txt"; return 1
   fi
 }
 
-example() { "$build/examples/fashion_mnist" --data "$bundle/data/fashion-mnist" "$@"; }
+# In the scratch folder: the example writes its model and pictures where it runs.
+example() { (cd "$scratch" && "$build/examples/fashion_mnist" --data "$bundle/data/fashion-mnist" "$@"); }
 export out scratch bundle build python
 export -f now since example example_fast peer_race stream_race
 [[ " $stages " == *" bench "* || " $stages " == *" step "* ]] && : > "$out/bench.log"
@@ -208,11 +221,12 @@ if [ -s "$out/bench.log" ]; then
       awk '{key = substr($0, 1, index($0, ": ")); if (!(key in last)) order[++n] = key; last[key] = $0}
            END {for (i = 1; i <= n; ++i) print last[order[i]]}' | awk '{
       rest = substr($0, index($0, ": ") + 2)
+      rest = substr(rest, 1, index(rest, "goal") - 1)  # the figure, not the number in the goal
       match(rest, /-?[0-9]+(\.[0-9]+)?(x|%| s| img\/s)/); figure = substr(rest, RSTART, RLENGTH)
       match($0, /goal[^<>]*(>=|<=) -?[0-9.]+/); spec = substr($0, RSTART, RLENGTH)
       op = substr(spec, match(spec, /(>=|<=)/), 2); target = substr(spec, RSTART + 3) + 0
       met = (op == ">=") ? (figure + 0 >= target) : (figure + 0 <= target)
-      if (figure == "" || $0 ~ /(^|[^a-z])(inf|nan)([^a-z]|$)/) met = 0  # no figure, or a broken one
+      if (figure == "" || $0 ~ /(^|[^a-z])(inf|nan)([^a-z]|x|$)/) met = 0  # no figure, or a broken one ("infx")
       printf "| %s | %s | %s |\n", $0, figure, (met ? "met" : "NOT met")}'
   } >> "$results"
 fi
