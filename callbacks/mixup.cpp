@@ -20,7 +20,9 @@ void MixHandler::before_train() {
   l.loss_func = Loss(
       [this, plain](const torch::Tensor& pred, const torch::Tensor& y) {
         if (!learn().training || !shuffled_y_.defined()) return plain(pred, y);
-        return torch::lerp(plain.per_item(pred, shuffled_y_), plain.per_item(pred, y), lam).mean();
+        // The batch's own labels checked first: a bad one is named at its own position.
+        const auto own = plain.per_item(pred, y);
+        return torch::lerp(plain.per_item(pred, shuffled_y_), own, lam).mean();
       },
       [plain](const torch::Tensor& pred) { return plain.activation(pred); },
       [plain](const torch::Tensor& pred, const torch::Tensor& y) { return plain.per_item(pred, y); },

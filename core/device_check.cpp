@@ -63,7 +63,14 @@ void DeviceCheck::drain(bool wait) {
       pending_.pop_front();
     }
     oldest->event.synchronize();  // passed already unless waiting was asked for
-    throw_if_failed(values_of(oldest->host), oldest->message);
+    try {
+      throw_if_failed(values_of(oldest->host), oldest->message);
+    } catch (...) {
+      // The phase ends here: later checks of it must not surface in the next fit.
+      std::lock_guard<std::mutex> lock(mutex_);
+      pending_.clear();
+      throw;
+    }
   }
 }
 

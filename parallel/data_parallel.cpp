@@ -219,6 +219,10 @@ void Learner::to_parallel(std::vector<torch::Device> devices, bool sync_bn) {
   if (auto other = get_cb<DevicePlacement>(); other && !std::dynamic_pointer_cast<distributed::DataParallel>(other))
     throw Error("to_parallel: this Learner is already " + other->method() + "; pick one (to_parallel: one process "
                 "driving several devices; to_distributed: one process per device)");
+  for (const auto& device : devices)
+    if (device.type() != devices.front().type())
+      throw Error("to_parallel: " + devices.front().str() + " and " + device.str() + " are different kinds of "
+                  "device; the replicas run on one kind (CUDA GPUs, or the CPU)");
   if (auto existing = get_cb<distributed::DataParallel>()) remove_cb(existing);
   add_cb(std::make_shared<distributed::DataParallel>(std::move(devices), sync_bn));
 }

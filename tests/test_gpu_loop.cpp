@@ -45,37 +45,45 @@ struct WarningCollector : c10::WarningHandler {
 };
 
 // Counts the host syncs of each training batch, in libtorch's sync debug mode (warn).
+// A batch's window runs from its before_batch, ahead of every other callback, to the
+// next batch's (or the phase's end): every callback's after_batch, and the loading of
+// the next batch, count too.
 class SyncCounter : public Callback {
  public:
   SyncCounter(WarningCollector& warnings) : warnings_(warnings) { order = -100; }
   void before_batch() override {
     if (!learn().training) return;
+    close_window();
     seen_ = warnings_.count("synchroniz");
+    open_ = true;
     c10::cuda::warning_state().set_sync_debug_mode(c10::cuda::SyncDebugMode::L_WARN);
   }
-  void after_batch() override {
-    if (!learn().training) return;
-    c10::cuda::warning_state().set_sync_debug_mode(c10::cuda::SyncDebugMode::L_DISABLED);
-    per_batch.push_back(warnings_.count("synchroniz") - seen_);
-  }
-  void after_cancel_batch() override { after_batch(); }
+  void after_train() override { close_window(); }
   std::vector<size_t> per_batch;
 
  private:
+  void close_window() {
+    if (!open_) return;
+    c10::cuda::warning_state().set_sync_debug_mode(c10::cuda::SyncDebugMode::L_DISABLED);
+    per_batch.push_back(warnings_.count("synchroniz") - seen_);
+    open_ = false;
+  }
   WarningCollector& warnings_;
   size_t seen_ = 0;
+  bool open_ = false;
 };
 
-// Makes every host sync inside a training batch an error, on any thread (libtorch's
-// sync debug mode is process-wide): a sync on a replica's thread fails the fit.
+// Makes every host sync of the training phase an error, from the first batch's
+// before_batch to the phase's end, on any thread (libtorch's sync debug mode is
+// process-wide): a sync on a replica's thread, in a callback or in loading a batch
+// fails the fit.
 class SyncForbidden : public Callback {
  public:
   SyncForbidden() { order = -100; }
   void before_batch() override {
     if (learn().training) c10::cuda::warning_state().set_sync_debug_mode(c10::cuda::SyncDebugMode::L_ERROR);
   }
-  void after_batch() override { c10::cuda::warning_state().set_sync_debug_mode(c10::cuda::SyncDebugMode::L_DISABLED); }
-  void after_cancel_batch() override { after_batch(); }
+  void after_train() override { c10::cuda::warning_state().set_sync_debug_mode(c10::cuda::SyncDebugMode::L_DISABLED); }
 };
 
 DataLoaders image_dls() {
