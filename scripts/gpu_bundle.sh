@@ -3,7 +3,7 @@
 # packages needs to build and check fastcpp with scripts/gpu_check.sh: doctest's single
 # header, CLI11's headers, Gloo's headers (c10d's Gloo backend includes them; the torch wheel ships none),
 # zlib's headers, the Fashion-MNIST files, and the fixtures of the fastai suite (made
-# here with the venv's fastai, which the GPU machines lack). About 33 MB.
+# here with the venv's fastai, which the GPU machines lack). About 41 MB.
 set -euo pipefail
 source "$(dirname "$0")/command_line.sh"
 positional_only "$@"
