@@ -146,8 +146,8 @@ struct CudaReplicaSyncBatchNormFunction : torch::autograd::Function<CudaReplicaS
       auto [sum_dy, sum_dy_xmu, grad_weight, grad_bias] =
           at::batch_norm_backward_reduce(dys[i], x, means[i], invstds[i], saved[n + i], /*input_g=*/true,
                                          ctx->needs_input_grad(n + i), ctx->needs_input_grad(2 * n + i));
-      out[n + i] = unless_needed(ctx, n + i, grad_weight);
-      out[2 * n + i] = unless_needed(ctx, 2 * n + i, grad_bias);
+      out[n + i] = grad_weight;  // undefined where not asked for
+      out[2 * n + i] = grad_bias;
       auto local = torch::cat({sum_dy, sum_dy_xmu}).to(home);
       summed = summed.defined() ? summed + local : local;
     }
