@@ -35,14 +35,19 @@ inline torch::nn::Sequential tiny_model(int64_t features = 4, int64_t classes = 
   return torch::nn::Sequential(torch::nn::Linear(features, 8), torch::nn::ReLU(), torch::nn::Linear(8, classes));
 }
 
-// Two parameter groups: the first layer, then the rest.
-inline std::vector<std::vector<torch::Tensor>> two_groups(torch::nn::Module& model) {
-  auto children = model.children();
-  std::vector<std::vector<torch::Tensor>> groups(2);
-  for (size_t i = 0; i < children.size(); ++i)
-    for (const auto& p : children[i]->parameters()) groups[i == 0 ? 0 : 1].push_back(p);
-  return groups;
+// Two parameter groups: the first `n` layers, then the rest.
+inline Splitter split_after(size_t n) {
+  return [n](torch::nn::Module& model) {
+    auto children = model.children();
+    std::vector<std::vector<torch::Tensor>> groups(2);
+    for (size_t i = 0; i < children.size(); ++i)
+      for (const auto& p : children[i]->parameters()) groups[i < n ? 0 : 1].push_back(p);
+    return groups;
+  };
 }
+
+// Two parameter groups: the first layer, then the rest.
+inline std::vector<std::vector<torch::Tensor>> two_groups(torch::nn::Module& model) { return split_after(1)(model); }
 
 inline LearnerOptions quiet(LearnerOptions options = {}) {
   options.device = torch::kCPU;

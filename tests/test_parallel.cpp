@@ -311,16 +311,9 @@ TEST_SUITE("parallel") {
   TEST_CASE("frozen groups, gradient clipping and lr_find under to_parallel, as on one device") {
     // The frozen group is the first convolution and BatchNorm: with train_bn off the
     // BatchNorm's weight and bias are frozen too, and its synced layer makes no gradient for them.
-    const Splitter conv_and_norm_first = [](torch::nn::Module& model) {
-      auto children = model.children();
-      std::vector<std::vector<torch::Tensor>> groups(2);
-      for (size_t i = 0; i < children.size(); ++i)
-        for (const auto& p : children[i]->parameters()) groups[i < 2 ? 0 : 1].push_back(p);
-      return groups;
-    };
-    auto frozen_clipped = [&](bool parallel, bool train_bn) {
+    auto frozen_clipped = [](bool parallel, bool train_bn) {
       auto model = bn_model();
-      auto options = quiet({.cbs = {std::make_shared<GradientClip>(0.05)}, .splitter = conv_and_norm_first});
+      auto options = quiet({.cbs = {std::make_shared<GradientClip>(0.05)}, .splitter = split_after(2)});
       options.train_bn = train_bn;
       Learner learn(image_dls(), model, CrossEntropyLoss(), {}, options);
       silence(learn);
