@@ -62,4 +62,8 @@ torch::Tensor input_grad(const torch::Tensor& dy, const torch::Tensor& x_hat, co
          per_channel(weight.defined() ? scale * weight : scale, dy);
 }
 
+torch::Tensor in_dtype_of(const torch::Tensor& weight, const torch::Tensor& statistics) {
+  return weight.defined() ? weight.to(statistics.scalar_type()) : weight;
+}
+
 }  // namespace fastcpp::distributed::batchnorm

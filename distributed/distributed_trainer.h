@@ -50,7 +50,8 @@ class DistributedTrainer : public DevicePlacement {
   void after_fit() override;
 
   const std::shared_ptr<Communicator>& communicator() const { return comm_; }
-  // Gradient all-reduces of the last (or current) fit.
+  // Synchronized backward passes (steps whose gradients were all-reduced, each in one
+  // all-reduce per bucket) of the last (or current) fit.
   size_t reductions() const { return reductions_; }
 
  private:

@@ -6,6 +6,7 @@
 #include <torch/torch.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cstdlib>
 #include <sstream>
 #include <thread>
@@ -30,6 +31,8 @@ struct Communicator::Impl {
   c10::intrusive_ptr<c10d::Backend> nccl;  // CUDA tensors with backend "auto" or "nccl"
   std::chrono::milliseconds timeout, barrier_timeout;
   PeerDirectory peers;
+  // A collective failed (a peer lost): NCCL's graceful shutdown would wait on it.
+  std::atomic<bool> failed{false};
 
   c10d::Backend& backend_for(const torch::Tensor& tensor) {
     if (tensor.is_cuda() && nccl) return *nccl;
@@ -215,7 +218,10 @@ void Communicator::require(const ProcessGroupOptions& options) {
 Communicator::~Communicator() = default;
 
 void Communicator::shutdown() {
-  if (impl_->nccl) impl_->nccl->shutdown();
+  if (impl_->nccl) {
+    if (impl_->failed) impl_->nccl->abort();  // no waiting for the work a lost peer left pending
+    else impl_->nccl->shutdown();
+  }
   impl_->nccl.reset();
 }
 
@@ -224,6 +230,7 @@ void Communicator::wait(const c10::intrusive_ptr<c10d::Work>& work, const std::s
   try {
     work->wait();
   } catch (const std::exception& e) {
+    impl_->failed = true;
     const std::string error = e.what();
     // A dying peer's sockets close one after another, and a lost host's processes die one
     // after another: probe again until two probes agree (at most 5 probes, 200 ms apart).
@@ -265,11 +272,14 @@ torch::Tensor Communicator::all_gather(const torch::Tensor& tensor) {
 }
 
 void Communicator::barrier() {
-  // Through NCCL when there is one, so that the barrier orders NCCL work too.
-  auto& backend = impl_->nccl ? *impl_->nccl : impl_->backend_for(torch::empty({0}));
+  // The long wait through Gloo, which honours the barrier's own timeout: NCCL's barrier
+  // is an all-reduce under the group's timeout (its watchdog would abort a rank that
+  // waits out a peer's checkpoint longer than that). Then through NCCL when there is one,
+  // everybody there by now, so that the barrier orders NCCL work too.
   c10d::BarrierOptions options;
   options.timeout = impl_->barrier_timeout;
-  wait(backend.barrier(options), "barrier");
+  if (impl_->gloo || !impl_->nccl) wait(impl_->backend_for(torch::empty({0})).barrier(options), "barrier");
+  if (impl_->nccl) wait(impl_->nccl->barrier(), "barrier");
 }
 
 }  // namespace fastcpp::distributed

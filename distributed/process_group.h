@@ -53,7 +53,8 @@ class Communicator {
   // Each rank's tensor (same shape everywhere), stacked in rank order: [world, ...].
   torch::Tensor all_gather(const torch::Tensor& tensor);
   void barrier();
-  // Ends NCCL's communicators and watchdog (torch's destroy_process_group); done at exit.
+  // Ends NCCL's communicators and watchdog (torch's destroy_process_group; aborts them
+  // after a failed collective, whose pending work would hold a graceful end); done at exit.
   void shutdown();
 
   // Starts an all-reduce (sum) of `tensor` in place; wait on the returned work (the DDP reducer).

@@ -74,8 +74,8 @@ struct CudaSyncBatchNormFunction : torch::autograd::Function<CudaSyncBatchNormFu
     auto* comm = reinterpret_cast<Communicator*>(ctx->saved_data["comm"].toInt());
     if (comm) comm->all_reduce_sum(sums);  // weight and bias gradients stay local: DDP averages them
     const int64_t channels = sum_dy.size(0);
-    auto dx = at::batch_norm_backward_elemt(dy, x, mean, invstd, weight, sums.narrow(0, 0, channels),
-                                            sums.narrow(0, channels, channels), counts);
+    auto dx = at::batch_norm_backward_elemt(dy, x, mean, invstd, batchnorm::in_dtype_of(weight, mean),
+                                            sums.narrow(0, 0, channels), sums.narrow(0, channels, channels), counts);
     return {dx, grad_weight, grad_bias, torch::Tensor(), torch::Tensor()};
   }
 };

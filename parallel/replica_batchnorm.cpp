@@ -154,7 +154,8 @@ struct CudaReplicaSyncBatchNormFunction : torch::autograd::Function<CudaReplicaS
     for (size_t i = 0; i < n; ++i) {
       const auto& x = saved[i];
       const auto sums = summed.to(x.device());
-      out[i] = at::batch_norm_backward_elemt(dys[i], x, means[i], invstds[i], saved[n + i],
+      out[i] = at::batch_norm_backward_elemt(dys[i], x, means[i], invstds[i],
+                                             batchnorm::in_dtype_of(saved[n + i], mean),
                                              sums.narrow(0, 0, channels), sums.narrow(0, channels, channels),
                                              counts.to(x.device()));
     }

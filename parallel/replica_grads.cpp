@@ -71,19 +71,28 @@ void reduce_into_first(const std::vector<std::vector<torch::Tensor>>& params, in
 #if FASTCPP_HAS_NCCL
   if (nccl) reduce_with_nccl(params);
 #endif
-  for (int r = 1; r < replicas; ++r)
+  for (int r = 1; r < replicas; ++r) {
+    // Each gradient added where replica 0's lies, no flat copies: one multi-tensor add
+    // for the replica (a kernel or two on a shared GPU, not one per parameter).
+    std::vector<torch::Tensor> totals, addends;
     for (size_t i = 0; i < params[0].size(); ++i) {
       auto& grad = params[static_cast<size_t>(r)][i].mutable_grad();
       if (!grad.defined()) continue;
-      if (!nccl) {  // each gradient added where it lies: no flat copies
+      if (!nccl) {
         auto& total = params[0][i].mutable_grad();
-        if (total.defined()) total.add_(grad.to(total.device(), /*non_blocking=*/true));
-        else total = grad.to(params[0][i].device(), /*non_blocking=*/false, /*copy=*/true);
+        if (total.defined()) {
+          totals.push_back(total);
+          addends.push_back(grad.to(total.device(), /*non_blocking=*/true));
+        } else {
+          total = grad.to(params[0][i].device(), /*non_blocking=*/false, /*copy=*/true);
+        }
       }
       // Made on the replica's stream, read on this one: not reused before that read is done.
       keep_for_current_stream(grad);
       grad = torch::Tensor();
     }
+    if (!totals.empty()) at::_foreach_add_(totals, addends);
+  }
 }
 
 }  // namespace fastcpp::distributed

@@ -2,18 +2,20 @@
 // SyncBatchNorm's synchronized arithmetic on one batch, with no communicator (what
 // bench/sync_batchnorm times against BatchNorm), checked against torch::batch_norm in
 // training: output (dtype and layout too), the gradients of input, weight and bias, and
-// the running statistics.
+// the running statistics. `parameters`: the layers' dtype (fp32 under autocast; a model
+// made fp16 as a whole has fp16 weights and statistics).
 #include "helpers.h"
 
 namespace fastcpp::testing {
 
 inline void check_synced_arithmetic_equals_batchnorm(const torch::TensorOptions& options, at::MemoryFormat format,
-                                                     double rtol, double atol) {
+                                                     double rtol, double atol,
+                                                     torch::Dtype parameters = torch::kFloat) {
   torch::manual_seed(0);
   const auto x = torch::randn({6, 4, 5, 3}).to(options).contiguous(format);
   const auto dy = torch::randn({6, 4, 5, 3}).to(options).contiguous(format);
   distributed::SyncBatchNorm synced(4), plain(4);
-  for (auto* bn : {&synced, &plain}) (*bn)->to(options.device());
+  for (auto* bn : {&synced, &plain}) (*bn)->to(options.device(), parameters);
   {
     torch::NoGradGuard no_grad;
     synced->weight.copy_(torch::rand({4}) + 0.5);

@@ -197,10 +197,13 @@ TEST_SUITE("gpu" * doctest::skip(!torch::cuda::is_available())) {
     check_syncbn_equals_batchnorm(36, kSharedGpuEnv);
   }
 
-  TEST_CASE("SyncBatchNorm's synced arithmetic on CUDA (ATen's kernels, no collective) equals cuDNN's BatchNorm") {
+  TEST_CASE("SyncBatchNorm's synced arithmetic on CUDA (ATen's kernels, no collective) equals BatchNorm, fp16 models too") {
     const auto cuda = torch::TensorOptions().device(kCuda0);
     check_synced_arithmetic_equals_batchnorm(cuda.dtype(torch::kFloat), at::MemoryFormat::Contiguous, 1e-4, 1e-5);
     check_synced_arithmetic_equals_batchnorm(cuda.dtype(torch::kHalf), at::MemoryFormat::ChannelsLast, 1e-2, 1e-2);
+    // A model made fp16 as a whole: the backward reads the weight in the statistics' fp32.
+    for (const auto format : {at::MemoryFormat::Contiguous, at::MemoryFormat::ChannelsLast})
+      check_synced_arithmetic_equals_batchnorm(cuda.dtype(torch::kHalf), format, 1e-2, 1e-2, torch::kHalf);
   }
 
   TEST_CASE("a pipeline over CUDA stages equals the plain model: outputs, gradients, training, GradientClip") {

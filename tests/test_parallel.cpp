@@ -3,6 +3,8 @@
 // accumulation, bf16 autocast in the replica threads, checkpoints of the plain model,
 // and clear errors. The same on CUDA devices is in the gpu suite.
 #include "helpers.h"
+#include "operator_count.h"
+#include "parallel/replica_grads.h"
 
 #include <functional>
 #include <mutex>
@@ -300,6 +302,37 @@ TEST_SUITE("parallel") {
     const auto& own = threads.at(probe->copy);
     CHECK(own.size() == 3 * (6 + 2));  // 3 epochs of 6 training and 2 validation batches
     CHECK(own.front() == std::this_thread::get_id());
+  }
+
+  TEST_CASE("the replicas' gradients reach replica 0's in one multi-tensor add per replica, not one per parameter") {
+    // Four replicas of four parameters; replica 0 has no gradient for the last one, and
+    // replica 3 sat the batch out (a short batch), so its gradients stay out of the sum.
+    torch::manual_seed(0);
+    std::vector<std::vector<torch::Tensor>> params(4);
+    for (auto& replica : params)
+      for (int64_t size : {3, 5, 7, 2}) {
+        replica.push_back(torch::zeros({size}).requires_grad_());
+        replica.back().mutable_grad() = torch::randn({size});
+      }
+    params[0][3].mutable_grad() = torch::Tensor();
+    std::vector<torch::Tensor> expected;
+    for (size_t i = 0; i < 4; ++i)
+      expected.push_back((i < 3 ? params[0][i].grad() : torch::zeros({2})) + params[1][i].grad() + params[2][i].grad());
+    const auto idle = params[3][0].grad().clone();
+
+    OperatorCount count;
+    count.start();
+    distributed::reduce_into_first(params, /*replicas=*/3, /*nccl=*/false);
+    const auto counts = count.stop();
+    // (On the CPU the multi-tensor add itself goes tensor by tensor; on a GPU it is a kernel.)
+    CHECK(counts.at("aten::_foreach_add_") == 2);
+    for (size_t i = 0; i < 4; ++i) {
+      CAPTURE(i);
+      CHECK(torch::equal(params[0][i].grad(), expected[i]));
+      CHECK_FALSE(params[1][i].grad().defined());  // the replicas' own are cleared
+      CHECK_FALSE(params[2][i].grad().defined());
+    }
+    CHECK(torch::equal(params[3][0].grad(), idle));
   }
 
   TEST_CASE("with gradient accumulation the replicas still equal one device") {
