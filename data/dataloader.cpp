@@ -69,7 +69,7 @@ void DataLoader::place_resident() {
   if (!device_.is_cuda() || !tensors || options_.resident == false || !tensors->x().is_cpu()) return;
   const int64_t bytes = tensors->x().nbytes() + tensors->y().nbytes();
   if (!options_.resident && bytes > device_memory_bytes(device_) / 4) return;
-  resident_ = std::make_shared<TensorDataset>(tensors->x().to(device_), tensors->y().to(device_));
+  resident_ = tensors->on(device_);
 }
 
 DataLoader::Iterator DataLoader::begin() {

@@ -37,7 +37,8 @@ struct DataLoaderOptions {
   int prefetch = 2;      // batches in flight per worker
   bool pin_memory = true;  // pin host batches when the device is CUDA (overlapped copies)
   // A TensorDataset on the host copied to the GPU once, its batches cut there (the same
-  // order and bytes as from the host, no copy per batch). Default: when the device is
+  // order and bytes as from the host, no copy per batch; loaders over one dataset share
+  // the copy). Default: when the device is
   // CUDA and the data take at most a quarter of its memory; false: never; true: always.
   std::optional<bool> resident;
   uint64_t seed = 0;
@@ -87,7 +88,7 @@ class DataLoader {
   const Dataset& source() const;
   void place_resident();
   DatasetPtr dataset_;
-  std::shared_ptr<TensorDataset> resident_;  // on device_, when options.resident allows
+  std::shared_ptr<const TensorDataset> resident_;  // on device_, when options.resident allows
   DataLoaderOptions options_;
   SamplerPtr sampler_;
   int64_t epoch_ = 0;

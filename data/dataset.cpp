@@ -3,6 +3,8 @@
 #include <torch/torch.h>
 
 #include <algorithm>
+#include <mutex>
+#include <utility>
 
 #include "core/device.h"
 #include "core/error.h"
@@ -35,10 +37,30 @@ Batch Dataset::get_batch(const std::vector<int64_t>& indices, uint64_t seed) con
   return collate(examples);
 }
 
-TensorDataset::TensorDataset(torch::Tensor x, torch::Tensor y) : x_(std::move(x)), y_(std::move(y)) {
+struct TensorDataset::DeviceCopies {
+  std::mutex mutex;
+  std::vector<std::pair<torch::Device, std::weak_ptr<const TensorDataset>>> held;
+};
+
+TensorDataset::TensorDataset(torch::Tensor x, torch::Tensor y)
+    : x_(std::move(x)), y_(std::move(y)), copies_(std::make_shared<DeviceCopies>()) {
   if (x_.dim() == 0 || y_.dim() == 0 || x_.size(0) != y_.size(0))
     throw Error("TensorDataset: x and y need the same first dimension, got x " + c10::str(x_.sizes()) + " and y " +
                 c10::str(y_.sizes()));
+}
+
+std::shared_ptr<const TensorDataset> TensorDataset::on(torch::Device device) const {
+  // Locked through the copy: a second loader asking meanwhile waits for it, not copies too.
+  std::lock_guard<std::mutex> lock(copies_->mutex);
+  auto& held = copies_->held;
+  held.erase(std::remove_if(held.begin(), held.end(), [](const auto& entry) { return entry.second.expired(); }),
+             held.end());
+  for (const auto& [where, copy] : held)
+    if (where == device)
+      if (auto shared = copy.lock()) return shared;
+  auto copy = std::make_shared<const TensorDataset>(x_.to(device), y_.to(device));
+  held.emplace_back(device, copy);
+  return copy;
 }
 
 namespace {

@@ -59,9 +59,15 @@ class TensorDataset : public Dataset {
 
   const torch::Tensor& x() const { return x_; }
   const torch::Tensor& y() const { return y_; }
+  // These data on `device`: copied at the first call and shared by every later one while
+  // any caller holds it, so that loaders over one dataset (train and valid cut from it by
+  // samplers) keep one copy on the GPU between them. Thread-safe.
+  std::shared_ptr<const TensorDataset> on(torch::Device device) const;
 
  private:
   torch::Tensor x_, y_;
+  struct DeviceCopies;
+  std::shared_ptr<DeviceCopies> copies_;  // shared by copies of this dataset: the same tensors
 };
 
 }  // namespace fastcpp

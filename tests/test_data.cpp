@@ -179,6 +179,21 @@ TEST_SUITE("data") {
     CHECK(error_of([&] { ds->get_batch({-1, 2}); }) == "TensorDataset: index -1 out of range for 4 items");
   }
 
+  TEST_CASE("TensorDataset::on: one copy per device, shared while held, let go with its last holder") {
+    auto ds = synthetic_dataset(6);
+    auto first = ds->on(torch::kCPU), second = ds->on(torch::kCPU);
+    CHECK(first == second);
+    CHECK(first->x().data_ptr() == ds->x().data_ptr());  // on its own device: the same tensors
+    const TensorDataset copy_of_ds = *ds;                // a copy of the dataset shares its copies
+    CHECK(copy_of_ds.on(torch::kCPU) == first);
+    const std::weak_ptr<const TensorDataset> watch = first;
+    first.reset();
+    CHECK_FALSE(watch.expired());
+    second.reset();
+    CHECK(watch.expired());  // the dataset itself does not keep it
+    CHECK(ds->on(torch::kCPU) != nullptr);
+  }
+
   TEST_CASE("TensorDataset: consecutive items are a view of the data, others a copy, with the same values") {
     auto ds = synthetic_dataset(6);
     const auto view = ds->get_batch({2, 3, 4});

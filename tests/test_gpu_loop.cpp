@@ -176,6 +176,19 @@ TEST_SUITE("gpu" * doctest::skip(!torch::cuda::is_available())) {
     }
   }
 
+  TEST_CASE("two loaders over one in-memory dataset share its one copy on the GPU") {
+    auto data = std::make_shared<TensorDataset>(torch::arange(64 * 4, torch::kFloat).view({64, 4}),
+                                                torch::arange(64, torch::kLong));
+    DataLoader train(data, {.bs = 8, .sampler = std::make_shared<SequentialSampler>(32)}),
+        valid(data, {.bs = 16});
+    train.to(kCuda0);
+    valid.to(kCuda0);
+    auto a = train.begin(), b = valid.begin();  // each first batch is a view of the resident copy
+    REQUIRE((train.resident() && valid.resident()));
+    CHECK((*a).x.data_ptr() == (*b).x.data_ptr());
+    CHECK(torch::equal((*b).x.cpu(), data->x().narrow(0, 0, 16)));
+  }
+
   TEST_CASE("a channels-last net with a one-channel stem and a 1x1 convolution steps with Adam's fused kernel") {
     // cuDNN may lay out such weights' gradients otherwise on their size-1 dimension;
     // the fused kernels take that, and so must the check that picks them.
