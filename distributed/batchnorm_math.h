@@ -35,7 +35,7 @@ torch::Tensor input_grad(const torch::Tensor& dy, const torch::Tensor& x_hat, co
                          double count, const torch::Tensor& invstd, const torch::Tensor& weight);
 
 // On CUDA: `weight` in the statistics' dtype (fp32 for fp16 or bf16 inputs), as ATen's
-// backward kernel reads it; the weight of a model made fp16 as a whole is fp16.
+// backward kernel wants it; the weight of a model made fp16 as a whole is fp16.
 // Undefined stays undefined.
 torch::Tensor in_dtype_of(const torch::Tensor& weight, const torch::Tensor& statistics);
 

@@ -73,7 +73,7 @@ void reduce_into_first(const std::vector<std::vector<torch::Tensor>>& params, in
 #endif
   for (int r = 1; r < replicas; ++r) {
     // Each gradient added where replica 0's lies, no flat copies: one multi-tensor add
-    // for the replica (a kernel or two on a shared GPU, not one per parameter).
+    // for the replica (a few kernels on a shared GPU, not one per parameter).
     std::vector<torch::Tensor> totals, addends;
     for (size_t i = 0; i < params[0].size(); ++i) {
       auto& grad = params[static_cast<size_t>(r)][i].mutable_grad();
