@@ -38,8 +38,8 @@ struct DataLoaderOptions {
   bool pin_memory = true;  // pin host batches when the device is CUDA (overlapped copies)
   // A TensorDataset on the host copied to the GPU once, its batches cut there (the same
   // order and bytes as from the host, no copy per batch; loaders over one dataset share
-  // the copy). Default: when the device is
-  // CUDA and the data take at most a quarter of its memory; false: never; true: always.
+  // the copy). Default: when the device is CUDA and the data take at most a quarter of
+  // its memory; false: never; true: always.
   std::optional<bool> resident;
   uint64_t seed = 0;
   SamplerPtr sampler;    // overrides shuffle

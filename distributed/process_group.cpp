@@ -278,8 +278,9 @@ void Communicator::barrier() {
   // everybody there by now, so that the barrier orders NCCL work too.
   c10d::BarrierOptions options;
   options.timeout = impl_->barrier_timeout;
-  if (impl_->gloo || !impl_->nccl) wait(impl_->backend_for(torch::empty({0})).barrier(options), "barrier");
+  if (impl_->gloo) wait(impl_->gloo->barrier(options), "barrier");
   if (impl_->nccl) wait(impl_->nccl->barrier(), "barrier");
+  if (!impl_->gloo && !impl_->nccl) impl_->backend_for(torch::empty({0}));  // says there is no Gloo
 }
 
 }  // namespace fastcpp::distributed
