@@ -130,7 +130,7 @@ def main():
                 correct += (pred.argmax(1) == yb).sum().item()
         print(f"epoch {epoch} train_loss {loss.item():.4f} valid_loss {valid_loss / len(x_test):.4f} "
               f"accuracy {correct / len(x_test):.4f} time {time.perf_counter() - start:.1f}s", flush=True)
-    print(f"peer: accuracy={correct / len(x_test):.4f} seconds={time.perf_counter() - start:.1f}")
+    print(f"peer: accuracy={correct / len(x_test):.4f} seconds={time.perf_counter() - start:.2f}")
 
 
 if __name__ == "__main__":

@@ -13,7 +13,8 @@
 # each side's own default memory layout (the example's is channels-last, PyTorch's and
 # fastai's contiguous); --memory-format sets the same layout on both sides.
 # Prints both whole-process wall times and test accuracies (per seed, then summed and
-# averaged over the seeds), and last the ratio.
+# averaged over the seeds), the ratio of the training loops' own times, and last the
+# ratio of the whole processes.
 set -euo pipefail
 source "$(dirname "$0")/../scripts/command_line.sh"
 cd "$(dirname "$0")/.."
@@ -62,15 +63,24 @@ for seed in ${seeds//,/ }; do
   py_seconds=$(seconds_since "$start")
   cpp_acc=$(grep -o 'final test accuracy: [0-9.]*' "$log/cpp.txt" | awk '{print $4}')
   py_acc=$(grep -o "^$peer_tag: accuracy=[0-9.]*" "$log/py.txt" | cut -d= -f2)
-  summary+=("$seed $cpp_seconds $cpp_acc $py_seconds $py_acc")
+  # The training loops alone (validation included), as each side times its own; fastai's
+  # script times its data loading and a second validation too, so only PyTorch's.
+  cpp_loop=$(grep -o 'training time: [0-9.]*' "$log/cpp.txt" | awk '{print $3}')
+  py_loop=
+  [ "$peer" = pytorch ] && py_loop=$(grep -o "^peer: accuracy=[0-9.]* seconds=[0-9.]*" "$log/py.txt" | sed 's/.*seconds=//')
+  summary+=("$seed $cpp_seconds $cpp_acc $py_seconds $py_acc ${cpp_loop:-0} ${py_loop:-0}")
 done
 
 # One line per seed, then the totals: the time ratio is total over total (the mean of the
-# ratios where the runs take about as long), the accuracies are means.
+# ratios where the runs take about as long), the accuracies are means. The training-time
+# ratio leaves out both start-ups (loading the data, CUDA's and Python's) and what the
+# example does after training (its pictures and checkpoint).
 echo
 printf '%s\n' "${summary[@]}" | awk -v peer="$peer_name" -v epochs="$epochs" -v threads="$threads" '
   { printf "seed %s: fastcpp %6.1fs accuracy %s, %s %6.1fs accuracy %s, ratio %.3f\n", $1, $2, $3, peer, $4, $5, $2 / $4
-    cs += $2; ca += $3; ps += $4; pa += $5; n++ }
+    cs += $2; ca += $3; ps += $4; pa += $5; cl += $6; pl += $7; n++ }
   END { printf "fastcpp  %6.1fs  accuracy %.4f\n", cs, ca / n
         printf "%-8s %6.1fs  accuracy %.4f  (%d epochs, %d threads, %d seed%s; times summed, accuracies averaged)\n", peer, ps, pa / n, epochs, threads, n, (n > 1 ? "s" : "")
+        if (cl > 0 && pl > 0)
+          printf "fastcpp/%s training-time ratio %.3f (the training loops alone: %.2fs vs %.2fs)\n", peer, cl / pl, cl, pl
         printf "fastcpp/%s time ratio %.3f\n", peer, cs / ps }'

@@ -126,7 +126,12 @@ std::string run(const Cell& cell, int warmup, int steps, bool distributed, const
   std::snprintf(line, sizeof line, "%s %lld %s %s %.1f img/s peak %.1f MiB", cell.arch.c_str(),
                 static_cast<long long>(cell.bs), cell.precision.c_str(), cell.layout.c_str(), images_per_s,
                 timer->peak_mib);
-  return line + (parallel.empty() ? "" : " parallel " + parallel);
+  std::string result = line + (parallel.empty() ? "" : " parallel " + parallel);
+  // The overhead measured is that of all-reducing: each training batch did.
+  if (const auto trainer = learn.get_cb<distributed::DistributedTrainer>())
+    result += " synchronized backward passes " + std::to_string(trainer->reductions()) + " of " +
+              std::to_string(learn.dls.train.size());
+  return result;
 }
 
 Cell make_cell(const std::string& arch, const std::string& precision, const std::string& layout) {

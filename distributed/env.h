@@ -20,9 +20,11 @@ struct DistEnv {
   bool agent_store = false;     // torchrun's agent already serves the store (TORCHELASTIC_USE_AGENT_STORE)
   std::string source = "none";  // which launcher's variables were read
 
-  // Started by a launcher: a distributed run, even of one process (PyTorch's DDP
-  // all-reduces at a world of 1 too). Whether there are peers is world_size > 1.
-  bool is_distributed() const { return source != "none"; }
+  // Started by torchrun or fastcpp-launch: a distributed run, even of one process
+  // (PyTorch's DDP all-reduces at a world of 1 too). Slurm and Open MPI set their
+  // variables in every job, so one task of theirs trains alone (no group on the node's
+  // shared default port). Whether there are peers is world_size > 1.
+  bool is_distributed() const { return source == "torchrun" || world_size > 1; }
 };
 
 // Throws fastcpp::Error naming the variable when a value is malformed or

@@ -66,6 +66,7 @@ int main(int argc, char** argv) {
   double lr = 1e-2;
   std::string data = vision::fashion_mnist_dir(), precision = "fp32", parallel, memory_format = "channels-last";
   std::string resident = "auto", time_split = "off";
+  bool deterministic = false;
   CommandLine cli("fashion_mnist", "Trains a small residual net on Fashion-MNIST with the one-cycle policy; prints "
                                    "the epoch table and the test accuracy, saves fashion_mnist.pt, "
                                    "fashion_mnist_loss.png, show_batch.png and show_results.png.");
@@ -82,6 +83,7 @@ int main(int argc, char** argv) {
   cli.flag("--resident", resident, "on a GPU, the images there once (auto: when they fit in a quarter of its memory)")
       .choices({"auto", "on", "off"});
   cli.flag("--time-split", time_split, "per epoch: data wait, training steps, validation").choices({"on", "off"});
+  cli.option("--deterministic", deterministic, "cuDNN's deterministic algorithms: a GPU run repeats bitwise");
   cli.example("fashion_mnist --epochs 1");
   cli.example("fashion_mnist --epochs 5 --precision bf16 --bs 512 --lr 2e-2   # on a GPU");
   cli.parse(argc, argv);
@@ -92,6 +94,10 @@ int main(int argc, char** argv) {
   }
   torch::set_num_threads(threads);
   torch::manual_seed(seed);  // the initial weights
+  if (deterministic) {  // fastai's set_seed(reproducible=True); the CPU's kernels are already
+    at::globalContext().setDeterministicCuDNN(true);
+    at::globalContext().setBenchmarkCuDNN(false);
+  }
 
   try {
     // Images stay uint8 in memory; each batch becomes float and is normalized on its device.
@@ -109,7 +115,11 @@ int main(int argc, char** argv) {
     if (memory_format == "channels-last") learn.to_channels_last();
     if (!parallel.empty()) learn.to_parallel(parse_devices(parallel));
     if (time_split == "on") learn.add_cb(std::make_shared<TimeSplit>());
+    const auto fit_start = std::chrono::steady_clock::now();
     learn.fit_one_cycle(epochs, lr);
+    // The training loop's own time, validation included: what a peer's loop times.
+    std::printf("training time: %.2f s\n",
+                std::chrono::duration<double>(std::chrono::steady_clock::now() - fit_start).count());
 
     // [valid_loss, accuracy] of the fit's last validation: no second pass over the test set.
     auto results = learn.recorder->valid_values();

@@ -299,7 +299,19 @@ TEST_SUITE("distributed") {
     CHECK(env.master_port == 12345);
     setenv("WORLD_SIZE", "two", 1);
     CHECK(error_of([] { distributed::read_env(); }) == "environment variable WORLD_SIZE='two' is not an integer");
+    setenv("WORLD_SIZE", "1", 1);
+    setenv("RANK", "0", 1);
+    setenv("LOCAL_RANK", "0", 1);
+    CHECK(distributed::read_env().is_distributed());  // torchrun's world of 1 is still DDP
     for (const char* name : {"RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_PORT"}) unsetenv(name);
     CHECK(!distributed::read_env().is_distributed());
+    // Slurm's variables are in every job: its one task is a single process, two are a world.
+    setenv("SLURM_PROCID", "0", 1);
+    setenv("SLURM_NTASKS", "1", 1);
+    CHECK(distributed::read_env().source == "slurm");
+    CHECK(!distributed::read_env().is_distributed());
+    setenv("SLURM_NTASKS", "2", 1);
+    CHECK(distributed::read_env().is_distributed());
+    for (const char* name : {"SLURM_PROCID", "SLURM_NTASKS"}) unsetenv(name);
   }
 }

@@ -503,4 +503,28 @@ TEST_SUITE("learner") {
     CHECK(deep == shallow);
     CHECK(shallow <= 40);
   }
+
+  // On a GPU a value read back to the host (aten::_local_scalar_dense: item(), a bool of
+  // a tensor) stops the host until the GPU catches up. On the CPU the label check reads
+  // one per loss call (on a GPU it reads behind an event); nothing else in a training
+  // batch may: the Recorder's smoothed loss, a metric, the progress table, GradientClip
+  // and MixUp keep their values on the device.
+  TEST_CASE("a training batch reads nothing back to the host but the label check, GradientClip and MixUp included") {
+    auto reads = [](std::vector<CallbackPtr> cbs) {
+      OperatorCount count;
+      auto gen = at::make_generator<at::CPUGeneratorImpl>(6);
+      auto data = std::make_shared<TensorDataset>(torch::randn({256, 1, 28, 28}, gen), torch::randint(10, {256}, gen));
+      cbs.push_back(std::make_shared<ProgressCallback>(false));
+      Learner learn(DataLoaders{DataLoader(data, {.bs = 32, .shuffle = true}), DataLoader(data, {.bs = 64})}, small_cnn(1),
+                    CrossEntropyLoss(), {metrics::accuracy()}, {.cbs = std::move(cbs), .device = torch::kCPU, .progress = false});
+      silence(learn);
+      auto window = learn.add_cb(CountOneBatch(count));
+      learn.fit_one_cycle(1, 1e-2);
+      REQUIRE(total(window->counts) > 0);
+      return window->counts["aten::_local_scalar_dense"];
+    };
+    CHECK(reads({}) == 1);
+    CHECK(reads({std::make_shared<GradientClip>(1.0)}) == 1);
+    CHECK(reads({std::make_shared<MixUp>()}) == 2);  // its loss is two cross-entropies
+  }
 }

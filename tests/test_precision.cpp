@@ -10,6 +10,7 @@
 #include <sstream>
 
 #include "helpers.h"
+#include "operator_count.h"
 
 using namespace fastcpp;
 using namespace fastcpp::testing;
@@ -49,6 +50,25 @@ TEST_SUITE("precision") {
       CHECK(scaler.get_scale() == fx["scale." + key][0]);
       CHECK(torch::equal(param.detach(), torch::tensor(fx["param." + key], torch::kFloat)));
     }
+  }
+
+  // On a GPU each value read back to the host (aten::_local_scalar_dense) waits for it:
+  // the scale and its history stay on the gradients' device, read when asked.
+  TEST_CASE("GradScaler reads one value back to the host per step, found_inf, and none to scale or update") {
+    auto param = torch::ones({4}, torch::kFloat).requires_grad_(true);
+    auto opt = sgd()({ParamGroup{{param}, {}, {}}});
+    opt->set_hyper("lr", 0.1);
+    GradScaler scaler({.init_scale = 1024, .growth_interval = 2});
+    OperatorCount count;
+    count.start();
+    for (int k = 0; k < 5; ++k) {
+      scaler.scale((param * param).sum()).backward();
+      scaler.step(*opt);
+      scaler.update();
+      opt->zero_grad();
+    }
+    CHECK(count.stop()["aten::_local_scalar_dense"] == 5);
+    CHECK(scaler.history() == std::vector<double>{1024, 2048, 2048, 4096, 4096});
   }
 
   TEST_CASE("fp16 on the CPU is an error that suggests bf16") {
