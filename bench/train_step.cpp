@@ -127,7 +127,8 @@ std::string run(const Cell& cell, int warmup, int steps, bool distributed, const
                 static_cast<long long>(cell.bs), cell.precision.c_str(), cell.layout.c_str(), images_per_s,
                 timer->peak_mib);
   std::string result = line + (parallel.empty() ? "" : " parallel " + parallel);
-  // The overhead measured is that of all-reducing: each training batch did.
+  // Under to_distributed, how many training batches all-reduced their gradients: the
+  // overhead timed is DDP's only if all of them did.
   if (const auto trainer = learn.get_cb<distributed::DistributedTrainer>())
     result += " synchronized backward passes " + std::to_string(trainer->reductions()) + " of " +
               std::to_string(learn.dls.train.size());

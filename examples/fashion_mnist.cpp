@@ -94,7 +94,7 @@ int main(int argc, char** argv) {
   }
   torch::set_num_threads(threads);
   torch::manual_seed(seed);  // the initial weights
-  if (deterministic) {  // fastai's set_seed(reproducible=True); the CPU's kernels are already
+  if (deterministic) {  // fastai's set_seed(reproducible=True); the CPU's kernels repeat already
     at::globalContext().setDeterministicCuDNN(true);
     at::globalContext().setBenchmarkCuDNN(false);
   }
