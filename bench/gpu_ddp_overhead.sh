@@ -16,4 +16,4 @@ ddp=$(RANK=0 WORLD_SIZE=1 LOCAL_RANK=0 LOCAL_WORLD_SIZE=1 MASTER_ADDR=127.0.0.1 
       "$bench" "${args[@]}" --distributed)
 echo "distributed: $ddp"
 awk -v a="$(awk '{print $5}' <<<"$plain")" -v b="$(awk '{print $5}' <<<"$ddp")" \
-  'BEGIN {printf "DDP overhead at world size 1 (NCCL): %.1f%% (goal <= 3%%)\n", (a / b - 1) * 100}'
+  'BEGIN {printf "DDP overhead at world size 1 (NCCL): %.2f%% (goal <= 3%%)\n", (a / b - 1) * 100}'

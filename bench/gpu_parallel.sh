@@ -26,7 +26,7 @@ for cell in "${cells[@]}"; do
   shared=$("$bench" "${args[@]}" --parallel cuda:0,cuda:0)
   echo "2 replicas, 1 GPU:   $shared"
   awk -v a="$(rate "$one")" -v b="$(rate "$shared")" -v c="$arch $precision $layout" \
-    'BEGIN {printf "to_parallel {cuda:0, cuda:0} %s: %.2fx the images/s of 1 replica (goal >= 0.85x)\n", c, b / a}'
+    'BEGIN {printf "to_parallel {cuda:0, cuda:0} %s: %.3fx the images/s of 1 replica (goal >= 0.85x)\n", c, b / a}'
   if [ "$gpus" -gt 1 ]; then
     every=$("$bench" "${args[@]}" --parallel all)
     echo "$gpus replicas, $gpus GPUs: $every"

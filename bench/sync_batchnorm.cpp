@@ -145,7 +145,7 @@ int main(int argc, char** argv) {
                 "forward+backward of the %zu layers\n",
                 plain_ms, synced_ms, arithmetic_ms, layers.size());
     std::printf("SyncBatchNorm's synced path on %s, world 1 (ResNet-50's BatchNorm layers, batch 128, fp16 "
-                "channels-last): %.2fx the forward+backward rate of BatchNorm (goal >= 0.9x)\n",
+                "channels-last): %.3fx the forward+backward rate of BatchNorm (goal >= 0.9x)\n",
                 backend.c_str(), plain_ms / synced_ms);
     std::printf("SyncBatchNorm's synced arithmetic alone (the same kernels, no collective): %.2fx the "
                 "forward+backward rate of BatchNorm\n",

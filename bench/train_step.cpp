@@ -131,7 +131,7 @@ std::string run(const Cell& cell, int warmup, int steps, bool distributed, const
   // overhead timed is DDP's only if all of them did.
   if (const auto trainer = learn.get_cb<distributed::DistributedTrainer>())
     result += " synchronized backward passes " + std::to_string(trainer->reductions()) + " of " +
-              std::to_string(learn.dls.train.size());
+              std::to_string(warmup + steps);  // the timer ends the fit after them
   return result;
 }
 

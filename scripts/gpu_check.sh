@@ -98,13 +98,16 @@ if [[ " $stages " == *" test "* ]]; then
   export FASTCPP_FASHION_MNIST="$bundle/data/fashion-mnist"  # the install test trains on it
   start=$(now)
   # Not the fuzzing and multi-host entries: CPU-only, checked by CI, minutes of device
-  # time. For the goals, the GPU entries alone.
-  select=(-E '^(fuzz_|multinode$)')
-  [ $goals -eq 1 ] && select=(-R '^gpu')
+  # time. For the goals, the GPU entries alone, and a hung one may not take half the call.
+  select=(-E '^(fuzz_|multinode$)' --timeout 250)
+  [ $goals -eq 1 ] && select=(-R '^gpu' --timeout 150)
   left=$((call_seconds - $(since "$call_start")))
-  (cd "$build" && timeout -k 10 "$((left > 60 ? left : 60))" ctest --output-on-failure -j 4 --timeout 250 "${select[@]}") \
+  (cd "$build" && timeout -k 10 "$((left > 60 ? left : 60))" ctest --output-on-failure -j 4 "${select[@]}") \
     > "$out/tests.log" 2>&1
-  [ $? -eq 124 ] && row tests "cut at the call's $call_seconds s: the entries that had not ended are in tests.log"
+  status=$?
+  if [ $status -eq 124 ] || [ $status -eq 137 ]; then
+    row tests "cut at the call's $call_seconds s: the entries that had not ended are in tests.log"
+  fi
   row tests "$(grep -E 'tests passed|tests failed' "$out/tests.log" | tail -1) in $(since "$start") s (log: tests.log)"
   row "gpu suite" "$(grep -A3 -E '^ *[0-9]+/[0-9]+ Test +#[0-9]+: gpu ' "$out/tests.log" | head -1 | sed 's/  */ /g')"
   grep -E '\(Failed\)|\(Skipped\)|\(Timeout\)|\(SEGFAULT\)' "$out/tests.log" | while read -r line; do row "not passed" "$line"; done
@@ -163,7 +166,7 @@ example_fast() {
 peer_race() {
   bench/fashion_mnist_vs_python.sh --epochs 5 --data "$bundle/data/fashion-mnist" --build "$build" --python "$python" \
     --memory-format contiguous --resident on | tee "$scratch/peer_race.txt" || return 1
-  awk '/training-time ratio/ {printf "example / PyTorch loop, batch 128 fp32 contiguous, data on the GPU, training time: %.2fx (goal: <= 0.6x)\n", $4}
+  awk '/training-time ratio/ {printf "example / PyTorch loop, batch 128 fp32 contiguous, data on the GPU, training time: %sx (goal: <= 0.6x)\n", $4}
        / time ratio/ {printf "example / PyTorch loop, the same, whole processes: %.2fx\n", $NF}' "$scratch/peer_race.txt"
 }
 
@@ -171,7 +174,7 @@ peer_race() {
 # seed, the second with every kernel launch blocking: a stream race shows as a difference
 # (cuDNN's deterministic algorithms: a difference is not an algorithm's atomics).
 stream_race() {
-  local args=(--epochs 1 --data "$bundle/data/fashion-mnist" --precision fp16 --parallel cuda:0,cuda:0 --seed 7 --deterministic)
+  local args=(--epochs 1 --precision fp16 --parallel cuda:0,cuda:0 --seed 7 --deterministic)  # example() adds --data
   example "${args[@]}" > "$scratch/race_async.txt" || { echo "stream race stress: the asynchronous run failed"; return 1; }
   CUDA_LAUNCH_BLOCKING=1 example "${args[@]}" > "$scratch/race_blocking.txt" ||
     { echo "stream race stress: the blocking run failed"; return 1; }
@@ -234,6 +237,7 @@ if [ -s "$out/bench.log" ]; then
       op = substr(spec, match(spec, /(>=|<=)/), 2); target = substr(spec, RSTART + 3) + 0
       met = (op == ">=") ? (figure + 0 >= target) : (figure + 0 <= target)
       if (figure == "" || $0 ~ /(^|[^a-z])(inf|nan)([^a-z]|x|$)/) met = 0  # no figure, or a broken one ("infx")
+      if ($0 ~ /only [0-9]+ of [0-9]+ cells/) met = 0  # a goal over every cell, from part of them
       printf "| %s | %s | %s |\n", $0, figure, (met ? "met" : "NOT met")}'
     # Every goal of the stages that ran has a row: one whose step printed no figure (cut
     # by the call's limit, failed) says so. Each goal here is the start of its line.
