@@ -15,7 +15,7 @@ traces=${2:-}
 bench=${1:-build}/bench/bench_train_step
 rate() { awk '{print $5}' <<<"$1"; }
 gpus=$(nvidia-smi -L 2>/dev/null | wc -l || true)
-# The issue's two cells: ResNet-18 fp32 and ResNet-50 fp16 channels-last (goal >= 0.85x).
+# The two cells with a goal: ResNet-18 fp32 and ResNet-50 fp16 channels-last (>= 0.85x).
 cells=("resnet18 fp32 contiguous" "resnet50 fp16 channels_last")
 for cell in "${cells[@]}"; do
   read -r arch precision layout <<<"$cell"

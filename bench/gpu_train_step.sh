@@ -40,7 +40,7 @@ report() {
   echo "|---|---|---|---|---|---|---|---|---|"
   join <(key "$tmp/fastcpp") <(key "$tmp/eager") |
     awk '{split($1, k, "/"); printf "| %s | %s | %s | %s | %s | %s | %.2fx | %s | %s |\n", k[1], $2, k[2], k[3], $3, $6, $3 / $6, $4, $7}'
-  # The figures the GPU issue sets goals for, from fastcpp's cells above. A goal over
+  # The figures with goals, from fastcpp's cells above. A goal over
   # every cell, read off part of them (a run cut by its limit), says so: not met.
   local joined partial=""
   joined=$(join <(key "$tmp/fastcpp") <(key "$tmp/eager") | wc -l)
