@@ -38,13 +38,14 @@ report() {
   echo "Medians of $1 round$([ "$1" -eq 1 ] || echo s) alternating cell by cell (rounds took ${round_times# }):"
   echo "| model | batch | precision | layout | fastcpp img/s | eager img/s | fastcpp / eager | fastcpp peak MiB | eager peak MiB |"
   echo "|---|---|---|---|---|---|---|---|---|"
-  join <(key "$tmp/fastcpp") <(key "$tmp/eager") |
-    awk '{split($1, k, "/"); printf "| %s | %s | %s | %s | %s | %s | %.2fx | %s | %s |\n", k[1], $2, k[2], k[3], $3, $6, $3 / $6, $4, $7}'
-  # The figures with goals, from fastcpp's cells above. A goal over
-  # every cell, read off part of them (a run cut by its limit), says so: not met.
-  local joined partial=""
-  joined=$(join <(key "$tmp/fastcpp") <(key "$tmp/eager") | wc -l)
-  [ "$joined" -lt "$(grep -c . <<<"$cells")" ] && partial="only $joined of $(grep -c . <<<"$cells") cells; "
+  join <(key "$tmp/fastcpp") <(key "$tmp/eager") > "$tmp/joined"  # the cells both sides timed
+  awk '{split($1, k, "/"); printf "| %s | %s | %s | %s | %s | %s | %.2fx | %s | %s |\n", k[1], $2, k[2], k[3], $3, $6, $3 / $6, $4, $7}' "$tmp/joined"
+  # The figures with goals, from fastcpp's cells above. A goal over every cell, read off
+  # part of them (a run cut by its limit), says so: not met.
+  local joined total partial=""
+  joined=$(wc -l < "$tmp/joined")
+  total=$(grep -c . <<<"$cells")
+  [ "$joined" -lt "$total" ] && partial="only $joined of $total cells; "
   [ "$1" -lt "$rounds" ] && partial="$partial$1 of $rounds rounds; "
   echo
   for arch in resnet18 resnet50; do
@@ -57,12 +58,10 @@ report() {
       echo "resnet50 fp16 channels-last: $best img/s (goal on an H100: >= 4000 img/s)"
     fi
   done
-  join <(key "$tmp/fastcpp") <(key "$tmp/eager") |
-    awk -v partial="$partial" '$6 > 0 {r = $3 / $6; if (!n++ || r < lo) {lo = r; cell = $1}}
-         END {if (n) printf "slowest cell, fastcpp / eager: %.3fx (%s; %sgoal: >= 1.0x in every cell)\n", lo, cell, partial}'
-  join <(key "$tmp/fastcpp") <(key "$tmp/eager") |
-    awk -v partial="$partial" '$7 > 0 {r = ($4 / $7 - 1) * 100; if (!n++ || r > hi) {hi = r; cell = $1}}
-         END {if (n) printf "largest peak memory, fastcpp over eager: %+.2f%% (%s; %sgoal: <= 1%% in every cell)\n", hi, cell, partial}'
+  awk -v partial="$partial" '$6 > 0 {r = $3 / $6; if (!n++ || r < lo) {lo = r; cell = $1}}
+         END {if (n) printf "slowest cell, fastcpp / eager: %.3fx (%s; %sgoal: >= 1.0x in every cell)\n", lo, cell, partial}' "$tmp/joined"
+  awk -v partial="$partial" '$7 > 0 {r = ($4 / $7 - 1) * 100; if (!n++ || r > hi) {hi = r; cell = $1}}
+         END {if (n) printf "largest peak memory, fastcpp over eager: %+.2f%% (%s; %sgoal: <= 1%% in every cell)\n", hi, cell, partial}' "$tmp/joined"
 }
 
 cells=$("$build/bench/bench_train_step" --list "$@")

@@ -276,11 +276,11 @@ void Communicator::barrier() {
   // is an all-reduce under the group's timeout (its watchdog would abort a rank that
   // waits out a peer's checkpoint longer than that). Then through NCCL when there is one,
   // everybody there by now, so that the barrier orders NCCL work too.
+  if (!impl_->gloo && !impl_->nccl) impl_->backend_for(torch::empty({0}));  // throws its "no Gloo" error
   c10d::BarrierOptions options;
   options.timeout = impl_->barrier_timeout;
   if (impl_->gloo) wait(impl_->gloo->barrier(options), "barrier");
   if (impl_->nccl) wait(impl_->nccl->barrier(), "barrier");
-  if (!impl_->gloo && !impl_->nccl) impl_->backend_for(torch::empty({0}));  // says there is no Gloo
 }
 
 }  // namespace fastcpp::distributed
