@@ -33,14 +33,14 @@ Batch DataLoader::make_batch(const std::vector<int64_t>& order, int64_t epoch, s
   const auto bs = static_cast<size_t>(options_.bs);
   const auto first = order.begin() + static_cast<std::ptrdiff_t>(b * bs);
   const auto last = order.begin() + static_cast<std::ptrdiff_t>(std::min(order.size(), (b + 1) * bs));
-  const uint64_t seed = mix_seed(mix_seed(options_.seed, static_cast<uint64_t>(epoch)), b);
+  const uint64_t seed = batch_seed(epoch, b);
   Batch batch;
   try {
     batch = source().get_batch(std::vector<int64_t>(first, last), seed);
   } catch (const Error& e) {
     throw Error(std::string(e.what()) + " (batch " + std::to_string(b) + " of epoch " + std::to_string(epoch) + ")");
   }
-  if (device_.is_cpu()) return apply_batch_tfms(std::move(batch));  // on the worker: the consumer stays free
+  if (device_.is_cpu()) return apply_batch_tfms(std::move(batch), seed);  // on the worker: the consumer stays free
   if (device_.is_cuda() && options_.pin_memory && batch.x.is_cpu()) {
     batch.x = batch.x.pin_memory();
     batch.y = batch.y.pin_memory();
@@ -48,16 +48,21 @@ Batch DataLoader::make_batch(const std::vector<int64_t>& order, int64_t epoch, s
   return batch;
 }
 
-Batch DataLoader::apply_batch_tfms(Batch batch) const {
+uint64_t DataLoader::batch_seed(int64_t epoch, size_t b) const {
+  return mix_seed(mix_seed(options_.seed, static_cast<uint64_t>(epoch)), b);
+}
+
+Batch DataLoader::apply_batch_tfms(Batch batch, uint64_t seed) const {
+  for (const auto& augment : options_.aug_tfms) batch = augment->apply(std::move(batch), seed);
   for (const auto& tfm : options_.batch_tfms) batch.x = tfm(batch.x);
   return batch;
 }
 
-Batch DataLoader::finish(Batch batch) const {
+Batch DataLoader::finish(Batch batch, int64_t epoch, size_t b) const {
   if (device_.is_cpu()) return batch;  // the worker transformed it
   batch.x = batch.x.to(device_, /*non_blocking=*/true);  // a no-op for data already on the device
   batch.y = batch.y.to(device_, /*non_blocking=*/true);
-  return apply_batch_tfms(std::move(batch));
+  return apply_batch_tfms(std::move(batch), batch_seed(epoch, b));
 }
 
 const Dataset& DataLoader::source() const { return resident_ ? *resident_ : *dataset_; }
@@ -79,7 +84,7 @@ DataLoader::Iterator DataLoader::begin() {
 
 DataLoader::Iterator DataLoader::end() { return Iterator(); }
 
-DataLoader::Iterator::Iterator(const DataLoader* loader, int64_t epoch) : loader_(loader), done_(false) {
+DataLoader::Iterator::Iterator(const DataLoader* loader, int64_t epoch) : loader_(loader), epoch_(epoch), done_(false) {
   auto order = std::make_shared<const std::vector<int64_t>>(loader->order(epoch));
   // Batches cut from resident data are a kernel launch each: the consumer's thread does it.
   const int workers = loader->resident() ? 0 : loader->options().workers;
@@ -102,7 +107,7 @@ void DataLoader::Iterator::fetch() {
     return;
   }
   batch_ = {};  // the last batch goes before the next one reaches the device
-  batch_ = loader_->finish(pipeline_->next());
+  batch_ = loader_->finish(pipeline_->next(), epoch_, next_batch_++);
 }
 
 }  // namespace fastcpp

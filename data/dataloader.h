@@ -22,6 +22,7 @@
 #include <optional>
 #include <vector>
 
+#include "data/batch_augment.h"
 #include "data/batch_pipeline.h"
 #include "data/batch_transforms.h"
 #include "data/dataset.h"
@@ -44,6 +45,9 @@ struct DataLoaderOptions {
   uint64_t seed = 0;
   SamplerPtr sampler;    // overrides shuffle
   std::vector<BatchTransform> batch_tfms;
+  // Random batch transforms (vision::aug_transforms), before batch_tfms, on the device;
+  // see data/batch_augment.h.
+  std::vector<BatchAugmentPtr> aug_tfms;
 };
 
 class DataLoader {
@@ -76,14 +80,17 @@ class DataLoader {
   // Batch b of an epoch as a worker builds it: on the host, or cut from the resident
   // copy on the device (batch transforms included when the device is the CPU).
   Batch make_batch(const std::vector<int64_t>& order, int64_t epoch, size_t b) const;
-  // A worker's batch moved to the device and transformed there, as the consumer finishes it.
-  Batch finish(Batch batch) const;
+  // Batch b of an epoch from a worker, moved to the device and transformed there, as the
+  // consumer finishes it.
+  Batch finish(Batch batch, int64_t epoch, size_t b) const;
+  // Where every random draw of batch b of an epoch comes from (item and batch transforms).
+  uint64_t batch_seed(int64_t epoch, size_t b) const;
 
   Iterator begin();
   Iterator end();
 
  private:
-  Batch apply_batch_tfms(Batch batch) const;
+  Batch apply_batch_tfms(Batch batch, uint64_t seed) const;
   // The dataset batches are cut from: the resident copy on the device, or the dataset.
   const Dataset& source() const;
   void place_resident();
@@ -111,6 +118,8 @@ class DataLoader::Iterator {
   const DataLoader* loader_ = nullptr;
   std::shared_ptr<BatchPipeline> pipeline_;
   Batch batch_;
+  int64_t epoch_ = 0;
+  size_t next_batch_ = 0;
   bool done_ = true;
 };
 

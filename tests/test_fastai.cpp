@@ -5,6 +5,7 @@
 #include <set>
 
 #include "helpers.h"
+#include "vision/augment.h"
 
 using namespace fastcpp;
 using namespace fastcpp::testing;
@@ -358,6 +359,43 @@ TEST_SUITE("fastai") {
     counted->reset();
     counted->accumulate(learn);
     CHECK(counted->value() < 1.0);  // fastai's way: the void pixels' predictions count in the union
+  }
+
+  TEST_CASE("aug_transforms with fastai's draws: fastai's images and masks") {
+    const auto fx = fixture("augment.txt");
+    const auto x = torch::tensor(fx.at("x"), torch::kFloat).view({3, 3, 12, 16});
+    const auto mask = torch::tensor(fx.at("mask"), torch::kDouble).to(torch::kLong).view({3, 12, 16});
+    const std::map<std::string, vision::AugOptions> cases{
+        {"default", {}},
+        {"dihedral_zeros", {.flip_vert = true, .max_lighting = 0, .max_warp = 0, .pad_mode = vision::PadMode::Zeros}},
+        {"resize_border", {.max_lighting = 0, .size = std::pair<int64_t, int64_t>{5, 6}, .pad_mode = vision::PadMode::Border}},
+        {"shrink", {.max_lighting = 0, .max_warp = 0, .size = std::pair<int64_t, int64_t>{4, 5}}},
+        {"unaligned", {.max_lighting = 0, .align_corners = false}}};
+    for (const auto& [name, options] : cases) {
+      CAPTURE(name);
+      auto draw = [&](const std::string& key, size_t i, double neutral) {
+        const auto it = fx.find(name + "." + key);
+        return it == fx.end() ? neutral : it->second.at(i);
+      };
+      std::vector<vision::AugDraw> draws(3);
+      for (size_t i = 0; i < 3; ++i)
+        draws[i] = {.dihedral = static_cast<int>(draw("dihedral", i, draw("flip", i, 0))),
+                    .rotate = draw("rotate", i, 0),
+                    .zoom = draw("zoom", i, 1),
+                    .zoom_col = draw("zoom_col", i, 0.5),
+                    .zoom_row = draw("zoom_row", i, 0.5),
+                    .warp_x = draw("warp_x", i, 0),
+                    .warp_y = draw("warp_y", i, 0),
+                    .brightness = draw("brightness", i, 0.5),
+                    .contrast = draw("contrast", i, 1)};
+      const auto out = vision::AugTransforms(options).apply_draws({x.clone(), mask.clone()}, draws);
+      const auto shape = fx.at(name + ".x_shape");
+      const auto expected = torch::tensor(fx.at(name + ".x"), torch::kFloat).view({3, 3, int64_t(shape[2]), int64_t(shape[3])});
+      REQUIRE(out.x.sizes() == expected.sizes());
+      CHECK((out.x - expected).abs().max().item<double>() < 2e-5);
+      const auto expected_mask = torch::tensor(fx.at(name + ".mask"), torch::kDouble).to(torch::kLong).view_as(out.y);
+      CHECK(torch::equal(out.y, expected_mask));
+    }
   }
 
   TEST_CASE("MixUp and CutMix after the same seed: fastai's images, lam, shuffled targets and loss") {

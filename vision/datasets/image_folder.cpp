@@ -171,8 +171,10 @@ DataLoaders ImageDataLoaders::from_folder(const std::string& root, FromFolderOpt
   // transforms they just become float.
   auto tfms = o.batch_tfms.empty() ? std::vector<BatchTransform>{IntToFloat()} : o.batch_tfms;
   auto vocab = train->vocab();
-  return {DataLoader(train, {.bs = o.bs, .shuffle = true, .drop_last = true, .workers = workers, .seed = o.seed, .batch_tfms = tfms}),
-          DataLoader(valid, {.bs = 2 * o.bs, .workers = workers, .seed = o.seed, .batch_tfms = tfms}), std::move(vocab)};
+  return {DataLoader(train, {.bs = o.bs, .shuffle = true, .drop_last = true, .workers = workers, .seed = o.seed, .batch_tfms = tfms,
+                                 .aug_tfms = o.aug_tfms}),
+          DataLoader(valid, {.bs = 2 * o.bs, .workers = workers, .seed = o.seed, .batch_tfms = tfms,
+                             .aug_tfms = validation_forms(o.aug_tfms)}), std::move(vocab)};
 }
 
 }  // namespace fastcpp::vision

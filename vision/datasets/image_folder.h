@@ -77,6 +77,7 @@ struct FromFolderOptions {
   std::vector<ItemTransform> item_tfms;
   std::vector<BatchTransform> batch_tfms;
   bool skip_bad = false;
+  std::vector<BatchAugmentPtr> aug_tfms;  // the training batches' (aug_transforms); validation gets their resize at most
 };
 
 struct ImageDataLoaders {

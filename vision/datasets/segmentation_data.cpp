@@ -113,8 +113,10 @@ DataLoaders SegmentationDataLoaders::from_label_func(const std::vector<std::stri
   auto valid = std::make_shared<SegmentationDataset>(all.subset(valid_idx).with_options(valid_options));
   const int workers = o.workers >= 0 ? o.workers : static_cast<int>(std::thread::hardware_concurrency());
   auto tfms = o.batch_tfms.empty() ? std::vector<BatchTransform>{IntToFloat()} : o.batch_tfms;
-  return {DataLoader(train, {.bs = o.bs, .shuffle = true, .drop_last = true, .workers = workers, .seed = o.seed, .batch_tfms = tfms}),
-          DataLoader(valid, {.bs = 2 * o.bs, .workers = workers, .seed = o.seed, .batch_tfms = tfms}), std::move(codes)};
+  return {DataLoader(train, {.bs = o.bs, .shuffle = true, .drop_last = true, .workers = workers, .seed = o.seed, .batch_tfms = tfms,
+                                 .aug_tfms = o.aug_tfms}),
+          DataLoader(valid, {.bs = 2 * o.bs, .workers = workers, .seed = o.seed, .batch_tfms = tfms,
+                             .aug_tfms = validation_forms(o.aug_tfms)}), std::move(codes)};
 }
 
 DataLoaders SegmentationDataLoaders::from_folders(const std::string& images_dir, const std::string& masks_dir,

@@ -67,6 +67,7 @@ struct SegmentationLoadersOptions {
   std::vector<BatchTransform> batch_tfms;  // default: IntToFloat
   std::optional<int64_t> void_index;
   int mask_fill = 0;
+  std::vector<BatchAugmentPtr> aug_tfms;  // the training batches' (aug_transforms), masks moved with their images
 };
 
 struct SegmentationDataLoaders {

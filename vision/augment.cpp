@@ -1,0 +1,275 @@
+#include "vision/augment.h"
+
+#include <torch/torch.h>
+
+#include <algorithm>
+#include <array>
+#include <cmath>
+#include <limits>
+#include <string>
+
+#include "core/error.h"
+#include "data/random.h"
+
+namespace fastcpp::vision {
+namespace {
+
+using Mat3 = std::array<std::array<double, 3>, 3>;
+
+constexpr Mat3 kIdentity{{{1, 0, 0}, {0, 1, 0}, {0, 0, 1}}};
+
+Mat3 operator*(const Mat3& a, const Mat3& b) {
+  Mat3 c{};
+  for (int i = 0; i < 3; ++i)
+    for (int j = 0; j < 3; ++j)
+      for (int k = 0; k < 3; ++k) c[i][j] += a[i][k] * b[k][j];
+  return c;
+}
+
+// fastai's dihedral_mat: index 1 is the left-right flip (flip_mat).
+Mat3 dihedral_mat(int index) {
+  static constexpr int xs[] = {1, -1, 1, -1, -1, 1, 1, -1}, ys[] = {1, 1, -1, 1, -1, -1, 1, -1};
+  static constexpr int m0[] = {1, 1, 1, 0, 1, 0, 0, 0}, m1[] = {0, 0, 0, 1, 0, 1, 1, 1};
+  const int i = index;
+  return {{{double(xs[i] * m0[i]), double(xs[i] * m1[i]), 0}, {double(ys[i] * m1[i]), double(ys[i] * m0[i]), 0}, {0, 0, 1}}};
+}
+
+Mat3 rotate_mat(double degrees) {
+  const double t = degrees * M_PI / 180, c = std::cos(t), s = std::sin(t);
+  return {{{c, s, 0}, {-s, c, 0}, {0, 0, 1}}};
+}
+
+Mat3 zoom_mat(double zoom, double col, double row) {
+  const double s = 1 / zoom;
+  return {{{s, 0, (1 - s) * (2 * col - 1)}, {0, s, (1 - s) * (2 * row - 1)}, {0, 0, 1}}};
+}
+
+// Solves a x = b (8 unknowns) by Gaussian elimination with partial pivoting.
+std::array<double, 8> solve8(std::array<std::array<double, 9>, 8> a) {
+  for (int col = 0; col < 8; ++col) {
+    int pivot = col;
+    for (int r = col + 1; r < 8; ++r)
+      if (std::abs(a[r][col]) > std::abs(a[pivot][col])) pivot = r;
+    std::swap(a[col], a[pivot]);
+    for (int r = 0; r < 8; ++r) {
+      if (r == col) continue;
+      const double f = a[r][col] / a[col][col];
+      for (int k = col; k < 9; ++k) a[r][k] -= f * a[col][k];
+    }
+  }
+  std::array<double, 8> x{};
+  for (int i = 0; i < 8; ++i) x[i] = a[i][8] / a[i][i];
+  return x;
+}
+
+// fastai's warp: the homography taking the corners moved by (x, y) back to the corners
+// (find_coeffs(orig, targ)), which maps each output coordinate to where it samples.
+Mat3 warp_mat(double x, double y) {
+  const double orig[4][2] = {{-1, -1}, {-1, 1}, {1, -1}, {1, 1}};
+  const double targ[4][2] = {{-1 - y, -1 - x}, {-1 + y, 1 + x}, {1 + y, -1 + x}, {1 - y, 1 - x}};
+  std::array<std::array<double, 9>, 8> a{};
+  for (int i = 0; i < 4; ++i) {
+    const double px = orig[i][0], py = orig[i][1], qx = targ[i][0], qy = targ[i][1];
+    a[2 * i] = {qx, qy, 1, 0, 0, 0, -px * qx, -px * qy, px};
+    a[2 * i + 1] = {0, 0, 0, qx, qy, 1, -py * qx, -py * qy, py};
+  }
+  const auto c = solve8(a);
+  return {{{c[0], c[1], c[2]}, {c[3], c[4], c[5]}, {c[6], c[7], 1}}};
+}
+
+// Where output pixel coordinates (normalized to [-1, 1]) sample the input: the warp
+// after the affine part (flip, rotation, zoom, with fastai's aspect-ratio correction
+// for an input of height h and width w).
+Mat3 item_map(const AugDraw& d, double h, double w) {
+  Mat3 affine = dihedral_mat(d.dihedral) * rotate_mat(d.rotate) * zoom_mat(d.zoom, d.zoom_col, d.zoom_row);
+  affine[0][1] *= h / w;
+  affine[1][0] *= w / h;
+  if (d.warp_x == 0 && d.warp_y == 0) return affine;
+  return warp_mat(d.warp_x, d.warp_y) * affine;
+}
+
+bool is_identity(const Mat3& m) {
+  for (int i = 0; i < 3; ++i)
+    for (int j = 0; j < 3; ++j)
+      if (m[i][j] != kIdentity[i][j]) return false;
+  return true;
+}
+
+// The normalized coordinates of n pixel centres along an axis, as affine_grid places them.
+torch::Tensor axis_coords(int64_t n, bool align_corners, const torch::TensorOptions& options) {
+  if (n == 1) return torch::zeros({1}, options);
+  auto t = torch::arange(n, options.dtype(torch::kDouble));
+  t = align_corners ? t * (2.0 / double(n - 1)) - 1 : (2 * t + 1) / double(n) - 1;
+  return t.to(options.dtype());
+}
+
+// The extreme sampling coordinates over the batch (a projective map of a rectangle
+// reaches them at its corners); fastai reads them from the grid to pre-shrink the images.
+std::pair<double, double> coordinate_range(const std::vector<Mat3>& maps, double corner_x, double corner_y) {
+  double low = std::numeric_limits<double>::infinity(), high = -low;
+  for (const auto& m : maps)
+    for (double x : {-corner_x, corner_x})
+      for (double y : {-corner_y, corner_y}) {
+        const double z = m[2][0] * x + m[2][1] * y + m[2][2];
+        for (int r = 0; r < 2; ++r) {
+          const double v = (m[r][0] * x + m[r][1] * y + m[r][2]) / z;
+          low = std::min(low, v);
+          high = std::max(high, v);
+        }
+      }
+  return {low, high};
+}
+
+// The outermost pixel centre's normalized coordinate along an axis of n pixels.
+double corner(int64_t n, bool align_corners) { return align_corners && n > 1 ? 1.0 : 1.0 - 1.0 / double(n); }
+
+torch::Tensor logit(const torch::Tensor& x) { return -(1 / x.clamp(1e-7, 1 - 1e-7) - 1).log(); }
+
+double logit(double v) {
+  v = std::clamp(v, 1e-7, 1 - 1e-7);
+  return -std::log(1 / v - 1);
+}
+
+torch::Tensor to_unit_float(const torch::Tensor& x) {
+  if (x.is_floating_point()) return x;
+  return x.to(torch::kFloat).div_(255);
+}
+
+torch::nn::functional::GridSampleFuncOptions::padding_mode_t padding(PadMode mode) {
+  switch (mode) {
+    case PadMode::Border: return torch::kBorder;
+    case PadMode::Zeros: return torch::kZeros;
+    default: return torch::kReflection;
+  }
+}
+
+}  // namespace
+
+AugTransforms::AugTransforms(AugOptions options) : options_(std::move(options)) {
+  const auto& o = options_;
+  auto check = [](bool ok, const std::string& what) {
+    if (!ok) throw Error("aug_transforms: " + what);
+  };
+  check(o.min_zoom > 0 && o.min_zoom <= o.max_zoom,
+        "min_zoom must be positive and at most max_zoom, got " + std::to_string(o.min_zoom) + " and " + std::to_string(o.max_zoom));
+  check(o.max_lighting * o.mult >= 0 && o.max_lighting * o.mult < 1,
+        "max_lighting (times mult) must be in [0, 1), got " + std::to_string(o.max_lighting * o.mult));
+  check(o.max_rotate >= 0 && o.max_warp >= 0 && o.mult >= 0, "max_rotate, max_warp and mult must not be negative");
+  for (double p : {o.p_affine, o.p_lighting}) check(p >= 0 && p <= 1, "a probability must be in [0, 1], got " + std::to_string(p));
+  if (o.size) check(o.size->first > 0 && o.size->second > 0, "size must be positive");
+}
+
+std::vector<AugDraw> AugTransforms::draw(size_t n, uint64_t seed) const {
+  const auto& o = options_;
+  const double rotate = o.max_rotate * o.mult, lighting = o.max_lighting * o.mult, warp = o.max_warp * o.mult;
+  std::vector<AugDraw> draws(n);
+  for (size_t k = 0; k < n; ++k) {
+    if (o.batch && k > 0) {
+      draws[k] = draws[0];
+      continue;
+    }
+    Rng rng(mix_seed(seed, k));
+    AugDraw& d = draws[k];
+    if (o.do_flip && rng.bernoulli(0.5)) d.dihedral = o.flip_vert ? static_cast<int>(rng.integer(0, 7)) : 1;
+    if (warp > 0) {
+      if (rng.bernoulli(o.p_affine)) d.warp_x = rng.uniform(-warp, warp);
+      if (rng.bernoulli(o.p_affine)) d.warp_y = rng.uniform(-warp, warp);
+    }
+    if (rotate > 0 && rng.bernoulli(o.p_affine)) d.rotate = rng.uniform(-rotate, rotate);
+    if (o.min_zoom < 1 || o.max_zoom > 1) {
+      if (rng.bernoulli(o.p_affine)) d.zoom = rng.uniform(o.min_zoom, o.max_zoom);
+      d.zoom_col = rng.uniform();
+      d.zoom_row = rng.uniform();
+    }
+    if (lighting > 0) {
+      if (rng.bernoulli(o.p_lighting)) d.brightness = rng.uniform(0.5 * (1 - lighting), 0.5 * (1 + lighting));
+      if (rng.bernoulli(o.p_lighting)) d.contrast = std::exp(rng.uniform(std::log(1 - lighting), -std::log(1 - lighting)));
+    }
+  }
+  return draws;
+}
+
+Batch AugTransforms::apply(Batch batch, uint64_t seed) const {
+  const auto n = static_cast<size_t>(batch.x.size(0));
+  // A stream of its own, apart from the item transforms' (which use mix_seed(seed, k)).
+  return apply_draws(std::move(batch), draw(n, mix_seed(seed, 0x6175676dULL)));
+}
+
+BatchAugmentPtr AugTransforms::validation() const {
+  if (!options_.size) return nullptr;
+  return std::make_shared<AugTransforms>(AugOptions{.do_flip = false, .max_rotate = 0, .max_zoom = 1, .max_lighting = 0,
+                                                    .max_warp = 0, .size = options_.size, .pad_mode = options_.pad_mode,
+                                                    .align_corners = options_.align_corners});
+}
+
+Batch AugTransforms::apply_draws(Batch batch, const std::vector<AugDraw>& draws) const {
+  const auto& o = options_;
+  if (batch.x.dim() != 4)
+    throw Error("aug_transforms: expects images [batch, channels, height, width], got " + std::to_string(batch.x.dim()) +
+                " dimensions");
+  const int64_t n = batch.x.size(0), h = batch.x.size(2), w = batch.x.size(3);
+  if (draws.size() != static_cast<size_t>(n))
+    throw Error("aug_transforms: " + std::to_string(draws.size()) + " draws for a batch of " + std::to_string(n));
+  const int64_t out_h = o.size ? o.size->first : h, out_w = o.size ? o.size->second : w;
+  auto x = to_unit_float(batch.x);
+  const bool masks = batch.y.defined() && batch.y.dim() == 3 && batch.y.size(1) == h && batch.y.size(2) == w;
+
+  std::vector<Mat3> maps;
+  bool moves = out_h != h || out_w != w;
+  for (const auto& d : draws) {
+    if (d.dihedral < 0 || d.dihedral > 7) throw Error("aug_transforms: a dihedral index must be in [0, 7], got " + std::to_string(d.dihedral));
+    maps.push_back(item_map(d, double(h), double(w)));
+    moves = moves || !is_identity(maps.back());
+  }
+  if (moves) {
+    auto theta = torch::empty({n, 3, 3}, torch::kDouble);
+    auto t = theta.accessor<double, 3>();
+    for (int64_t i = 0; i < n; ++i)
+      for (int r = 0; r < 3; ++r)
+        for (int c = 0; c < 3; ++c) t[i][r][c] = maps[size_t(i)][size_t(r)][size_t(c)];
+    const auto options = x.options();
+    // Homogeneous output coordinates [out_h * out_w, 3], then each item's map: one batched product.
+    const auto ys = axis_coords(out_h, o.align_corners, options), xs = axis_coords(out_w, o.align_corners, options);
+    const auto base = torch::stack({xs.repeat({out_h}), ys.repeat_interleave(out_w), torch::ones({out_h * out_w}, options)}, 1);
+    const auto mapped = torch::matmul(base, theta.to(options.dtype()).to(x.device(), /*non_blocking=*/true).transpose(1, 2));
+    const auto grid = (mapped.narrow(2, 0, 2) / mapped.narrow(2, 2, 1)).view({n, out_h, out_w, 2});
+
+    namespace F = torch::nn::functional;
+    auto images = x;
+    // fastai's smoother shrinking: an image shrunk by more than twice what the map zooms
+    // in is first reduced by area. fastai measures the shrink as min(height / output
+    // width, width / 2) / 2 (it reads the grid's last two dimensions, [width, 2]): kept,
+    // so that the outputs stay fastai's.
+    const auto [low, high] = coordinate_range(maps, corner(out_w, o.align_corners), corner(out_h, o.align_corners));
+    const double zoomed = 2 / (high - low);
+    const double shrink = std::min(double(h) / double(out_w), double(w) / 2) / 2;
+    if (shrink > 1 && shrink > zoomed)
+      images = F::interpolate(images, F::InterpolateFuncOptions()
+                                          .scale_factor(std::vector<double>{1 / shrink, 1 / shrink})
+                                          .mode(torch::kArea)
+                                          .recompute_scale_factor(true));
+    x = F::grid_sample(images, grid,
+                       F::GridSampleFuncOptions().mode(torch::kBilinear).padding_mode(padding(o.pad_mode)).align_corners(o.align_corners));
+    if (masks) {
+      const auto moved = F::grid_sample(batch.y.unsqueeze(1).to(x.scalar_type()), grid,
+                                        F::GridSampleFuncOptions().mode(torch::kNearest).padding_mode(padding(o.pad_mode)).align_corners(o.align_corners));
+      batch.y = moved.squeeze(1).to(batch.y.scalar_type());
+    }
+  }
+  if (o.max_lighting * o.mult > 0) {
+    auto change = torch::empty({n, 2}, torch::kDouble);
+    auto c = change.accessor<double, 2>();
+    for (int64_t i = 0; i < n; ++i) {
+      c[i][0] = logit(draws[size_t(i)].brightness);
+      c[i][1] = draws[size_t(i)].contrast;
+    }
+    const auto on_device = change.to(x.scalar_type()).to(x.device(), /*non_blocking=*/true).view({n, 2, 1, 1});
+    x = torch::sigmoid((logit(x) + on_device.narrow(1, 0, 1)) * on_device.narrow(1, 1, 1));
+  }
+  batch.x = x;
+  return batch;
+}
+
+BatchAugmentPtr aug_transforms(AugOptions options) { return std::make_shared<AugTransforms>(std::move(options)); }
+
+}  // namespace fastcpp::vision

@@ -1,0 +1,74 @@
+#pragma once
+// aug_transforms: fastai's batch augmentation, on the batch's device (the GPU when the
+// loader's device is one, else the loader's workers). Flip (or the 8 dihedral
+// orientations), rotate, zoom and a perspective warp compose into one projective map
+// per item and one grid_sample for the batch; brightness and contrast compose in logit
+// space, sigmoid((logit(x) + logit(brightness)) * contrast). A mask batch (y of shape
+// [B, H, W] with x's height and width) moves with its images, resampled by nearest
+// neighbour, never interpolated. Images come out as float in [0, 1] (uint8 read as
+// x/255), so Normalize follows as usual.
+//
+//   auto dls = vision::ImageDataLoaders::from_folder(root, {.item_tfms = {vision::Resize(224)},
+//       .batch_tfms = {Normalize::imagenet()}, .aug_tfms = {vision::aug_transforms()}});
+//
+// Each item's draws come from the batch's seed (data/batch_augment.h) with fastai's
+// probabilities: the flip with 0.5, rotation, zoom and each warp axis with p_affine,
+// brightness and contrast each with p_lighting; the values fastai's would draw. Given
+// the same draws (fastai's `draw` arguments), the output is fastai's.
+#include <optional>
+#include <utility>
+#include <vector>
+
+#include "data/batch_augment.h"
+
+namespace fastcpp::vision {
+
+// What grid_sample reads outside the image.
+enum class PadMode { Reflection, Border, Zeros };
+
+struct AugOptions {
+  double mult = 1.0;            // scales max_rotate, max_lighting and max_warp
+  bool do_flip = true;
+  bool flip_vert = false;       // the 8 dihedral orientations instead of a left-right flip
+  double max_rotate = 10.0;     // degrees
+  double min_zoom = 1.0;
+  double max_zoom = 1.1;
+  double max_lighting = 0.2;
+  double max_warp = 0.2;
+  double p_affine = 0.75;
+  double p_lighting = 0.75;
+  std::optional<std::pair<int64_t, int64_t>> size;  // output height and width; default: the input's
+  PadMode pad_mode = PadMode::Reflection;
+  bool align_corners = true;
+  bool batch = false;           // one draw for the whole batch
+};
+
+// One item's draws; the defaults change nothing.
+struct AugDraw {
+  int dihedral = 0;             // 0: as is; 1: flipped left-right; 2..7: the other dihedral orientations
+  double rotate = 0;            // degrees
+  double zoom = 1, zoom_col = 0.5, zoom_row = 0.5;  // scale, and its centre as fractions of width and height
+  double warp_x = 0, warp_y = 0;
+  double brightness = 0.5, contrast = 1;
+};
+
+class AugTransforms : public BatchAugment {
+ public:
+  explicit AugTransforms(AugOptions options = {});
+  Batch apply(Batch batch, uint64_t seed) const override;
+  // On validation data: the resize to `size` alone, or nothing.
+  BatchAugmentPtr validation() const override;
+
+  // The draws of a batch of n items.
+  std::vector<AugDraw> draw(size_t n, uint64_t seed) const;
+  // The batch with these draws (one per item).
+  Batch apply_draws(Batch batch, const std::vector<AugDraw>& draws) const;
+  const AugOptions& options() const { return options_; }
+
+ private:
+  AugOptions options_;
+};
+
+BatchAugmentPtr aug_transforms(AugOptions options = {});
+
+}  // namespace fastcpp::vision
