@@ -26,7 +26,7 @@
 using namespace fastcpp;
 
 int main(int argc, char** argv) {
-  std::string root, arch = "resnet34", aug = "rrc", stem = "imagenet", weights, precision = "fp32",
+  std::string root, arch = "resnet34", aug = "rrc", batch_aug = "none", stem = "imagenet", weights, precision = "fp32",
                     memory_format = "contiguous", load;
   int epochs = 5, size = 224, channels = 3, tta = 0, threads = static_cast<int>(std::thread::hardware_concurrency());
   int64_t bs = 64, width = 64;
@@ -45,6 +45,10 @@ int main(int argc, char** argv) {
   cli.flag("--size", size, "image side after the crop").range(1, 1 << 16);
   cli.flag("--aug", aug, "rrc: RandomResizedCrop (photos); pad-crop: padded random crop (small images)")
       .choices({"rrc", "pad-crop"});
+  cli.flag("--batch-aug", batch_aug,
+           "fastai: fastai's aug_transforms on each training batch, on its device (flip, rotate, zoom, warp, "
+           "lighting; in place of the item flip)")
+      .choices({"none", "fastai"});
   cli.flag("--channels", channels, "1 for grey images").range(1, 3);
   cli.flag("--stem", stem, "cifar: no stride in the stem (small images)").choices({"imagenet", "cifar"});
   cli.flag("--width", width, "the ResNet's width").range(1, 4096);
@@ -64,16 +68,22 @@ int main(int argc, char** argv) {
     // Training items are augmented: a random crop of the padded image (small images) or
     // torchvision's RandomResizedCrop (photos), and a horizontal flip. Validation items get
     // the deterministic version of the same transforms (a centre crop, no flip).
+    // With --batch-aug fastai, the batch is flipped, rotated, zoomed, warped and lit on
+    // its device instead (fastai's aug_transforms), after the crop.
     std::vector<vision::ItemTransform> tfms;
-    if (aug == "pad-crop") tfms = {vision::RandomCrop(size, size / 8), vision::FlipItem()};
-    else tfms = {vision::RandomResizedCrop(size), vision::FlipItem()};
+    if (aug == "pad-crop") tfms = {vision::RandomCrop(size, size / 8)};
+    else tfms = {vision::RandomResizedCrop(size)};
+    std::vector<BatchAugmentPtr> batch_augs;
+    if (batch_aug == "fastai") batch_augs = {vision::aug_transforms()};
+    else tfms.push_back(vision::FlipItem());
     const bool has_split = std::filesystem::exists(root + "/train");
     // Per-channel mean and standard deviation from (up to 2048) training images, resized alike.
     const auto normalize = Normalize::from_data(
         vision::ImageFolder::scan(has_split ? root + "/train" : root, {.channels = channels, .item_tfms = {vision::Resize(size)}}));
     auto dls = vision::ImageDataLoaders::from_folder(root, {.valid_pct = has_split ? 0.0 : 0.2,
                                                             .bs = bs, .channels = channels,
-                                                            .item_tfms = tfms, .batch_tfms = {normalize}});
+                                                            .item_tfms = tfms, .batch_tfms = {normalize},
+                                                            .aug_tfms = batch_augs});
 
     const auto stem_kind = stem == "cifar" ? vision::Stem::cifar : vision::Stem::imagenet;
     vision::show_batch(dls, "show_batch.png");  // what the model will see

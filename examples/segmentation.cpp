@@ -15,7 +15,6 @@
 // for examples/predict (--export '' writes none).
 #include <fastcpp.h>
 
-#include <opencv2/imgcodecs.hpp>
 #include <opencv2/imgproc.hpp>
 
 #include <cstdio>
@@ -63,8 +62,8 @@ void write_set(const std::string& fashion_mnist, const std::string& out, int n, 
     }
     char name[16];
     std::snprintf(name, sizeof(name), "%05d.png", i);
-    cv::imwrite((fs::path(out) / "images" / name).string(), image);
-    cv::imwrite((fs::path(out) / "masks" / name).string(), mask);
+    vision::write_png((fs::path(out) / "images" / name).string(), image);
+    vision::write_png((fs::path(out) / "masks" / name).string(), mask);
   }
   std::ofstream(fs::path(out) / "codes.txt") << [] {
     std::string text;
@@ -81,7 +80,7 @@ int main(int argc, char** argv) {
   int workers = -1;  // the loader's threads: one per core
   int64_t bs = 16, width = 16;  // 64: torchvision's ResNet-18 (about 3 min an epoch on 2 cores)
   double lr = 1e-2;
-  std::string data = vision::fashion_mnist_dir(), out = "segmentation_data", stem = "imagenet",
+  std::string data = vision::fashion_mnist_dir(), out = "segmentation_data", stem = "imagenet", batch_aug = "none",
               export_path = "segmentation_export.pt";
   CommandLine cli("segmentation",
                   "Semantic segmentation: writes a set made from Fashion-MNIST once (72x56 canvases of three items, "
@@ -94,6 +93,10 @@ int main(int argc, char** argv) {
   cli.flag("--items", items, "canvases in the set").range(10, 1 << 24);
   cli.flag("--width", width, "the encoder's width (64: torchvision's ResNet-18)").range(1, 4096);
   cli.flag("--stem", stem, "the encoder's stem").choices({"imagenet", "cifar"});
+  cli.flag("--batch-aug", batch_aug,
+           "fastai: fastai's aug_transforms on each training batch (flip, rotate, zoom, warp, lighting), the masks "
+           "moved with their images")
+      .choices({"none", "fastai"});
   cli.flag("--threads", threads, "CPU threads").range(1, 4096);
   cli.flag("--workers", workers, "the loader's threads (-1: one per core)").range(-1, 4096);
   cli.flag("--seed", seed, "seed of the set, the split and the weights");
@@ -109,7 +112,8 @@ int main(int argc, char** argv) {
     const vision::SegmentationMetricOptions no_void{.void_index = kVoid};
     auto dls = vision::SegmentationDataLoaders::from_folders(
         (fs::path(out) / "images").string(), (fs::path(out) / "masks").string(), kCodes,
-        {.seed = static_cast<uint64_t>(seed), .bs = bs, .workers = workers, .void_index = kVoid, .mask_fill = kVoid});
+        {.seed = static_cast<uint64_t>(seed), .bs = bs, .workers = workers, .void_index = kVoid, .mask_fill = kVoid,
+         .aug_tfms = batch_aug == "fastai" ? std::vector<BatchAugmentPtr>{vision::aug_transforms()} : std::vector<BatchAugmentPtr>{}});
     vision::show_batch(dls, "segmentation_batch.png", {.max_n = 4, .void_index = kVoid});  // images and masks
     const auto iou = vision::jaccard_coeff_multi(no_void);
     auto learn = vision::unet_learner(dls, vision::resnet18, {vision::dice_multi(no_void), iou},

@@ -2,6 +2,8 @@
 
 #include <zlib.h>
 
+#include <string>
+
 #include "core/error.h"
 
 namespace fastcpp {
@@ -20,13 +22,18 @@ void append_chunk(std::vector<uint8_t>& out, const char* type, const std::vector
 
 }  // namespace
 
-std::vector<uint8_t> encode_png(const std::vector<uint8_t>& rgb, int width, int height) {
+std::vector<uint8_t> encode_png(const std::vector<uint8_t>& pixels, int width, int height, int channels) {
+  if (channels != 1 && channels != 3) throw Error("encode_png: channels must be 1 or 3, got " + std::to_string(channels));
+  const size_t row_bytes = size_t(width) * size_t(channels);
+  if (pixels.size() != row_bytes * size_t(height))
+    throw Error("encode_png: " + std::to_string(pixels.size()) + " bytes for " + std::to_string(width) + "x" +
+                std::to_string(height) + "x" + std::to_string(channels));
   std::vector<uint8_t> raw;  // each row: filter byte 0, then the pixels
-  raw.reserve(rgb.size() + height);
+  raw.reserve(pixels.size() + size_t(height));
   for (int y = 0; y < height; ++y) {
     raw.push_back(0);
-    const auto* row = &rgb[size_t(y) * width * 3];
-    raw.insert(raw.end(), row, row + size_t(width) * 3);
+    const auto* row = &pixels[size_t(y) * row_bytes];
+    raw.insert(raw.end(), row, row + row_bytes);
   }
   uLongf compressed_size = compressBound(static_cast<uLong>(raw.size()));
   std::vector<uint8_t> compressed(compressed_size);
@@ -38,7 +45,8 @@ std::vector<uint8_t> encode_png(const std::vector<uint8_t>& rgb, int width, int 
   std::vector<uint8_t> header;
   for (uint32_t v : {uint32_t(width), uint32_t(height)})
     for (int shift = 24; shift >= 0; shift -= 8) header.push_back(static_cast<uint8_t>(v >> shift));
-  header.insert(header.end(), {8, 2, 0, 0, 0});  // 8-bit RGB, deflate, no filter method, no interlace
+  // 8-bit, RGB (colour type 2) or grey (0); deflate, no filter method, no interlace
+  header.insert(header.end(), {8, uint8_t(channels == 3 ? 2 : 0), 0, 0, 0});
   append_chunk(png, "IHDR", header);
   append_chunk(png, "IDAT", compressed);
   append_chunk(png, "IEND", {});

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # The GPU check, one command on a GPU machine (PyTorch 2.11 + CUDA 13 in its python3, no
-# OpenCV, no doctest package): builds with every core, runs the whole test suite with the
+# OpenCV's C++ libraries, no doctest package: scripts/gpu_bundle.sh carries them): builds with every core, runs the whole test suite with the
 # GPU tests, runs the GPU benchmarks, and writes the logs and one results table to OUT.
 #
 #   scripts/gpu_bundle.sh                         # once, on a machine with Debian's packages
@@ -55,6 +55,16 @@ results=$out/results.md
 scratch=$(mktemp -d)
 trap 'rm -rf "$scratch"' EXIT
 export TORCH_CUDA_ARCH_LIST=${TORCH_CUDA_ARCH_LIST:-9.0}  # torch's CMake asks; we compile no kernels
+# OpenCV's core and imgproc, libjpeg and libpng, for the image pipeline (gpu_bundle.sh):
+# unpacked once, found by every CMake project here (the install test's too) through
+# their <Package>_ROOT, and by the programs at run time.
+if [ -f "$bundle/opencv.tar.xz" ] && [ ! -f "$bundle/opencv/OpenCVConfig.cmake" ]; then
+  tar xJf "$bundle/opencv.tar.xz" -C "$bundle"
+fi
+if [ -f "$bundle/opencv/OpenCVConfig.cmake" ]; then
+  export OpenCV_ROOT=$bundle/opencv JPEG_ROOT=$bundle/opencv PNG_ROOT=$bundle/opencv
+  export LD_LIBRARY_PATH="$bundle/opencv/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+fi
 
 now() { date +%s.%N; }
 since() { awk -v a="$(now)" -v b="$1" -v digits="${2:-0}" 'BEGIN{printf "%." digits "f", a - b}'; }  # seconds [decimals]
@@ -80,12 +90,14 @@ if [[ " $stages " == *" build "* ]]; then
     libz=$(ldconfig -p | awk '/libz\.so\.1 .*x86-64/ {print $NF; exit}')
     zlib=(-DZLIB_INCLUDE_DIR="$bundle/include" -DZLIB_LIBRARY="$libz")
   fi
+  opencv=()
+  [ -n "${OpenCV_ROOT:-}" ] || opencv=(-DFASTCPP_WITH_OPENCV=OFF)  # a bundle older than the image pipeline's
   targets=()  # every target; for the goals, the ones the GPU runs
   [ $goals -eq 1 ] && targets=(fastcpp_tests bench_train_step bench_sync_batchnorm fashion_mnist)
   [ "${auto_build:-0}" -eq 1 ] && [[ " $stages " != *" bench "* ]] && targets=(bench_train_step)  # a later step call
   start=$(now)
   { cmake -S . -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Release -DFASTCPP_PYTHON="$(command -v "$python")" \
-      -DFASTCPP_WITH_OPENCV=OFF -DFASTCPP_DOCTEST_DIR="$bundle/include" -DFASTCPP_GLOO_DIR="$bundle/include" -DFASTCPP_CLI11_DIR="$bundle/include" \
+      "${opencv[@]}" -DFASTCPP_DOCTEST_DIR="$bundle/include" -DFASTCPP_GLOO_DIR="$bundle/include" -DFASTCPP_CLI11_DIR="$bundle/include" \
       -DFASTCPP_FASTAI_FIXTURES="$bundle/fastai_fixtures" \
       "${zlib[@]}" && ninja -C "$build" -j "$(nproc)" "${targets[@]}"; } > "$out/build.log" 2>&1
   status=$?

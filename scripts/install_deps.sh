@@ -11,6 +11,7 @@ cd "$(dirname "$0")/.."
 
 packages=(
   build-essential cmake ninja-build ccache zlib1g-dev
+  libjpeg-dev libpng-dev  # the JPEG and PNG decoders of vision/decoders.h
   libgloo-dev            # only its headers: the wheel's libtorch has Gloo built in but ships none
   libopencv-dev
   doctest-dev

@@ -11,6 +11,7 @@
 #include "core/device.h"
 #include "helpers.h"
 #include "synced_arithmetic.h"
+#include "vision/augment.h"
 #include "worker_process.h"
 
 #if FASTCPP_HAS_CUDA
@@ -139,6 +140,21 @@ TEST_SUITE("gpu" * doctest::skip(!torch::cuda::is_available())) {
     }
     CHECK(learn.recorder->values[0][5] >= 64);  // the 64 MiB block
     CHECK(learn.recorder->values[1][5] < 64);   // the peak was reset for epoch 1
+  }
+
+  TEST_CASE("aug_transforms on a CUDA batch equals the CPU's: the same draws, images to float rounding, the same masks") {
+    auto gen = at::make_generator<at::CPUGeneratorImpl>(3);
+    const auto x = torch::randint(256, {6, 3, 40, 56}, gen, torch::kLong).to(torch::kUInt8);
+    const auto masks = torch::randint(5, {6, 40, 56}, gen, torch::kLong);
+    for (const auto& options : {vision::AugOptions{}, vision::AugOptions{.flip_vert = true, .size = std::pair<int64_t, int64_t>{16, 20}}}) {
+      const vision::AugTransforms aug(options);
+      const auto cpu = aug.apply({x, masks}, 17);
+      const auto cuda = aug.apply({x.to(kCuda0), masks.to(kCuda0)}, 17);
+      CHECK(cuda.x.is_cuda());
+      CHECK((cuda.x.cpu() - cpu.x).abs().max().item<double>() < 1e-4);
+      // Nearest sampling may round a coordinate on a pixel's edge the other way.
+      CHECK((cuda.y.cpu() != cpu.y).sum().item<int64_t>() <= cpu.y.numel() / 1000);
+    }
   }
 
   TEST_CASE("a CUDA device that is not there is an error naming it and what there is") {

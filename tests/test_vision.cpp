@@ -3,8 +3,14 @@
 #include <filesystem>
 #include <fstream>
 #include <opencv2/imgcodecs.hpp>
+#include <stdexcept>
 
 #include "helpers.h"
+#if FASTCPP_HAS_DIRECT_DECODERS
+#include <zlib.h>
+
+#include "vision/decoders.h"
+#endif
 
 using namespace fastcpp;
 using namespace fastcpp::testing;
@@ -56,6 +62,72 @@ std::string make_segmentation_folder(const std::string& name, int n) {
   return root;
 }
 
+
+#if FASTCPP_HAS_DIRECT_DECODERS
+std::vector<uint8_t> encoded(const std::string& extension, const cv::Mat& image, const std::vector<int>& params = {}) {
+  std::vector<uint8_t> bytes;
+  REQUIRE(cv::imencode(extension, image, bytes, params));
+  return bytes;
+}
+
+// A PNG of the given bit depth and colour type from its raw rows (what OpenCV cannot
+// write: palettes, 1-bit grey, grey with alpha, interlacing).
+std::vector<uint8_t> raw_png(int w, int h, int depth, int colour, const std::vector<std::vector<uint8_t>>& rows,
+                             const std::vector<uint8_t>& palette = {}, bool interlaced = false) {
+  std::vector<uint8_t> png{0x89, 'P', 'N', 'G', '\r', '\n', 0x1a, '\n'};
+  auto put32 = [](std::vector<uint8_t>& out, uint32_t v) {
+    for (int shift = 24; shift >= 0; shift -= 8) out.push_back(uint8_t(v >> shift));
+  };
+  auto chunk = [&](const char* type, const std::vector<uint8_t>& data) {
+    put32(png, uint32_t(data.size()));
+    std::vector<uint8_t> body(type, type + 4);
+    body.insert(body.end(), data.begin(), data.end());
+    png.insert(png.end(), body.begin(), body.end());
+    put32(png, uint32_t(crc32(0, body.data(), uInt(body.size()))));
+  };
+  std::vector<uint8_t> header;
+  put32(header, uint32_t(w));
+  put32(header, uint32_t(h));
+  header.insert(header.end(), {uint8_t(depth), uint8_t(colour), 0, 0, uint8_t(interlaced)});
+  std::vector<uint8_t> raw;
+  for (const auto& row : rows) {
+    raw.push_back(0);
+    raw.insert(raw.end(), row.begin(), row.end());
+  }
+  uLongf size = compressBound(uLong(raw.size()));
+  std::vector<uint8_t> compressed(size);
+  REQUIRE(compress(compressed.data(), &size, raw.data(), uLong(raw.size())) == Z_OK);
+  compressed.resize(size);
+  chunk("IHDR", header);
+  if (!palette.empty()) chunk("PLTE", palette);
+  chunk("IDAT", compressed);
+  chunk("IEND", {});
+  return png;
+}
+
+// A JPEG with an EXIF APP1 segment carrying `orientation`, right after its SOI marker.
+std::vector<uint8_t> with_orientation(std::vector<uint8_t> jpeg, int orientation) {
+  const std::vector<uint8_t> app1{0xFF, 0xE1, 0, 34, 'E', 'x', 'i', 'f', 0, 0,  // length 34: 2 + 6 + 26
+                                  'M', 'M', 0, 0x2A, 0, 0, 0, 8,                  // big-endian TIFF header, IFD at 8
+                                  0, 1,                                           // one entry
+                                  0x01, 0x12, 0, 3, 0, 0, 0, 1, 0, uint8_t(orientation), 0, 0,  // Orientation, SHORT
+                                  0, 0, 0, 0};                                    // no next IFD
+  jpeg.insert(jpeg.begin() + 2, app1.begin(), app1.end());
+  return jpeg;
+}
+
+bool same_pixels(const cv::Mat& a, const cv::Mat& b) {
+  return a.size() == b.size() && a.type() == b.type() && cv::norm(a, b, cv::NORM_INF) == 0;
+}
+
+// What cv::imdecode gives, in RGB order.
+cv::Mat opencv_rgb(const std::vector<uint8_t>& bytes, int flags) {
+  cv::Mat image = cv::imdecode(bytes, flags);
+  if (image.channels() == 3) cv::cvtColor(image, image, cv::COLOR_BGR2RGB);
+  return image;
+}
+#endif
+
 }  // namespace
 
 TEST_SUITE("vision") {
@@ -80,6 +152,71 @@ TEST_SUITE("vision") {
     CHECK(std::abs(pixel[2] - 30) <= 2);
     fs::remove_all(dir);
   }
+
+#if FASTCPP_HAS_DIRECT_DECODERS
+  TEST_CASE("libjpeg and libpng decode to OpenCV's pixels: subsamplings, reduced sizes, EXIF orientations, PNG kinds") {
+    cv::Mat photo(61, 83, CV_8UC3);  // smooth colours with edges, odd sizes
+    for (int y = 0; y < photo.rows; ++y)
+      for (int x = 0; x < photo.cols; ++x)
+        photo.at<cv::Vec3b>(y, x) = cv::Vec3b(uint8_t(3 * x + y), uint8_t((x * y) % 256), uint8_t(x > 40 ? 230 : 20 + y));
+    cv::Mat grey;
+    cv::cvtColor(photo, grey, cv::COLOR_BGR2GRAY);
+    const std::vector<std::pair<std::string, std::vector<uint8_t>>> jpegs{
+        {"4:2:0", encoded(".jpg", photo, {cv::IMWRITE_JPEG_QUALITY, 90})},
+        {"4:4:4", encoded(".jpg", photo, {cv::IMWRITE_JPEG_SAMPLING_FACTOR, cv::IMWRITE_JPEG_SAMPLING_FACTOR_444})},
+        {"progressive", encoded(".jpg", photo, {cv::IMWRITE_JPEG_PROGRESSIVE, 1})},
+        {"grey", encoded(".jpg", grey)}};
+    const std::map<int, std::pair<int, int>> reduced{{1, {cv::IMREAD_COLOR, cv::IMREAD_GRAYSCALE}},
+                                                     {2, {cv::IMREAD_REDUCED_COLOR_2, cv::IMREAD_REDUCED_GRAYSCALE_2}},
+                                                     {4, {cv::IMREAD_REDUCED_COLOR_4, cv::IMREAD_REDUCED_GRAYSCALE_4}},
+                                                     {8, {cv::IMREAD_REDUCED_COLOR_8, cv::IMREAD_REDUCED_GRAYSCALE_8}}};
+    for (const auto& [name, bytes] : jpegs)
+      for (const auto& [denom, flags] : reduced) {
+        CAPTURE(name);
+        CAPTURE(denom);
+        CHECK(same_pixels(vision::libjpeg_decode(bytes, 3, denom), opencv_rgb(bytes, flags.first)));
+        CHECK(same_pixels(vision::libjpeg_decode(bytes, 1, denom), opencv_rgb(bytes, flags.second)));
+      }
+    for (int orientation = 1; orientation <= 8; ++orientation) {
+      CAPTURE(orientation);
+      const auto bytes = with_orientation(jpegs[0].second, orientation);
+      const auto ours = vision::libjpeg_decode(bytes, 3);
+      CHECK(same_pixels(ours, opencv_rgb(bytes, cv::IMREAD_COLOR)));
+      CHECK(ours.size() == (orientation >= 5 ? cv::Size(61, 83) : cv::Size(83, 61)));
+    }
+
+    cv::Mat rgba, photo16, grey16;
+    cv::cvtColor(photo, rgba, cv::COLOR_BGR2BGRA);
+    rgba.forEach<cv::Vec4b>([](cv::Vec4b& p, const int* at) { p[3] = uint8_t(at[1] * 3); });
+    photo.convertTo(photo16, CV_16UC3, 257.3);
+    grey.convertTo(grey16, CV_16UC1, 131);
+    std::vector<std::vector<uint8_t>> palette_rows, bit_rows, grey_alpha_rows;
+    for (int y = 0; y < 9; ++y) {
+      palette_rows.push_back({uint8_t(y % 3), 1, 2, 0, uint8_t((y + 1) % 3)});
+      bit_rows.push_back({uint8_t(0xA5 ^ y), 0x3C});  // 13 pixels, 1 bit each, in 2 bytes
+      std::vector<uint8_t> pairs;
+      for (int x = 0; x < 6; ++x) pairs.insert(pairs.end(), {uint8_t(40 * x + y), uint8_t(255 - 30 * x)});
+      grey_alpha_rows.push_back(pairs);
+    }
+    const std::vector<uint8_t> colours{0, 0, 0, 250, 10, 10, 20, 200, 120};
+    const std::vector<std::pair<std::string, std::vector<uint8_t>>> pngs{
+        {"rgb", encoded(".png", photo)},      {"rgba", encoded(".png", rgba)},
+        {"grey", encoded(".png", grey)},      {"rgb16", encoded(".png", photo16)},
+        {"grey16", encoded(".png", grey16)},  {"palette", raw_png(5, 9, 8, 3, palette_rows, colours)},
+        {"1-bit", raw_png(13, 9, 1, 0, bit_rows)}, {"grey+alpha", raw_png(6, 9, 8, 4, grey_alpha_rows)},
+        {"interlaced", raw_png(6, 9, 8, 4, grey_alpha_rows, {}, /*interlaced=*/true)}};
+    for (const auto& [name, bytes] : pngs) {
+      CAPTURE(name);
+      CHECK(same_pixels(vision::libpng_decode(bytes, 3), opencv_rgb(bytes, cv::IMREAD_COLOR)));
+      CHECK(same_pixels(vision::libpng_decode(bytes, 1), opencv_rgb(bytes, cv::IMREAD_GRAYSCALE)));
+    }
+
+    CHECK_THROWS_AS(vision::libjpeg_decode({0xFF, 0xD8, 0xFF, 0xE0, 1, 2}, 3), std::runtime_error);
+    CHECK_THROWS_AS(vision::libpng_decode(std::vector<uint8_t>(pngs[0].second.begin(), pngs[0].second.begin() + 60), 3),
+                    std::runtime_error);
+    CHECK_THROWS_WITH_AS(vision::libpng_decode({1, 2, 3, 4, 5, 6, 7, 8, 9}, 3), "Not a PNG file", std::runtime_error);
+  }
+#endif
 
   TEST_CASE("JPEG decodes at reduced size only while the short side stays large enough") {
     const auto dir = temp_dir("reduced");

@@ -6,10 +6,17 @@
 #include <cctype>
 #include <fstream>
 #include <initializer_list>
-#include <opencv2/imgcodecs.hpp>
 #include <opencv2/imgproc.hpp>
+#include <stdexcept>
 
 #include "core/error.h"
+#include "formats/file_io.h"
+#include "formats/png.h"
+#if FASTCPP_HAS_IMGCODECS
+#include <opencv2/imgcodecs.hpp>
+#else
+#include "vision/decoders.h"
+#endif
 
 namespace fastcpp::vision {
 namespace {
@@ -39,6 +46,7 @@ bool has_jpeg_end(const std::vector<uint8_t>& b) {
   return false;
 }
 
+#if FASTCPP_HAS_IMGCODECS
 int reduction_flag(int factor, bool gray) {
   switch (factor) {
     case 2: return gray ? cv::IMREAD_REDUCED_GRAYSCALE_2 : cv::IMREAD_REDUCED_COLOR_2;
@@ -47,6 +55,30 @@ int reduction_flag(int factor, bool gray) {
     default: return gray ? cv::IMREAD_GRAYSCALE : cv::IMREAD_COLOR;
   }
 }
+
+// OpenCV's decoders, in BGR order.
+cv::Mat decode_bgr(const std::vector<uint8_t>& bytes, const std::string& path, int factor, bool gray) {
+  try {
+    return cv::imdecode(cv::Mat(1, static_cast<int>(bytes.size()), CV_8U, const_cast<uint8_t*>(bytes.data())),
+                        reduction_flag(factor, gray));
+  } catch (const cv::Exception& e) {
+    throw Error("cannot decode image '" + path + "': " + e.what());
+  }
+}
+#else
+bool is_png(const std::vector<uint8_t>& b) { return starts_with(b, {0x89, 'P', 'N', 'G'}); }
+
+// libjpeg's and libpng's decoders, in RGB order.
+cv::Mat decode_rgb(const std::vector<uint8_t>& bytes, const std::string& path, int factor, bool gray) {
+  if (!is_jpeg(bytes) && !is_png(bytes))
+    throw Error("cannot decode image '" + path + "': this build decodes JPEG and PNG only (OpenCV without imgcodecs)");
+  try {
+    return is_jpeg(bytes) ? libjpeg_decode(bytes, gray ? 1 : 3, factor) : libpng_decode(bytes, gray ? 1 : 3);
+  } catch (const std::runtime_error& e) {
+    throw Error("cannot decode image '" + path + "': " + e.what());
+  }
+}
+#endif
 
 }  // namespace
 
@@ -86,15 +118,15 @@ cv::Mat decode_image(const std::vector<uint8_t>& bytes, const std::string& path,
     const int short_side = std::min(size.width, size.height);
     while (factor < 8 && short_side / (factor * 2) >= options.min_side) factor *= 2;
   }
-  cv::Mat image;
-  try {
-    image = cv::imdecode(cv::Mat(1, static_cast<int>(bytes.size()), CV_8U, const_cast<uint8_t*>(bytes.data())),
-                         reduction_flag(factor, gray));
-  } catch (const cv::Exception& e) {
-    throw Error("cannot decode image '" + path + "': " + e.what());
-  }
+#if FASTCPP_HAS_IMGCODECS
+  cv::Mat image = decode_bgr(bytes, path, factor, gray);
+  const bool swap = !gray && options.rgb;
+#else
+  cv::Mat image = decode_rgb(bytes, path, factor, gray);
+  const bool swap = !gray && !options.rgb;
+#endif
   if (image.empty()) throw Error("cannot decode image '" + path + "': not an image, or corrupt or truncated");
-  if (!gray && options.rgb) cv::cvtColor(image, image, cv::COLOR_BGR2RGB);
+  if (swap) cv::cvtColor(image, image, cv::COLOR_BGR2RGB);  // the same swap both ways
   return image;
 }
 
@@ -107,6 +139,17 @@ cv::Mat read_image(const std::string& path, DecodeOptions options) {
     throw Error("cannot read image '" + path + "'");
   if (bytes.empty()) throw Error("cannot decode image '" + path + "': the file is empty");
   return decode_image(bytes, path, options);
+}
+
+void write_png(const std::string& path, const cv::Mat& image, bool bgr) {
+  if (image.depth() != CV_8U || (image.channels() != 1 && image.channels() != 3))
+    throw Error("write_png: '" + path + "' must be an 8-bit image of 1 or 3 channels");
+  cv::Mat pixels = image;
+  if (bgr && image.channels() == 3) cv::cvtColor(image, pixels, cv::COLOR_BGR2RGB);
+  if (!pixels.isContinuous()) pixels = pixels.clone();
+  const std::vector<uint8_t> bytes(pixels.datastart, pixels.dataend);
+  const auto png = encode_png(bytes, pixels.cols, pixels.rows, pixels.channels());
+  write_atomically(path, std::vector<char>(png.begin(), png.end()));
 }
 
 void copy_image_to(const cv::Mat& image, torch::Tensor& chw, bool reverse_channels) {

@@ -1,7 +1,8 @@
 #pragma once
-// Image files: decoding with OpenCV (JPEG, PNG, BMP, ...; RGB order, or grayscale),
-// at reduced size when the consumer needs fewer pixels, and the conversion of an
-// 8-bit image to a CHW uint8 tensor.
+// Image files: decoding (JPEG, PNG, BMP, ...; RGB order, or grayscale) with OpenCV's
+// imgcodecs, or JPEG and PNG with libjpeg and libpng where OpenCV has no imgcodecs
+// (vision/decoders.h), at reduced size when the consumer needs fewer pixels; PNG
+// writing; and the conversion of an 8-bit image to a CHW uint8 tensor.
 #include <opencv2/core.hpp>
 #include <torch/types.h>
 
@@ -20,6 +21,10 @@ struct DecodeOptions {
 // file if it cannot be read or is not a decodable image.
 cv::Mat read_image(const std::string& path, DecodeOptions options = {});
 cv::Mat decode_image(const std::vector<uint8_t>& bytes, const std::string& path, DecodeOptions options = {});
+
+// Writes an 8-bit image (3 channels: RGB, or BGR with bgr = true; or 1, grey) as a PNG
+// file, atomically. Throws fastcpp::Error naming the file.
+void write_png(const std::string& path, const cv::Mat& image, bool bgr = false);
 
 // Width and height from a JPEG, PNG or BMP header without decoding; {0, 0} if unknown.
 cv::Size image_header_size(const std::vector<uint8_t>& bytes);

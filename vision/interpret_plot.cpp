@@ -1,5 +1,4 @@
 // The PNG pictures of ClassificationInterpretation, drawn with OpenCV.
-#include <opencv2/imgcodecs.hpp>
 #include <opencv2/imgproc.hpp>
 
 #include <algorithm>
@@ -7,16 +6,13 @@
 #include <cstdio>
 
 #include "core/error.h"
+#include "vision/image.h"
 #include "vision/interpret.h"
 
 namespace fastcpp::vision {
 namespace {
 
 const int kFont = cv::FONT_HERSHEY_SIMPLEX;
-
-void write_png(const std::string& path, const cv::Mat& image) {
-  if (!cv::imwrite(path, image)) throw Error("cannot write '" + path + "'");
-}
 
 // An item of the dataset as a BGR picture `size` pixels square.
 cv::Mat to_picture(torch::Tensor x, int size) {
@@ -70,7 +66,7 @@ void ClassificationInterpretation::plot_confusion_matrix(const std::string& path
     cv::rotate(strip, rotated, cv::ROTATE_90_COUNTERCLOCKWISE);
     rotated.copyTo(image(cv::Rect(left + c * cell, top + n * cell + 10, rotated.cols, rotated.rows)));
   }
-  write_png(path, image);
+  write_png(path, image, /*bgr=*/true);
 }
 
 void ClassificationInterpretation::plot_top_losses(size_t k, const std::string& path) const {
@@ -89,7 +85,7 @@ void ClassificationInterpretation::plot_top_losses(size_t k, const std::string& 
     cv::putText(image, label(top[i].predicted) + "/" + label(top[i].actual), {x, y + size + 14}, kFont, 0.4, {0, 0, 0}, 1, cv::LINE_AA);
     cv::putText(image, numbers, {x, y + size + 30}, kFont, 0.4, {80, 80, 80}, 1, cv::LINE_AA);
   }
-  write_png(path, image);
+  write_png(path, image, /*bgr=*/true);
 }
 
 }  // namespace fastcpp::vision

@@ -6,8 +6,8 @@
 #
 #   tests/fuzz/run.sh TARGET SECONDS BUILD_DIR [OUT_DIR]
 #
-# TARGET: torch_file (torch.save archives), idx, cifar, image, checkpoint. The reader's
-# own sources are compiled here with clang and instrumentation; the rest of fastcpp is
+# TARGET: torch_file (torch.save archives), idx, cifar, image, decoders (the libjpeg and
+# libpng decoders of vision/decoders.h), checkpoint. The reader's own sources are compiled here with clang and instrumentation; the rest of fastcpp is
 # linked from BUILD_DIR's libfastcpp.a, with the libraries and definitions the build
 # itself used (read from its ninja file).
 # Needs clang with libFuzzer (Debian: clang, libclang-rt-14-dev); exits 77 without.
@@ -24,9 +24,10 @@ case "$target" in
   idx) sources=(vision/datasets/idx.cpp) ;;
   cifar) sources=(vision/datasets/cifar.cpp) ;;
   image) sources=(vision/image.cpp) ;;
+  decoders) sources=(vision/libjpeg_decode.cpp vision/libpng_decode.cpp) ;;
   checkpoint) sources=(learner/checkpoint.cpp formats/torch_file.cpp formats/state_dict.cpp optim/optimizer.cpp
                        optim/grad_scaler.cpp) ;;
-  *) echo "unknown fuzz target '$target': torch_file, idx, cifar, image or checkpoint" >&2; exit 2 ;;
+  *) echo "unknown fuzz target '$target': torch_file, idx, cifar, image, decoders or checkpoint" >&2; exit 2 ;;
 esac
 if ! echo 'extern "C" int LLVMFuzzerTestOneInput(const char*, unsigned long) { return 0; }' |
     clang++ -x c++ -fsanitize=fuzzer,address,undefined - -o "$out/probe" 2>/dev/null; then

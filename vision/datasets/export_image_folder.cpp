@@ -4,10 +4,10 @@
 
 #include <algorithm>
 #include <filesystem>
-#include <opencv2/imgcodecs.hpp>
-#include <opencv2/imgproc.hpp>
+#include <opencv2/core.hpp>
 
 #include "core/error.h"
+#include "vision/image.h"
 
 namespace fastcpp::vision {
 
@@ -32,11 +32,8 @@ void export_image_folder(const TensorDataset& dataset, const std::vector<std::st
       std::filesystem::create_directories(folders[static_cast<size_t>(label)]);
       created[static_cast<size_t>(label)] = true;
     }
-    cv::Mat image(h, w, c == 3 ? CV_8UC3 : CV_8UC1, hwc[i].data_ptr<uint8_t>());
-    cv::Mat bgr;
-    if (c == 3) cv::cvtColor(image, bgr, cv::COLOR_RGB2BGR);
-    const auto path = folders[static_cast<size_t>(label)] + "/" + std::to_string(i) + ".png";
-    if (!cv::imwrite(path, c == 3 ? bgr : image)) throw Error("export_image_folder: cannot write '" + path + "'");
+    const cv::Mat image(h, w, c == 3 ? CV_8UC3 : CV_8UC1, hwc[i].data_ptr<uint8_t>());
+    write_png(folders[static_cast<size_t>(label)] + "/" + std::to_string(i) + ".png", image);
   }
 }
 
