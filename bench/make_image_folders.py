@@ -2,13 +2,16 @@
 """Makes the image folders the loader benchmark reads, from the photographs that
 scikit-image ships (in the project's .venv; nothing is downloaded).
 
-  make_image_folders.py OUT [--photos 1600] [--small 5000]
+  make_image_folders.py OUT [--photos 1600] [--small 5000] [--workers 1]
 
 OUT/photos: class-per-folder JPEGs of 300-500 px (random crops, scales and flips of
             the source photographs; one class per source photograph)
 OUT/small:  class-per-folder 32x32 PNGs (CIFAR-sized)
+The same files whatever the number of worker processes: every random draw is made in
+order first, then the pictures are cut and encoded in parallel.
 """
 import argparse
+import multiprocessing
 import os
 import random
 
@@ -33,17 +36,31 @@ def load_sources():
     return images
 
 
-def random_view(rng, image, long_side):
-    w, h = image.size
+def view_plan(rng, size, long_side):
+    """The draws of one view of a photograph of `size`: its crop, flip and final size."""
+    w, h = size
     scale = rng.uniform(0.5, 1.0)
     cw, ch = int(w * scale), int(h * scale * rng.uniform(0.8, 1.2))
     ch = min(ch, h)
     x, y = rng.randint(0, w - cw), rng.randint(0, h - ch)
-    view = image.crop((x, y, x + cw, y + ch))
-    if rng.random() < 0.5:
+    flip = rng.random() < 0.5
+    factor = long_side / max(cw, ch)
+    return (x, y, x + cw, y + ch), flip, (max(1, int(cw * factor)), max(1, int(ch * factor)))
+
+
+SOURCE_IMAGES = {}
+
+
+def render(job):
+    name, box, flip, size, path, small = job
+    view = SOURCE_IMAGES[name].crop(box)
+    if flip:
         view = view.transpose(Image.FLIP_LEFT_RIGHT)
-    factor = long_side / max(view.size)
-    return view.resize((max(1, int(view.size[0] * factor)), max(1, int(view.size[1] * factor))), Image.BILINEAR)
+    view = view.resize(size, Image.BILINEAR)
+    if small:
+        view.resize((32, 32), Image.BILINEAR).save(path)
+    else:
+        view.save(path, quality=90)
 
 
 def main():
@@ -51,20 +68,23 @@ def main():
     ap.add_argument("out")
     ap.add_argument("--photos", type=int, default=1600)
     ap.add_argument("--small", type=int, default=5000)
+    ap.add_argument("--workers", type=int, default=1)
     args = ap.parse_args()
     rng = random.Random(0)
-    sources = load_sources()
-    names = sorted(sources)
-    for i in range(args.photos):
-        name = names[i % len(names)]
-        folder = os.path.join(args.out, "photos", name)
-        os.makedirs(folder, exist_ok=True)
-        random_view(rng, sources[name], rng.randint(300, 500)).save(os.path.join(folder, f"{i:05d}.jpg"), quality=90)
-    for i in range(args.small):
-        name = names[i % len(names)]
-        folder = os.path.join(args.out, "small", name)
-        os.makedirs(folder, exist_ok=True)
-        random_view(rng, sources[name], 48).resize((32, 32), Image.BILINEAR).save(os.path.join(folder, f"{i:05d}.png"))
+    SOURCE_IMAGES.update(load_sources())
+    names = sorted(SOURCE_IMAGES)
+    jobs = []
+    for kind, count in (("photos", args.photos), ("small", args.small)):
+        for i in range(count):
+            name = names[i % len(names)]
+            folder = os.path.join(args.out, kind, name)
+            os.makedirs(folder, exist_ok=True)
+            long_side = rng.randint(300, 500) if kind == "photos" else 48
+            box, flip, size = view_plan(rng, SOURCE_IMAGES[name].size, long_side)
+            path = os.path.join(folder, f"{i:05d}." + ("jpg" if kind == "photos" else "png"))
+            jobs.append((name, box, flip, size, path, kind == "small"))
+    with multiprocessing.Pool(args.workers) as pool:
+        pool.map(render, jobs, chunksize=64)
     print(f"{args.photos} photos and {args.small} small images from {len(names)} sources in {args.out}")
 
 

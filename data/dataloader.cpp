@@ -4,6 +4,7 @@
 
 #include "core/device.h"
 #include "core/error.h"
+#include "data/device_stage.h"
 
 namespace fastcpp {
 
@@ -40,9 +41,12 @@ Batch DataLoader::make_batch(const std::vector<int64_t>& order, int64_t epoch, s
   } catch (const Error& e) {
     throw Error(std::string(e.what()) + " (batch " + std::to_string(b) + " of epoch " + std::to_string(epoch) + ")");
   }
-  if (device_.is_cpu()) return apply_batch_tfms(std::move(batch), seed);  // on the worker: the consumer stays free
-  if (device_.is_cuda() && options_.pin_memory && batch.x.is_cpu()) {
-    batch.x = batch.x.pin_memory();
+  if (device_.is_cpu()) {  // on the worker: the consumer stays free
+    if (batch.x_stage) batch.x = batch.x_stage->run(device_);
+    return apply_batch_tfms(std::move(batch), seed);
+  }
+  if (device_.is_cuda() && options_.pin_memory && batch.y.is_cpu()) {
+    if (batch.x.defined()) batch.x = batch.x.pin_memory();
     batch.y = batch.y.pin_memory();
   }
   return batch;
@@ -60,7 +64,8 @@ Batch DataLoader::apply_batch_tfms(Batch batch, uint64_t seed) const {
 
 Batch DataLoader::finish(Batch batch, int64_t epoch, size_t b) const {
   if (device_.is_cpu()) return batch;  // the worker transformed it
-  batch.x = batch.x.to(device_, /*non_blocking=*/true);  // a no-op for data already on the device
+  // The batch keeps its stage (and the bytes it decodes) until the next batch replaces it.
+  batch.x = batch.x_stage ? batch.x_stage->run(device_) : batch.x.to(device_, /*non_blocking=*/true);
   batch.y = batch.y.to(device_, /*non_blocking=*/true);
   return apply_batch_tfms(std::move(batch), batch_seed(epoch, b));
 }

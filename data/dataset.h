@@ -20,9 +20,12 @@ struct Example {
   torch::Tensor y;
 };
 
+class DeviceStage;  // data/device_stage.h
+
 struct Batch {
   torch::Tensor x;
   torch::Tensor y;
+  std::shared_ptr<const DeviceStage> x_stage;  // set: x is made on the loader's device by this
 };
 
 // Stacks the examples' x and y along a new first dimension.

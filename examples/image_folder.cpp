@@ -11,6 +11,9 @@
 // Prints the model summary, the epoch table and the confusion matrix, and writes
 // image_folder.pt (the trained model), image_folder_export.pt (the model with its
 // classes and transforms, for examples/predict), confusion_matrix.png and top_losses.png.
+// --decode device decodes the JPEGs on the training device (nvJPEG on a GPU) and crops
+// them there, and says which decoder ran; --batch-aug fastai adds fastai's aug_transforms
+// on each training batch.
 // --tta N adds the accuracy with test-time augmentation (N augmented passes);
 // --load MODEL.pt --epochs 0 evaluates a saved model without training.
 // bf16 with channels-last halves the time of an epoch on CPUs with AVX512-BF16.
@@ -26,7 +29,7 @@
 using namespace fastcpp;
 
 int main(int argc, char** argv) {
-  std::string root, arch = "resnet34", aug = "rrc", batch_aug = "none", stem = "imagenet", weights, precision = "fp32",
+  std::string root, arch = "resnet34", aug = "rrc", batch_aug = "none", decode = "cpu", stem = "imagenet", weights, precision = "fp32",
                     memory_format = "contiguous", load;
   int epochs = 5, size = 224, channels = 3, tta = 0, threads = static_cast<int>(std::thread::hardware_concurrency());
   int64_t bs = 64, width = 64;
@@ -49,6 +52,10 @@ int main(int argc, char** argv) {
            "fastai: fastai's aug_transforms on each training batch, on its device (flip, rotate, zoom, warp, "
            "lighting; in place of the item flip)")
       .choices({"none", "fastai"});
+  cli.flag("--decode", decode,
+           "device: JPEGs decoded, cropped and resized on the training device (nvJPEG on a GPU), the crops drawn "
+           "as on the CPU")
+      .choices({"cpu", "device"});
   cli.flag("--channels", channels, "1 for grey images").range(1, 3);
   cli.flag("--stem", stem, "cifar: no stride in the stem (small images)").choices({"imagenet", "cifar"});
   cli.flag("--width", width, "the ResNet's width").range(1, 4096);
@@ -83,7 +90,9 @@ int main(int argc, char** argv) {
     auto dls = vision::ImageDataLoaders::from_folder(root, {.valid_pct = has_split ? 0.0 : 0.2,
                                                             .bs = bs, .channels = channels,
                                                             .item_tfms = tfms, .batch_tfms = {normalize},
-                                                            .aug_tfms = batch_augs});
+                                                            .aug_tfms = batch_augs,
+                                                            .decode = decode == "device" ? vision::Decode::Device
+                                                                                         : vision::Decode::Cpu});
 
     const auto stem_kind = stem == "cifar" ? vision::Stem::cifar : vision::Stem::imagenet;
     vision::show_batch(dls, "show_batch.png");  // what the model will see
@@ -93,6 +102,9 @@ int main(int argc, char** argv) {
                                          .loss_func = CrossEntropyLoss({.label_smoothing = label_smoothing})});
     if (!load.empty()) learn.load(load, /*with_opt=*/false);
     std::cout << learn.summary() << "\n";
+    if (decode == "device")  // JPEGs the device cannot take still go the CPU path, file by file
+      std::printf("JPEG decoding on %s: %s\n", learn.dls.train.device().str().c_str(),
+                  vision::device_decoder_name(learn.dls.train.device()).c_str());
     if (precision == "fp16") learn.to_fp16();
     if (precision == "bf16") learn.to_bf16();
     if (memory_format == "channels-last") learn.to_channels_last();

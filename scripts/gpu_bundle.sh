@@ -3,10 +3,11 @@
 # packages needs to build and check fastcpp with scripts/gpu_check.sh: doctest's single
 # header, CLI11's headers, Gloo's headers (c10d's Gloo backend includes them; the torch wheel ships none),
 # zlib's headers, the Fashion-MNIST files, the fixtures of the fastai suite (made
-# here with the venv's fastai, which the GPU machines lack), and opencv.tar.xz: OpenCV's
-# core and imgproc, libjpeg and libpng (headers, Debian's libraries and the libraries
-# they load that a bare machine lacks, and a CMake config), which the image pipeline
-# builds on there (gpu_check.sh unpacks it). About 49 MB.
+# here with the venv's fastai, which the GPU machines lack), and image_libs.tar.xz:
+# OpenCV's core and imgproc, libjpeg and libpng (headers, Debian's libraries and the
+# libraries they load that a bare machine lacks, and a CMake config) and nvJPEG (the
+# venv's nvidia-nvjpeg wheel), which the image pipeline builds on there (gpu_check.sh
+# unpacks it). About 51 MB.
 set -euo pipefail
 source "$(dirname "$0")/command_line.sh"
 positional_only "$@"
@@ -25,21 +26,25 @@ rm "$bundle/fastai_fixtures/unet_resnet34.pth"
 echo "unet_resnet34.pth" > "$bundle/fastai_fixtures/left_out.txt"
 
 # OpenCV without imgcodecs (Debian's pulls in GDAL and a hundred libraries): the item
-# transforms need core and imgproc, the decoders libjpeg and libpng (vision/decoders.h).
-opencv=$(mktemp -d)/opencv
-mkdir -p "$opencv/include/opencv2" "$opencv/lib"
-(cd /usr/include/opencv4/opencv2 && cp -r core core.hpp imgproc imgproc.hpp opencv_modules.hpp "$opencv/include/opencv2/")
+# transforms need core and imgproc, the decoders libjpeg and libpng (vision/decoders.h),
+# and the GPU decoder nvJPEG.
+libs_dir=$(mktemp -d)/image_libs
+mkdir -p "$libs_dir/include/opencv2" "$libs_dir/lib"
+(cd /usr/include/opencv4/opencv2 && cp -r core core.hpp imgproc imgproc.hpp opencv_modules.hpp "$libs_dir/include/opencv2/")
 cp /usr/include/jpeglib.h /usr/include/jmorecfg.h /usr/include/jerror.h /usr/include/x86_64-linux-gnu/jconfig.h \
-   /usr/include/png.h /usr/include/pngconf.h /usr/include/pnglibconf.h "$opencv/include/"
+   /usr/include/png.h /usr/include/pngconf.h /usr/include/pnglibconf.h "$libs_dir/include/"
 libs=(/usr/lib/x86_64-linux-gnu/libopencv_core.so.406 /usr/lib/x86_64-linux-gnu/libopencv_imgproc.so.406
       /usr/lib/x86_64-linux-gnu/libjpeg.so.62 /usr/lib/x86_64-linux-gnu/libpng16.so.16)
 # With what they load, but not the C and C++ runtimes and zlib that every machine has.
 ldd "${libs[@]}" | awk '/=> \// {print $3}' | grep -vE '/(libc|libm|libstdc\+\+|libgcc_s|libz|ld-linux-x86-64)\.so' |
-  sort -u | while read -r lib; do cp -L "$lib" "$opencv/lib/"; done
-cp -L "${libs[@]}" "$opencv/lib/"
-ln -s libjpeg.so.62 "$opencv/lib/libjpeg.so"  # the names find_library looks for
-ln -s libpng16.so.16 "$opencv/lib/libpng16.so"
-cat > "$opencv/OpenCVConfig.cmake" <<'CONFIG'
+  sort -u | while read -r lib; do cp -L "$lib" "$libs_dir/lib/"; done
+cp -L "${libs[@]}" "$libs_dir/lib/"
+ln -s libjpeg.so.62 "$libs_dir/lib/libjpeg.so"  # the names find_library looks for
+ln -s libpng16.so.16 "$libs_dir/lib/libpng16.so"
+nvjpeg=$(.venv/bin/python -c 'import nvidia, os; print(os.path.join(list(nvidia.__path__)[0], "cu13"))')
+cp "$nvjpeg/include/nvjpeg.h" "$libs_dir/include/"
+cp "$nvjpeg/lib/libnvjpeg.so.13" "$libs_dir/lib/"
+cat > "$libs_dir/OpenCVConfig.cmake" <<'CONFIG'
 # OpenCV's core and imgproc as scripts/gpu_bundle.sh carries them (Debian's libraries).
 set(OpenCV_VERSION 4.6.0)
 set(OpenCV_INCLUDE_DIRS "${CMAKE_CURRENT_LIST_DIR}/include")
@@ -54,6 +59,6 @@ endforeach()
 set(OpenCV_LIBS opencv_core opencv_imgproc)
 set(OpenCV_FOUND TRUE)
 CONFIG
-XZ_OPT=-T0 tar cJf "$bundle/opencv.tar.xz" -C "$(dirname "$opencv")" opencv
-rm -rf "$(dirname "$opencv")"
+XZ_OPT=-T0 tar cJf "$bundle/image_libs.tar.xz" -C "$(dirname "$libs_dir")" image_libs
+rm -rf "$(dirname "$libs_dir")"
 du -sh "$bundle"

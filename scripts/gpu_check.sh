@@ -55,15 +55,16 @@ results=$out/results.md
 scratch=$(mktemp -d)
 trap 'rm -rf "$scratch"' EXIT
 export TORCH_CUDA_ARCH_LIST=${TORCH_CUDA_ARCH_LIST:-9.0}  # torch's CMake asks; we compile no kernels
-# OpenCV's core and imgproc, libjpeg and libpng, for the image pipeline (gpu_bundle.sh):
-# unpacked once, found by every CMake project here (the install test's too) through
-# their <Package>_ROOT, and by the programs at run time.
-if [ -f "$bundle/opencv.tar.xz" ] && [ ! -f "$bundle/opencv/OpenCVConfig.cmake" ]; then
-  tar xJf "$bundle/opencv.tar.xz" -C "$bundle"
+# OpenCV's core and imgproc, libjpeg, libpng and nvJPEG, for the image pipeline
+# (gpu_bundle.sh): unpacked once, found by every CMake project here (the install test's
+# too) through their <Package>_ROOT, and by the programs at run time.
+libs=$bundle/image_libs
+if [ -f "$bundle/image_libs.tar.xz" ] && [ ! -f "$libs/OpenCVConfig.cmake" ]; then
+  tar xJf "$bundle/image_libs.tar.xz" -C "$bundle"
 fi
-if [ -f "$bundle/opencv/OpenCVConfig.cmake" ]; then
-  export OpenCV_ROOT=$bundle/opencv JPEG_ROOT=$bundle/opencv PNG_ROOT=$bundle/opencv
-  export LD_LIBRARY_PATH="$bundle/opencv/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+if [ -f "$libs/OpenCVConfig.cmake" ]; then
+  export OpenCV_ROOT=$libs JPEG_ROOT=$libs PNG_ROOT=$libs FASTCPP_NVJPEG_DIR=$libs
+  export LD_LIBRARY_PATH="$libs/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
 fi
 
 now() { date +%s.%N; }
@@ -93,7 +94,7 @@ if [[ " $stages " == *" build "* ]]; then
   opencv=()
   [ -n "${OpenCV_ROOT:-}" ] || opencv=(-DFASTCPP_WITH_OPENCV=OFF)  # a bundle older than the image pipeline's
   targets=()  # every target; for the goals, the ones the GPU runs
-  [ $goals -eq 1 ] && targets=(fastcpp_tests bench_train_step bench_sync_batchnorm fashion_mnist)
+  [ $goals -eq 1 ] && targets=(fastcpp_tests bench_train_step bench_sync_batchnorm bench_image_folder fashion_mnist)
   [ "${auto_build:-0}" -eq 1 ] && [[ " $stages " != *" bench "* ]] && targets=(bench_train_step)  # a later step call
   start=$(now)
   { cmake -S . -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Release -DFASTCPP_PYTHON="$(command -v "$python")" \
@@ -148,7 +149,7 @@ step() {
   row "$title" "$([ $status -eq 0 ] && echo "done" || echo "FAILED (exit $status$([ $status -eq 124 ] && echo ", past ${limit} s"))") in $(since "$started") s"
   # Of a step that reprints its table after each round, the last one.
   awk '/^Medians of/ {kept = ""} {kept = kept $0 "\n"} END {printf "%s", kept}' "$log" > "$log.last"
-  { grep -E '^\|' "$log.last"; grep -E '^Medians|goal|time ratio|time: data|GPU busy|^GPU time|race stress|equal|^profile|ms/step' "$log.last"; } >> "$results"
+  { grep -E '^\|' "$log.last"; grep -E '^Medians|goal|time ratio|time: data|GPU busy|^GPU time|race stress|equal|^profile|ms/step|per CPU core|per GPU' "$log.last"; } >> "$results"
 }
 
 # The example as the README documents its fastest setting, whole process (CUDA start-up
@@ -214,6 +215,9 @@ if [[ " $stages " == *" bench "* ]]; then
   # Contiguous only: its ratio is the goal's, and both layouts would outrun the call
   # (bench/fashion_mnist_vs_python.sh --memory-format channels-last runs the other).
   step 120 "Fashion-MNIST example vs the PyTorch peer (5 epochs, both contiguous, data on the GPU)" peer_race
+  # Its own 150 s: the step stage's cells get what is left of the call.
+  step 150 "Image folder: the CPU pipeline, GPU decode and the resident ceiling, against PyTorch's loaders" \
+    bench/gpu_image_folder.sh "$build" "$python" "$scratch/image_folder"
   mkdir -p "$scratch/traces"
   step 60 "SyncBatchNorm's synced path vs BatchNorm (ResNet-50's layers, fp16 channels-last)" \
     "$build/bench/bench_sync_batchnorm" --profile "$scratch/traces"
@@ -258,7 +262,10 @@ if [ -s "$out/bench.log" ]; then
       "example, 5 epochs bf16 batch 512 data on the GPU" "example, 5 epochs bf16 batch 512: accuracy"
       "example / PyTorch loop, batch 128 fp32 contiguous, data on the GPU, training time"
       "SyncBatchNorm's synced path on" "to_parallel {cuda:0, cuda:0} resnet18 fp32 contiguous"
-      "to_parallel {cuda:0, cuda:0} resnet50 fp16 channels_last" "DDP overhead at world size 1 (NCCL)")
+      "to_parallel {cuda:0, cuda:0} resnet50 fp16 channels_last" "DDP overhead at world size 1 (NCCL)"
+      "image folder resnet50 fp16 channels-last, fastcpp best / resident ceiling"
+      "image folder resnet18 bf16 channels-last, fastcpp best / resident ceiling"
+      "image folder resnet18 bf16 channels-last, fastcpp best / PyTorch best")
     [[ " $stages " == *" step "* ]] && expected+=("slowest cell, fastcpp / eager" "largest peak memory, fastcpp over eager")
     for goal in "${expected[@]}"; do
       grep -F "$goal" "$out/bench.log" | grep -q goal || echo "| $goal ...: not measured (its step printed no figure: see bench.log) | | NOT met |"

@@ -16,10 +16,10 @@ programs=(
   "examples/predict --top no_model no_image" "examples/segmentation --epochs"
   "examples/export_image_folder - cifar10 no_dir no_out"
   "bench/bench_loader --workers no_folder" "bench/bench_learner_overhead --threads" "bench/bench_train_step --steps"
-  "bench/bench_sync_batchnorm --rounds" "fastcpp-launch --nproc-per-node"
+  "bench/bench_sync_batchnorm --rounds" "bench/bench_image_folder --steps no_folder" "fastcpp-launch --nproc-per-node"
   "bench/fashion_mnist_resnet.sh --epochs" "bench/fashion_mnist_vs_fastai.sh --epochs"
   "bench/fashion_mnist_vs_python.sh --epochs" "bench/scaling.sh --epochs" "bench/segmentation_vs_fastai.sh --items" "bench/edit_rebuild.sh -"
-  "bench/gpu_ddp_overhead.sh -" "bench/gpu_parallel.sh -" "bench/gpu_train_step.sh -"
+  "bench/gpu_ddp_overhead.sh -" "bench/gpu_parallel.sh -" "bench/gpu_train_step.sh -" "bench/gpu_image_folder.sh -"
   "scripts/test.sh -" "scripts/install_deps.sh -" "scripts/setup_python.sh -" "scripts/gpu_bundle.sh -"
   "scripts/gpu_check.sh -" "scripts/soak.sh -"
 )

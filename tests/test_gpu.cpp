@@ -12,6 +12,10 @@
 #include "helpers.h"
 #include "synced_arithmetic.h"
 #include "vision/augment.h"
+#if FASTCPP_HAS_OPENCV
+#include "vision/datasets/image_folder.h"
+#include "vision/device_decode.h"
+#endif
 #include "worker_process.h"
 
 #if FASTCPP_HAS_CUDA
@@ -156,6 +160,27 @@ TEST_SUITE("gpu" * doctest::skip(!torch::cuda::is_available())) {
       CHECK((cuda.y.cpu() != cpu.y).sum().item<int64_t>() <= cpu.y.numel() / 1000);
     }
   }
+
+#if FASTCPP_HAS_OPENCV
+  TEST_CASE("Decode::Device on CUDA: nvJPEG's batch equals the CPU's decode within the decoders' rounding") {
+    const auto dir = temp_path("gpu_decode");
+    output_of(std::string(FASTCPP_PYTHON) + " " + FASTCPP_FIXTURES + "/make_jpegs.py " + dir + " 8");
+    const auto folder = vision::ImageFolder::scan(
+        dir, {.item_tfms = {vision::RandomResizedCrop(64), vision::FlipItem()}, .decode = vision::Decode::Device});
+    REQUIRE(folder.size() == 8);
+    const auto batch = folder.get_batch({0, 1, 2, 3, 4, 5, 6, 7}, 3);
+    REQUIRE(batch.x_stage);
+    const auto on_cpu = batch.x_stage->run(torch::kCPU);
+    const auto on_gpu = batch.x_stage->run(kCuda0);
+    CHECK(on_gpu.is_cuda());
+    const auto difference = (on_gpu.cpu().to(torch::kFloat) - on_cpu.to(torch::kFloat)).abs();
+    CHECK(difference.mean().item<double>() < 1.5);  // IDCTs and upsampling differ by a level or two
+    CHECK(difference.max().item<double>() <= 32);
+    CHECK(vision::device_decoder_name(kCuda0).rfind("nvJPEG", 0) == 0);
+    MESSAGE("JPEG decoder on the GPU: " << vision::device_decoder_name(kCuda0));
+    std::filesystem::remove_all(dir);
+  }
+#endif
 
   TEST_CASE("a CUDA device that is not there is an error naming it and what there is") {
     const auto n = torch::cuda::device_count();

@@ -2,10 +2,13 @@
 // test writes itself.
 #include <filesystem>
 #include <fstream>
+#include <numeric>
 #include <opencv2/imgcodecs.hpp>
+#include <opencv2/imgproc.hpp>
 #include <stdexcept>
 
 #include "helpers.h"
+#include "vision/device_decode.h"
 #if FASTCPP_HAS_DIRECT_DECODERS
 #include <zlib.h>
 
@@ -34,6 +37,17 @@ cv::Mat gradient(int w, int h) {
 }
 
 void write(const std::string& path, const cv::Mat& image) { REQUIRE(cv::imwrite(path, image)); }
+
+// A smooth photo-like picture (BGR): gradients, a disc and a bar, w x h.
+cv::Mat picture(int w, int h, int seed) {
+  cv::Mat bgr(h, w, CV_8UC3);
+  for (int y = 0; y < h; ++y)
+    for (int x = 0; x < w; ++x)
+      bgr.at<cv::Vec3b>(y, x) = cv::Vec3b(uint8_t(60 + x * 150 / w), uint8_t(40 + y * 170 / h), uint8_t((x + y + 40 * seed) % 200));
+  cv::circle(bgr, {w / 3, h / 2}, h / 4, cv::Scalar(20, 220, 90), -1, cv::LINE_AA);
+  cv::rectangle(bgr, cv::Rect(w / 2, h / 5, w / 6, h / 2), cv::Scalar(230, 30, 200), -1);
+  return bgr;
+}
 
 // root/<class>/<i>.png with `per_class` gradient images of varying sizes.
 std::string make_folder(const std::string& name, int per_class) {
@@ -316,6 +330,86 @@ TEST_SUITE("vision") {
     CHECK((xs[0].scalar_type() == torch::kUInt8));
     CHECK(torch::equal(xs[0], xs[1]));
     CHECK(torch::equal(xs[0], xs[2]));
+    fs::remove_all(root);
+  }
+
+  TEST_CASE("Decode::Device: the CPU path's draws from the JPEG headers, its pixels within rounding, the rest its own") {
+    // JPEGs of several sizes (one large enough to decode at 1/2 on the CPU path), a PNG,
+    // a grey JPEG and an EXIF-rotated one: those last three go the CPU path whole.
+    const auto root = temp_dir("device_decode");
+    for (const char* cls : {"cat", "dog"}) fs::create_directories(fs::path(root) / cls);
+    const std::vector<std::pair<int, int>> sizes{{120, 90}, {100, 130}, {150, 150}, {96, 72}, {400, 300}};
+    for (size_t i = 0; i < sizes.size(); ++i)
+      write(root + (i % 2 ? "/dog/" : "/cat/") + std::to_string(i) + ".jpg", picture(sizes[i].first, sizes[i].second, int(i)));
+    write(root + "/cat/png.png", picture(90, 80, 7));
+    cv::Mat grey;
+    cv::cvtColor(picture(90, 90, 8), grey, cv::COLOR_BGR2GRAY);
+    write(root + "/dog/grey.jpg", grey);
+    std::vector<uint8_t> rotated;
+    REQUIRE(cv::imencode(".jpg", picture(80, 100, 9), rotated));
+    const std::vector<uint8_t> app1{0xFF, 0xE1, 0, 34, 'E', 'x', 'i', 'f', 0, 0, 'M', 'M', 0, 0x2A, 0, 0, 0, 8, 0, 1,
+                                    0x01, 0x12, 0, 3, 0, 0, 0, 1, 0, 6, 0, 0, 0, 0, 0, 0};
+    rotated.insert(rotated.begin() + 2, app1.begin(), app1.end());
+    std::ofstream(root + "/dog/rotated.jpg", std::ios::binary).write(reinterpret_cast<const char*>(rotated.data()), long(rotated.size()));
+
+    const vision::RandomResizedCrop crop(40, {0.3, 1.0});
+    const std::vector<vision::ItemTransform> tfms{crop, vision::FlipItem()};
+    const auto cpu = vision::ImageFolder::scan(root, {.item_tfms = tfms});
+    const auto device = vision::ImageFolder::scan(root, {.item_tfms = tfms, .decode = vision::Decode::Device});
+    REQUIRE(device.size() == 8);
+    std::vector<int64_t> all(8);
+    std::iota(all.begin(), all.end(), 0);
+    for (uint64_t seed : {1, 2, 3}) {
+      CAPTURE(seed);
+      const auto expected = cpu.get_batch(all, seed);
+      const auto batch = device.get_batch(all, seed);
+      REQUIRE(batch.x_stage);
+      CHECK_FALSE(batch.x.defined());
+      CHECK(torch::equal(batch.y, expected.y));
+      const auto& items = dynamic_cast<const vision::DeviceDecode&>(*batch.x_stage).items();
+      const auto x = batch.x_stage->run(torch::kCPU);
+      REQUIRE(x.sizes() == expected.x.sizes());
+      for (int64_t k = 0; k < 8; ++k) {
+        const auto& item = items[size_t(k)];
+        CAPTURE(item.path);
+        const bool on_device = !item.jpeg.empty();
+        CHECK(on_device == (item.path.find("rotated") == std::string::npos && item.path.find("grey") == std::string::npos &&
+                            item.path.find(".png") == std::string::npos));
+        if (!on_device) {
+          CHECK(torch::equal(x[k], expected.x[k]));  // the CPU path's item, as it was
+          continue;
+        }
+        // The draws: RandomResizedCrop's box at the size the CPU path decodes at (the
+        // 400x300 image at 1/2), then FlipItem's coin, from the item's own stream.
+        Rng rng(mix_seed(seed, uint64_t(k)));
+        const int factor = item.size.width == 400 ? 2 : 1;
+        const auto box = crop.crop_for({item.size.width / factor, item.size.height / factor}, rng);
+        CHECK(item.plan.crop == cv::Rect(box.x * factor, box.y * factor, box.width * factor, box.height * factor));
+        CHECK(item.plan.flip == rng.bernoulli(0.5));
+        const auto difference = (x[k].to(torch::kInt) - expected.x[k].to(torch::kInt)).abs();
+        CHECK(difference.to(torch::kFloat).mean().item<double>() < (factor == 1 ? 0.6 : 3.0));
+        if (factor == 1) CHECK(difference.max().item<int>() <= 2);  // bilinear from the same pixels: OpenCV's rounding
+      }
+    }
+    // The validation form: the centre square, no flip.
+    const auto valid = device.with_options({.item_tfms = tfms, .train = false, .decode = vision::Decode::Device});
+    const auto& centre = dynamic_cast<const vision::DeviceDecode&>(*valid.get_batch({0}, 5).x_stage).items()[0];
+    CHECK(centre.plan.crop == cv::Rect(15, 0, 90, 90));
+    CHECK_FALSE(centre.plan.flip);
+
+    // A loader: the same batches with 0 or 2 workers; a corrupt file, the CPU path's error.
+    auto shared = std::make_shared<vision::ImageFolder>(device);
+    std::vector<torch::Tensor> runs;
+    for (int workers : {0, 2}) {
+      DataLoader loader(shared, {.bs = 3, .shuffle = true, .workers = workers, .seed = 4});
+      std::vector<torch::Tensor> parts;
+      for (const auto& b : loader) parts.push_back(b.x);
+      runs.push_back(torch::cat(parts));
+    }
+    CHECK(torch::equal(runs[0], runs[1]));
+    std::ofstream(root + "/cat/0.jpg", std::ios::binary | std::ios::trunc) << std::string("\xFF\xD8\xFF\xE0 truncated");
+    CHECK(error_of([&] { device.get_batch({0}, 1); }) == error_of([&] { cpu.get_batch({0}, 1); }));
+    CHECK(vision::device_decoder_name(torch::kCPU) == "libjpeg on the CPU");
     fs::remove_all(root);
   }
 

@@ -123,9 +123,9 @@ std::pair<double, double> coordinate_range(const std::vector<Mat3>& maps, double
 // The outermost pixel centre's normalized coordinate along an axis of n pixels.
 double corner(int64_t n, bool align_corners) { return align_corners && n > 1 ? 1.0 : 1.0 - 1.0 / double(n); }
 
-torch::Tensor logit(const torch::Tensor& x) { return -(1 / x.clamp(1e-7, 1 - 1e-7) - 1).log(); }
+torch::Tensor clamped_logit(const torch::Tensor& x) { return -(1 / x.clamp(1e-7, 1 - 1e-7) - 1).log(); }
 
-double logit(double v) {
+double clamped_logit(double v) {
   v = std::clamp(v, 1e-7, 1 - 1e-7);
   return -std::log(1 / v - 1);
 }
@@ -260,11 +260,11 @@ Batch AugTransforms::apply_draws(Batch batch, const std::vector<AugDraw>& draws)
     auto change = torch::empty({n, 2}, torch::kDouble);
     auto c = change.accessor<double, 2>();
     for (int64_t i = 0; i < n; ++i) {
-      c[i][0] = logit(draws[size_t(i)].brightness);
+      c[i][0] = clamped_logit(draws[size_t(i)].brightness);
       c[i][1] = draws[size_t(i)].contrast;
     }
     const auto on_device = change.to(x.scalar_type()).to(x.device(), /*non_blocking=*/true).view({n, 2, 1, 1});
-    x = torch::sigmoid((logit(x) + on_device.narrow(1, 0, 1)) * on_device.narrow(1, 1, 1));
+    x = torch::sigmoid((clamped_logit(x) + on_device.narrow(1, 0, 1)) * on_device.narrow(1, 1, 1));
   }
   batch.x = x;
   return batch;

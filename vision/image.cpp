@@ -12,6 +12,7 @@
 #include "core/error.h"
 #include "formats/file_io.h"
 #include "formats/png.h"
+#include "vision/jpeg_header.h"
 #if FASTCPP_HAS_IMGCODECS
 #include <opencv2/imgcodecs.hpp>
 #else
@@ -20,8 +21,6 @@
 
 namespace fastcpp::vision {
 namespace {
-
-bool is_jpeg(const std::vector<uint8_t>& b) { return b.size() > 3 && b[0] == 0xFF && b[1] == 0xD8 && b[2] == 0xFF; }
 
 bool starts_with(const std::vector<uint8_t>& b, std::initializer_list<uint8_t> prefix, size_t at = 0) {
   return b.size() >= at + prefix.size() && std::equal(prefix.begin(), prefix.end(), b.begin() + static_cast<std::ptrdiff_t>(at));
@@ -36,14 +35,6 @@ bool is_decodable_format(const std::vector<uint8_t>& b) {
          (starts_with(b, {'R', 'I', 'F', 'F'}) && starts_with(b, {'W', 'E', 'B', 'P'}, 8)) ||
          // PBM, PGM, PPM: as strict as OpenCV's own check, so that no other decoder is tried
          (b.size() > 2 && b[0] == 'P' && b[1] >= '1' && b[1] <= '6' && std::isspace(b[2]));
-}
-
-// The end-of-image marker FF D9, allowing for a little padding after it.
-bool has_jpeg_end(const std::vector<uint8_t>& b) {
-  const size_t from = b.size() > 64 ? b.size() - 64 : 0;
-  for (size_t i = b.size() - 1; i > from; --i)
-    if (b[i - 1] == 0xFF && b[i] == 0xD9) return true;
-  return false;
 }
 
 #if FASTCPP_HAS_IMGCODECS
@@ -90,18 +81,7 @@ cv::Size image_header_size(const std::vector<uint8_t>& b) {
     auto le32 = [&](size_t i) { return int32_t(b[i] | b[i + 1] << 8 | b[i + 2] << 16 | uint32_t(b[i + 3]) << 24); };
     return {std::abs(le32(18)), std::abs(le32(22))};
   }
-  if (is_jpeg(b)) {
-    size_t i = 2;
-    while (i + 9 < b.size()) {
-      if (b[i] != 0xFF) return {0, 0};
-      const uint8_t marker = b[i + 1];
-      if (marker == 0xFF) { ++i; continue; }
-      const bool sof = marker >= 0xC0 && marker <= 0xCF && marker != 0xC4 && marker != 0xC8 && marker != 0xCC;
-      if (sof) return {be16(i + 7), be16(i + 5)};
-      i += 2 + static_cast<size_t>(be16(i + 2));
-    }
-  }
-  return {0, 0};
+  return read_jpeg_header(b).size;
 }
 
 cv::Mat decode_image(const std::vector<uint8_t>& bytes, const std::string& path, DecodeOptions options) {
@@ -112,12 +92,7 @@ cv::Mat decode_image(const std::vector<uint8_t>& bytes, const std::string& path,
     throw Error("cannot decode image '" + path + "': not a JPEG, PNG, BMP, TIFF, WebP or PNM image");
   if (is_jpeg(bytes) && !has_jpeg_end(bytes))  // libjpeg would only warn and grey out the rest
     throw Error("cannot decode image '" + path + "': truncated JPEG (no end-of-image marker)");
-  int factor = 1;
-  if (options.min_side > 0 && is_jpeg(bytes)) {
-    const auto size = image_header_size(bytes);
-    const int short_side = std::min(size.width, size.height);
-    while (factor < 8 && short_side / (factor * 2) >= options.min_side) factor *= 2;
-  }
+  const int factor = is_jpeg(bytes) ? jpeg_reduction(read_jpeg_header(bytes).size, options.min_side) : 1;
 #if FASTCPP_HAS_IMGCODECS
   cv::Mat image = decode_bgr(bytes, path, factor, gray);
   const bool swap = !gray && options.rgb;
@@ -130,7 +105,7 @@ cv::Mat decode_image(const std::vector<uint8_t>& bytes, const std::string& path,
   return image;
 }
 
-cv::Mat read_image(const std::string& path, DecodeOptions options) {
+std::vector<uint8_t> read_image_bytes(const std::string& path) {
   std::ifstream in(path, std::ios::binary | std::ios::ate);
   if (!in) throw Error("cannot open image '" + path + "'");
   std::vector<uint8_t> bytes(static_cast<size_t>(in.tellg()));
@@ -138,7 +113,11 @@ cv::Mat read_image(const std::string& path, DecodeOptions options) {
   if (!in.read(reinterpret_cast<char*>(bytes.data()), static_cast<std::streamsize>(bytes.size())))
     throw Error("cannot read image '" + path + "'");
   if (bytes.empty()) throw Error("cannot decode image '" + path + "': the file is empty");
-  return decode_image(bytes, path, options);
+  return bytes;
+}
+
+cv::Mat read_image(const std::string& path, DecodeOptions options) {
+  return decode_image(read_image_bytes(path), path, options);
 }
 
 void write_png(const std::string& path, const cv::Mat& image, bool bgr) {

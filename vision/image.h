@@ -20,6 +20,8 @@ struct DecodeOptions {
 // The file's pixels, 8-bit, RGB (or single-channel). Throws fastcpp::Error naming the
 // file if it cannot be read or is not a decodable image.
 cv::Mat read_image(const std::string& path, DecodeOptions options = {});
+// The file's bytes; throws fastcpp::Error naming it if it cannot be read or is empty.
+std::vector<uint8_t> read_image_bytes(const std::string& path);
 cv::Mat decode_image(const std::vector<uint8_t>& bytes, const std::string& path, DecodeOptions options = {});
 
 // Writes an 8-bit image (3 channels: RGB, or BGR with bgr = true; or 1, grey) as a PNG

@@ -2,11 +2,11 @@
 #include <csetjmp>
 #include <cstdio>
 #include <stdexcept>
-#include <string>
 
 #include <jpeglib.h>
 
 #include "vision/decoders.h"
+#include "vision/jpeg_header.h"
 
 namespace fastcpp::vision {
 namespace {
@@ -23,43 +23,6 @@ void on_error(j_common_ptr info) {
   auto* errors = reinterpret_cast<ErrorManager*>(info->err);
   info->err->format_message(info, errors->message);
   std::longjmp(errors->jump, 1);
-}
-
-// The EXIF orientation (1..8) of a JPEG's APP1 segment; 1 where there is none.
-int exif_orientation(const std::vector<uint8_t>& b) {
-  auto be16 = [&](size_t i) { return int(b[i]) << 8 | int(b[i + 1]); };
-  size_t i = 2;
-  while (i + 4 <= b.size() && b[i] == 0xFF) {
-    const int marker = b[i + 1];
-    if (marker == 0xDA || marker == 0xD9) break;  // image data: no more headers
-    const size_t length = static_cast<size_t>(be16(i + 2));
-    const size_t data = i + 4, end = i + 2 + length;
-    if (end > b.size()) break;
-    if (marker == 0xE1 && length >= 16 && std::string(b.begin() + long(data), b.begin() + long(data) + 4) == "Exif") {
-      const size_t tiff = data + 6;
-      const bool little = b[tiff] == 'I';
-      auto u16 = [&](size_t at) { return little ? int(b[at]) | int(b[at + 1]) << 8 : be16(at); };
-      auto u32 = [&](size_t at) {
-        return little ? uint32_t(b[at]) | uint32_t(b[at + 1]) << 8 | uint32_t(b[at + 2]) << 16 | uint32_t(b[at + 3]) << 24
-                      : uint32_t(b[at]) << 24 | uint32_t(b[at + 1]) << 16 | uint32_t(b[at + 2]) << 8 | uint32_t(b[at + 3]);
-      };
-      if (tiff + 8 > end) return 1;
-      const size_t ifd = tiff + u32(tiff + 4);
-      if (ifd + 2 > end) return 1;
-      const int entries = u16(ifd);
-      for (int e = 0; e < entries; ++e) {
-        const size_t entry = ifd + 2 + size_t(e) * 12;
-        if (entry + 12 > end) return 1;
-        if (u16(entry) == 0x0112) {
-          const int orientation = u16(entry + 8);
-          return orientation >= 1 && orientation <= 8 ? orientation : 1;
-        }
-      }
-      return 1;
-    }
-    i = end;
-  }
-  return 1;
 }
 
 // What cv::imdecode does with an EXIF orientation.
@@ -123,7 +86,7 @@ cv::Mat libjpeg_decode(const std::vector<uint8_t>& bytes, int channels, int scal
   jpeg_finish_decompress(&info);
   jpeg_destroy_decompress(&info);
   if (cmyk) decoded = from_cmyk(decoded, channels);
-  apply_orientation(decoded, exif_orientation(bytes));
+  apply_orientation(decoded, read_jpeg_header(bytes).orientation);
   return decoded;
 }
 

@@ -109,6 +109,12 @@ cv::Rect RandomResizedCrop::crop_for(cv::Size image, Rng& rng) const {
   return {(image.width - w) / 2, (image.height - h) / 2, w, h};
 }
 
+std::optional<CropPlan> RandomResizedCrop::plan(cv::Size size, Rng& rng, bool train) const {
+  if (train) return CropPlan{crop_for(size, rng), {size_, size_}};
+  const int side = std::min(size.width, size.height);
+  return CropPlan{{(size.width - side) / 2, (size.height - side) / 2, side, side}, {size_, size_}};
+}
+
 cv::Mat RandomResizedCrop::transform(const cv::Mat& image, Rng& rng, bool train, const Sampling& sampling) const {
   if (!train) {
     const int side = std::min(image.cols, image.rows);
@@ -127,6 +133,33 @@ cv::Mat RandomCrop::transform(const cv::Mat& image, Rng& rng, bool train, const 
   const int x = int(rng.integer(-padding_, std::max(-padding_, image.cols + padding_ - size_)));
   const int y = int(rng.integer(-padding_, std::max(-padding_, image.rows + padding_ - size_)));
   return window(image, x, y, size_, sampling);
+}
+
+std::optional<CropPlan> Resize::plan(cv::Size size, Rng&, bool) const {
+  if (method_ != ResizeMethod::Squish) return std::nullopt;  // Crop and Pad round their sizes first
+  return CropPlan{{0, 0, size.width, size.height}, {size_, size_}};
+}
+
+std::optional<CropPlan> FlipItem::plan(cv::Size size, Rng& rng, bool train) const {
+  return CropPlan{{0, 0, size.width, size.height}, size, train && rng.bernoulli(p_)};
+}
+
+std::optional<CropPlan> plan_of(const std::vector<ItemTransform>& tfms, cv::Size size, Rng& rng, bool train) {
+  CropPlan whole{{0, 0, size.width, size.height}, size};
+  for (const auto& tfm : tfms) {
+    const auto step = tfm.plan(whole.out, rng, train);
+    if (!step) return std::nullopt;
+    if (step->crop != cv::Rect(0, 0, whole.out.width, whole.out.height)) {
+      // A crop of a resized crop would not fall on whole pixels of the input.
+      if (whole.out != whole.crop.size()) return std::nullopt;
+      cv::Rect crop = step->crop;
+      if (whole.flip) crop.x = whole.crop.width - crop.x - crop.width;
+      whole.crop = {whole.crop.x + crop.x, whole.crop.y + crop.y, crop.width, crop.height};
+    }
+    whole.out = step->out;
+    whole.flip = whole.flip != step->flip;
+  }
+  return whole;
 }
 
 cv::Mat FlipItem::transform(const cv::Mat& image, Rng& rng, bool train, const Sampling& sampling) const {

@@ -14,6 +14,7 @@
 #include <opencv2/core.hpp>
 
 #include <memory>
+#include <optional>
 #include <string>
 #include <type_traits>
 #include <utility>
@@ -22,6 +23,14 @@
 #include "data/random.h"
 
 namespace fastcpp::vision {
+
+// A transform's whole geometry when it is one crop of its input, resized to `out`, then
+// flipped left-right or not: what a loader can do on the GPU after decoding there.
+struct CropPlan {
+  cv::Rect crop;
+  cv::Size out;
+  bool flip = false;
+};
 
 class ImageTransform {
  public:
@@ -32,6 +41,9 @@ class ImageTransform {
   // interpolated, and `fill` wherever it leaves the mask. The default refuses: a
   // transform of a program's own has no mask form unless it gives one.
   virtual cv::Mat apply_mask(const cv::Mat& mask, Rng& rng, bool train, int fill) const;
+  // This transform as a crop plan for an input of `size`, drawing exactly what apply
+  // draws (so both give the same item); nullopt where it is not one crop and resize.
+  virtual std::optional<CropPlan> plan(cv::Size size, Rng& rng, bool train) const { return std::nullopt; }
   // The shortest image side this transform needs for full quality (0: no need):
   // lets JPEG decoding skip pixels that would be thrown away.
   virtual int min_input_side() const { return 0; }
@@ -50,6 +62,7 @@ class ItemTransform {
   cv::Mat mask(const cv::Mat& mask, Rng& rng, bool train, int fill) const {
     return impl_->apply_mask(mask, rng, train, fill);
   }
+  std::optional<CropPlan> plan(cv::Size size, Rng& rng, bool train) const { return impl_->plan(size, rng, train); }
   int min_input_side() const { return impl_->min_input_side(); }
   std::string spec() const { return impl_->spec(); }
 
@@ -74,6 +87,11 @@ class GeometricTransform : public ImageTransform {
   virtual cv::Mat transform(const cv::Mat& pixels, Rng& rng, bool train, const Sampling& sampling) const = 0;
 };
 
+// What `tfms` do to an input of `size` as one crop plan, drawing what they would draw
+// applied one after the other; nullopt unless each is a plan and only the first crops
+// (a flip may come before or after it).
+std::optional<CropPlan> plan_of(const std::vector<ItemTransform>& tfms, cv::Size size, Rng& rng, bool train);
+
 // The text forms of `tfms`; throws naming `who` for a transform without one.
 std::vector<std::string> transform_specs(const std::vector<ItemTransform>& tfms, const std::string& who);
 
@@ -83,6 +101,7 @@ class Resize : public GeometricTransform {
  public:
   explicit Resize(int size, ResizeMethod method = ResizeMethod::Crop);
   cv::Mat transform(const cv::Mat& pixels, Rng& rng, bool train, const Sampling& sampling) const override;
+  std::optional<CropPlan> plan(cv::Size size, Rng& rng, bool train) const override;  // Squish only
   int min_input_side() const override { return size_; }
   std::string spec() const override;
 
@@ -96,6 +115,7 @@ class RandomResizedCrop : public GeometricTransform {
   explicit RandomResizedCrop(int size, std::pair<double, double> scale = {0.08, 1.0},
                              std::pair<double, double> ratio = {3.0 / 4, 4.0 / 3});
   cv::Mat transform(const cv::Mat& pixels, Rng& rng, bool train, const Sampling& sampling) const override;
+  std::optional<CropPlan> plan(cv::Size size, Rng& rng, bool train) const override;
   // Reduced decoding must keep even the smallest possible crop (scale.first of the
   // area, at the widest ratio) at >= size pixels, so that no crop is upscaled more
   // than torchvision's would be: short side >= size * sqrt(ratio.second / scale.first).
@@ -133,6 +153,7 @@ class FlipItem : public GeometricTransform {
  public:
   explicit FlipItem(double p = 0.5) : p_(p) {}
   cv::Mat transform(const cv::Mat& pixels, Rng& rng, bool train, const Sampling& sampling) const override;
+  std::optional<CropPlan> plan(cv::Size size, Rng& rng, bool train) const override;
   std::string spec() const override;
 
  private:

@@ -10,7 +10,9 @@
 
 #include "data/buffer_pool.h"
 #include "core/error.h"
+#include "vision/device_decode.h"
 #include "vision/image.h"
+#include "vision/jpeg_header.h"
 
 namespace fastcpp::vision {
 namespace fs = std::filesystem;
@@ -123,7 +125,62 @@ Example ImageFolder::get(size_t index) const {
   return get(index, rng);
 }
 
+namespace {
+
+// The message of both paths for a batch whose items differ in size.
+Error size_mismatch(const std::string& path, cv::Size size, const std::string& first_path, cv::Size first) {
+  return Error("items of one batch differ in size: '" + path + "' is " + std::to_string(size.width) + "x" +
+               std::to_string(size.height) + ", '" + first_path + "' " + std::to_string(first.width) + "x" +
+               std::to_string(first.height) + ": add a Resize or crop to the item transforms");
+}
+
+}  // namespace
+
+Batch ImageFolder::get_batch_on_device(const std::vector<int64_t>& indices, uint64_t seed) const {
+  std::vector<EncodedImage> items(indices.size());
+  auto labels = torch::empty({static_cast<int64_t>(indices.size())}, torch::kLong);
+  cv::Size out;
+  for (size_t k = 0; k < indices.size(); ++k) {
+    Rng rng(mix_seed(seed, k));
+    const Rng start = rng;
+    const auto index = static_cast<size_t>(indices[k]);
+    auto& item = items[k];
+    try {
+      if (index >= size()) throw Error("ImageFolder: index " + std::to_string(index) + " out of range for " + std::to_string(size()));
+      item.path = paths_[index];
+      auto bytes = read_image_bytes(item.path);
+      const auto header = read_jpeg_header(bytes);
+      std::optional<CropPlan> plan;
+      if (header.components == 3 && header.orientation == 1 && header.size.area() > 0 && has_jpeg_end(bytes)) {
+        // Drawn at the size the CPU path decodes at, then scaled to the full image.
+        const int factor = jpeg_reduction(header.size, min_side_);
+        plan = plan_of(options_.item_tfms, reduced_size(header.size, factor), rng, options_.train);
+        if (plan) {
+          auto& c = plan->crop;
+          c = cv::Rect(c.x * factor, c.y * factor, c.width * factor, c.height * factor) & cv::Rect({}, header.size);
+        }
+      }
+      if (plan) {
+        item.jpeg = std::move(bytes);
+        item.size = header.size;
+        item.plan = *plan;
+      } else {
+        Rng again = start;  // the CPU path, with the draws from the start
+        item.ready = image_to_tensor(load(index, again), /*reverse_channels=*/true);
+        item.plan.out = {int(item.ready.size(2)), int(item.ready.size(1))};
+      }
+    } catch (const Error& e) {
+      throw Error("item " + std::to_string(index) + ": " + e.what());
+    }
+    labels[static_cast<int64_t>(k)] = labels_[index];
+    if (k == 0) out = item.plan.out;
+    if (item.plan.out != out) throw size_mismatch(item.path, item.plan.out, items[0].path, out);
+  }
+  return {torch::Tensor(), labels, std::make_shared<DeviceDecode>(std::move(items), out)};
+}
+
 Batch ImageFolder::get_batch(const std::vector<int64_t>& indices, uint64_t seed) const {
+  if (options_.decode == Decode::Device && options_.channels == 3) return get_batch_on_device(indices, seed);
   std::vector<cv::Mat> images;
   images.reserve(indices.size());
   auto labels = torch::empty({static_cast<int64_t>(indices.size())}, torch::kLong);
@@ -137,10 +194,7 @@ Batch ImageFolder::get_batch(const std::vector<int64_t>& indices, uint64_t seed)
     }
     labels[static_cast<int64_t>(k)] = labels_[index];
     if (images[k].size() != images[0].size())
-      throw Error("items of one batch differ in size: '" + paths_[index] + "' is " + std::to_string(images[k].cols) +
-                  "x" + std::to_string(images[k].rows) + ", '" + paths_[static_cast<size_t>(indices[0])] + "' " +
-                  std::to_string(images[0].cols) + "x" + std::to_string(images[0].rows) +
-                  ": add a Resize or crop to the item transforms");
+      throw size_mismatch(paths_[index], images[k].size(), paths_[static_cast<size_t>(indices[0])], images[0].size());
   }
   const auto& first = images.front();
   auto x = pooled_empty({static_cast<int64_t>(images.size()), first.channels(), first.rows, first.cols}, torch::kUInt8);
@@ -152,8 +206,8 @@ Batch ImageFolder::get_batch(const std::vector<int64_t>& indices, uint64_t seed)
 }
 
 DataLoaders ImageDataLoaders::from_folder(const std::string& root, FromFolderOptions o) {
-  ImageFolderOptions train_options{o.channels, o.item_tfms, /*train=*/true, o.skip_bad};
-  ImageFolderOptions valid_options{o.channels, o.item_tfms, /*train=*/false, o.skip_bad};
+  ImageFolderOptions train_options{o.channels, o.item_tfms, /*train=*/true, o.skip_bad, o.decode};
+  ImageFolderOptions valid_options{o.channels, o.item_tfms, /*train=*/false, o.skip_bad, o.decode};
   std::shared_ptr<ImageFolder> train, valid;
   if (o.valid_pct > 0) {
     auto all = ImageFolder::scan(root, train_options);

@@ -21,11 +21,19 @@
 
 namespace fastcpp::vision {
 
+// Where a batch's images are decoded and cropped. Device: on the loader's device (nvJPEG
+// on a GPU; libjpeg on the CPU, the same arithmetic), JPEGs whose item transforms are
+// one crop and resize (RandomResizedCrop or a squishing Resize, with FlipItem): the
+// workers read the files and draw the crops from their headers, as the CPU path draws
+// them, and every other file goes the CPU path (vision/device_decode.h).
+enum class Decode { Cpu, Device };
+
 struct ImageFolderOptions {
   int channels = 3;
   std::vector<ItemTransform> item_tfms;
   bool train = true;      // random transforms act; false: their deterministic version
   bool skip_bad = false;
+  Decode decode = Decode::Cpu;
 };
 
 class ImageFolder : public Dataset {
@@ -56,6 +64,7 @@ class ImageFolder : public Dataset {
 
  private:
   cv::Mat load(size_t index, Rng& rng) const;
+  Batch get_batch_on_device(const std::vector<int64_t>& indices, uint64_t seed) const;
   std::vector<std::string> paths_;
   std::vector<int64_t> labels_;
   std::vector<std::string> vocab_;
@@ -78,6 +87,7 @@ struct FromFolderOptions {
   std::vector<BatchTransform> batch_tfms;
   bool skip_bad = false;
   std::vector<BatchAugmentPtr> aug_tfms;  // the training batches' (aug_transforms); validation gets their resize at most
+  Decode decode = Decode::Cpu;
 };
 
 struct ImageDataLoaders {
