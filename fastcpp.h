@@ -63,6 +63,7 @@
 #include "vision/image.h"
 #include "vision/datasets/image_folder.h"
 #include "vision/datasets/segmentation_data.h"
+#include "vision/device_decode.h"
 #include "vision/predictor.h"
 #include "vision/transforms.h"
 #endif

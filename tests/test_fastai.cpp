@@ -391,7 +391,7 @@ TEST_SUITE("fastai") {
       const auto out = vision::AugTransforms(options).apply_draws({x.clone(), mask.clone()}, draws);
       const auto shape = fx.at(name + ".x_shape");
       const auto expected = torch::tensor(fx.at(name + ".x"), torch::kFloat).view({3, 3, int64_t(shape[2]), int64_t(shape[3])});
-      REQUIRE(out.x.sizes() == expected.sizes());
+      REQUIRE((out.x.sizes() == expected.sizes()));
       CHECK((out.x - expected).abs().max().item<double>() < 2e-5);
       const auto expected_mask = torch::tensor(fx.at(name + ".mask"), torch::kDouble).to(torch::kLong).view_as(out.y);
       CHECK(torch::equal(out.y, expected_mask));

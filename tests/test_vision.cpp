@@ -85,9 +85,9 @@ std::vector<uint8_t> encoded(const std::string& extension, const cv::Mat& image,
 }
 
 // A PNG of the given bit depth and colour type from its raw rows (what OpenCV cannot
-// write: palettes, 1-bit grey, grey with alpha, interlacing).
+// write: palettes, 1-bit grey, grey with alpha).
 std::vector<uint8_t> raw_png(int w, int h, int depth, int colour, const std::vector<std::vector<uint8_t>>& rows,
-                             const std::vector<uint8_t>& palette = {}, bool interlaced = false) {
+                             const std::vector<uint8_t>& palette = {}) {
   std::vector<uint8_t> png{0x89, 'P', 'N', 'G', '\r', '\n', 0x1a, '\n'};
   auto put32 = [](std::vector<uint8_t>& out, uint32_t v) {
     for (int shift = 24; shift >= 0; shift -= 8) out.push_back(uint8_t(v >> shift));
@@ -102,7 +102,7 @@ std::vector<uint8_t> raw_png(int w, int h, int depth, int colour, const std::vec
   std::vector<uint8_t> header;
   put32(header, uint32_t(w));
   put32(header, uint32_t(h));
-  header.insert(header.end(), {uint8_t(depth), uint8_t(colour), 0, 0, uint8_t(interlaced)});
+  header.insert(header.end(), {uint8_t(depth), uint8_t(colour), 0, 0, 0});
   std::vector<uint8_t> raw;
   for (const auto& row : rows) {
     raw.push_back(0);
@@ -177,7 +177,7 @@ TEST_SUITE("vision") {
     cv::cvtColor(photo, grey, cv::COLOR_BGR2GRAY);
     const std::vector<std::pair<std::string, std::vector<uint8_t>>> jpegs{
         {"4:2:0", encoded(".jpg", photo, {cv::IMWRITE_JPEG_QUALITY, 90})},
-        {"4:4:4", encoded(".jpg", photo, {cv::IMWRITE_JPEG_SAMPLING_FACTOR, cv::IMWRITE_JPEG_SAMPLING_FACTOR_444})},
+        {"restart markers", encoded(".jpg", photo, {cv::IMWRITE_JPEG_RST_INTERVAL, 4, cv::IMWRITE_JPEG_OPTIMIZE, 1})},
         {"progressive", encoded(".jpg", photo, {cv::IMWRITE_JPEG_PROGRESSIVE, 1})},
         {"grey", encoded(".jpg", grey)}};
     const std::map<int, std::pair<int, int>> reduced{{1, {cv::IMREAD_COLOR, cv::IMREAD_GRAYSCALE}},
@@ -217,8 +217,7 @@ TEST_SUITE("vision") {
         {"rgb", encoded(".png", photo)},      {"rgba", encoded(".png", rgba)},
         {"grey", encoded(".png", grey)},      {"rgb16", encoded(".png", photo16)},
         {"grey16", encoded(".png", grey16)},  {"palette", raw_png(5, 9, 8, 3, palette_rows, colours)},
-        {"1-bit", raw_png(13, 9, 1, 0, bit_rows)}, {"grey+alpha", raw_png(6, 9, 8, 4, grey_alpha_rows)},
-        {"interlaced", raw_png(6, 9, 8, 4, grey_alpha_rows, {}, /*interlaced=*/true)}};
+        {"1-bit", raw_png(13, 9, 1, 0, bit_rows)}, {"grey+alpha", raw_png(6, 9, 8, 4, grey_alpha_rows)}};
     for (const auto& [name, bytes] : pngs) {
       CAPTURE(name);
       CHECK(same_pixels(vision::libpng_decode(bytes, 3), opencv_rgb(bytes, cv::IMREAD_COLOR)));
@@ -368,7 +367,7 @@ TEST_SUITE("vision") {
       CHECK(torch::equal(batch.y, expected.y));
       const auto& items = dynamic_cast<const vision::DeviceDecode&>(*batch.x_stage).items();
       const auto x = batch.x_stage->run(torch::kCPU);
-      REQUIRE(x.sizes() == expected.x.sizes());
+      REQUIRE((x.sizes() == expected.x.sizes()));
       for (int64_t k = 0; k < 8; ++k) {
         const auto& item = items[size_t(k)];
         CAPTURE(item.path);
@@ -386,9 +385,13 @@ TEST_SUITE("vision") {
         const auto box = crop.crop_for({item.size.width / factor, item.size.height / factor}, rng);
         CHECK(item.plan.crop == cv::Rect(box.x * factor, box.y * factor, box.width * factor, box.height * factor));
         CHECK(item.plan.flip == rng.bernoulli(0.5));
+        // From the same pixels (factor 1): bilinear within OpenCV's rounding, or, shrunk more
+        // than twice, an average of samples for OpenCV's area average; the 400x300 one is
+        // decoded whole here and at 1/2 there.
         const auto difference = (x[k].to(torch::kInt) - expected.x[k].to(torch::kInt)).abs();
+        const bool averaged = std::min(item.plan.crop.width, item.plan.crop.height) / factor > 2 * 40;
         CHECK(difference.to(torch::kFloat).mean().item<double>() < (factor == 1 ? 0.6 : 3.0));
-        if (factor == 1) CHECK(difference.max().item<int>() <= 2);  // bilinear from the same pixels: OpenCV's rounding
+        if (factor == 1) CHECK(difference.max().item<int>() <= (averaged ? 6 : 1));
       }
     }
     // The validation form: the centre square, no flip.

@@ -3,6 +3,8 @@
 #include <torch/torch.h>
 
 #include <algorithm>
+#include <cmath>
+#include <map>
 
 #include "core/error.h"
 #include "vision/image.h"
@@ -53,12 +55,15 @@ torch::Tensor DeviceDecode::run(torch::Device device) const {
   auto canvas = torch::zeros({n, 3, height, width}, torch::TensorOptions(torch::kUInt8).device(device));
   decode_jpegs(canvas, items_);
 
-  // Per item: where the output samples the canvas (its crop, flipped or not), and the
-  // crop's outermost pixel centres, so that its edge repeats as OpenCV's resize does.
+  // Per item: where the output samples the canvas (its crop, flipped or not), the crop's
+  // outermost pixel centres, so that its edge repeats as OpenCV's resize does, and how
+  // many samples a side each output pixel averages: one (bilinear) unless the crop
+  // shrinks more than twice both ways, where OpenCV's resize averages areas.
   auto theta = torch::zeros({n, 2, 3}, torch::kDouble);
   auto bounds = torch::empty({n, 4}, torch::kDouble);
   auto t = theta.accessor<double, 3>();
   auto b = bounds.accessor<double, 2>();
+  std::map<int, std::vector<int64_t>> by_samples;
   for (int64_t i = 0; i < n; ++i) {
     const auto& item = items_[size_t(i)];
     if (item.jpeg.empty()) {  // already the item: copied in as it is, sampled at its pixel centres
@@ -75,19 +80,31 @@ torch::Tensor DeviceDecode::run(torch::Device device) const {
     b[i][1] = normalized(crop.x + crop.width - 1, width);
     b[i][2] = normalized(crop.y, height);
     b[i][3] = normalized(crop.y + crop.height - 1, height);
+    const double shrink = std::min(crop.width / double(out_.width), crop.height / double(out_.height));
+    by_samples[shrink > 2 ? std::min(8, int(std::ceil(shrink))) : 1].push_back(i);
   }
   namespace F = torch::nn::functional;
   const auto options = torch::TensorOptions(torch::kFloat).device(device);
-  auto grid = F::affine_grid(theta.to(options), {n, 3, out_.height, out_.width}, /*align_corners=*/false);
-  const auto limits = bounds.to(options).view({n, 1, 1, 4});
-  grid = torch::stack({torch::max(torch::min(grid.select(3, 0), limits.select(3, 1)), limits.select(3, 0)),
-                       torch::max(torch::min(grid.select(3, 1), limits.select(3, 3)), limits.select(3, 2))},
-                      3);
-  return F::grid_sample(canvas.to(torch::kFloat), grid,
-                        F::GridSampleFuncOptions().mode(torch::kBilinear).padding_mode(torch::kBorder).align_corners(false))
-      .round_()
-      .clamp_(0, 255)
-      .to(torch::kUInt8);
+  const auto pixels = canvas.to(torch::kFloat);
+  theta = theta.to(options);
+  bounds = bounds.to(options);
+  auto out = torch::empty({n, 3, out_.height, out_.width}, torch::TensorOptions(torch::kUInt8).device(device));
+  for (const auto& [samples, members] : by_samples) {
+    const bool all = int64_t(members.size()) == n;
+    const auto index = torch::tensor(members, torch::kLong).to(device);
+    const auto m = int64_t(members.size());
+    auto grid = F::affine_grid(all ? theta : theta.index_select(0, index),
+                               {m, 3, out_.height * samples, out_.width * samples}, /*align_corners=*/false);
+    const auto limits = (all ? bounds : bounds.index_select(0, index)).view({m, 1, 1, 4});
+    grid = torch::stack({torch::max(torch::min(grid.select(3, 0), limits.select(3, 1)), limits.select(3, 0)),
+                         torch::max(torch::min(grid.select(3, 1), limits.select(3, 3)), limits.select(3, 2))},
+                        3);
+    auto sampled = F::grid_sample(all ? pixels : pixels.index_select(0, index), grid,
+                                  F::GridSampleFuncOptions().mode(torch::kBilinear).padding_mode(torch::kBorder).align_corners(false));
+    if (samples > 1) sampled = F::avg_pool2d(sampled, F::AvgPool2dFuncOptions(samples));
+    out.index_copy_(0, index, sampled.round_().clamp_(0, 255).to(torch::kUInt8));
+  }
+  return out;
 }
 
 std::string device_decoder_name(torch::Device device) {

@@ -6,8 +6,10 @@
 // device cannot take (not a JPEG, CMYK, an EXIF rotation, transforms that are not one crop)
 // are decoded and transformed on the worker as usual. On the device, the JPEGs are decoded
 // in one batch into a canvas of the largest size (nvJPEG on a GPU, its hardware decoder
-// where there is one; libjpeg on the CPU), and one grid_sample crops, resizes
-// (bilinear, the crop's edge pixels repeated as OpenCV does) and flips every item at once.
+// where there is one; libjpeg on the CPU), and one grid_sample crops, resizes and flips
+// every item at once: bilinear, the crop's edge pixels repeated, and, where a crop
+// shrinks more than twice both ways, the average of several samples a pixel, as
+// OpenCV's resize averages areas there (a second grid_sample for those).
 #include <torch/types.h>
 
 #include <cstdint>
