@@ -157,8 +157,9 @@ int main(int argc, char** argv) {
       std::printf("fastcpp decode + RandomResizedCrop + flip, one CPU thread: %.1f img/s per CPU core\n",
                   cpu_decode_rate(cpu, 200));
       if (source == "device")
-        std::printf("fastcpp decode + crop on %s (%s): %.1f img/s per GPU\n", device.str().c_str(),
-                    vision::device_decoder_name(device).c_str(), device_decode_rate(*images, device, bs, 8));
+        std::printf("fastcpp decode + crop on %s (%s): %.1f img/s %s\n", device.str().c_str(),
+                    vision::device_decoder_name(device).c_str(), device_decode_rate(*images, device, bs, 8),
+                    device.is_cuda() ? "per GPU" : "(no GPU here)");
     }
   } catch (const std::exception& e) {
     std::fprintf(stderr, "bench_image_folder: %s\n", e.what());

@@ -7,8 +7,9 @@
 // size > 64: RandomResizedCrop(size) + flip; size <= 64: pad-4 RandomCrop + flip;
 // then a float batch normalized with ImageNet statistics. Prints images/s of both
 // and their ratio, resident memory after each epoch (it must not grow) against the
-// peer's (main + worker processes), and the fraction of the decode ceiling
-// (single-thread decode-only images/s x workers) the whole pipeline reaches.
+// peer's (main + worker processes), and the fraction of the items' ceiling (items made
+// alone on one thread, decode and item transforms, images/s x workers) the whole
+// pipeline reaches.
 #include <fastcpp.h>
 
 #include <chrono>
@@ -56,7 +57,7 @@ int main(int argc, char** argv) {
   bool no_peer = false;
   CommandLine cli("bench_loader", "The image pipeline's throughput against PyTorch's DataLoader with torchvision's "
                                   "ImageFolder on the same folder, transforms, batch size and workers; resident "
-                                  "memory per epoch; the share of the decode ceiling reached.");
+                                  "memory per epoch; the share of the items' ceiling reached.");
   cli.argument("FOLDER", folder, "an image folder tree (class folders of images)").required();
   cli.flag("--workers", workers, "loader threads (the peer: processes)").range(0, 4096);
   cli.flag("--size", size, "> 64: RandomResizedCrop + flip; <= 64: pad-4 RandomCrop + flip").range(1, 1 << 16);
@@ -85,11 +86,14 @@ int main(int argc, char** argv) {
     }
     const double ours = static_cast<double>(n) / seconds_since(start);
 
-    // Decode ceiling: decode (at the size the pipeline decodes) on one thread.
+    // The items' ceiling: each item made alone (its decode and item transforms) on one
+    // thread; the loader adds batching, the batch transforms and the hand-over.
     const size_t probe = std::min<size_t>(dataset->size(), 400);
     const auto decode_start = std::chrono::steady_clock::now();
-    const int min_side = tfms.front().min_input_side();
-    for (size_t i = 0; i < probe; ++i) vision::read_image(dataset->paths()[i], {3, min_side, /*rgb=*/false});
+    for (size_t i = 0; i < probe; ++i) {
+      Rng rng(i);
+      dataset->get(i, rng);
+    }
     const double decode_rate = static_cast<double>(probe) / seconds_since(decode_start);
 
     std::printf("fastcpp: %.1f images/s  (%d workers, %zu images, %dpx, bs %ld)\n", ours, workers, dataset->size(),
@@ -97,7 +101,7 @@ int main(int argc, char** argv) {
     std::printf("fastcpp resident memory after each epoch (MB):");
     for (double r : rss) std::printf(" %.1f", r);
     std::printf("  peak %.1f\n", rss_mb("VmHWM:"));
-    std::printf("decode-only, one thread: %.1f images/s; pipeline reaches %.0f%% of %d x that\n", decode_rate,
+    std::printf("items alone (decode + item transforms), one thread: %.1f images/s; pipeline reaches %.0f%% of %d x that\n", decode_rate,
                 100 * ours / (decode_rate * std::max(workers, 1)), std::max(workers, 1));
     if (peer) {
       const std::string command = FASTCPP_PYTHON " " FASTCPP_BENCH_DIR "/loader_peer.py '" + folder + "' --workers " +

@@ -199,6 +199,24 @@ TEST_SUITE("vision") {
       CHECK(ours.size() == (orientation >= 5 ? cv::Size(61, 83) : cv::Size(83, 61)));
     }
 
+    // Regions: the pixels of the whole image's decode, whatever the region and scale.
+    Rng rng(5);
+    for (const auto& [name, bytes] : jpegs)
+      for (const auto& [denom, flags] : reduced) {
+        if (denom > 2) continue;
+        const cv::Mat whole = cv::imdecode(bytes, flags.first);  // BGR
+        for (int i = 0; i < 60; ++i) {
+          const int w = int(rng.integer(1, whole.cols)), h = int(rng.integer(1, whole.rows));
+          const cv::Rect region(int(rng.integer(0, whole.cols - w)), int(rng.integer(0, whole.rows - h)), w, h);
+          CAPTURE(name);
+          CAPTURE(denom);
+          CAPTURE(region);
+          CHECK(same_pixels(vision::libjpeg_decode_region(bytes, denom, region), whole(region)));
+        }
+      }
+    CHECK_THROWS_WITH_AS(vision::libjpeg_decode_region(jpegs[0].second, 1, {80, 0, 10, 10}),
+                         "libjpeg_decode_region: the region is not inside the image", std::runtime_error);
+
     cv::Mat rgba, photo16, grey16;
     cv::cvtColor(photo, rgba, cv::COLOR_BGR2BGRA);
     rgba.forEach<cv::Vec4b>([](cv::Vec4b& p, const int* at) { p[3] = uint8_t(at[1] * 3); });
@@ -377,6 +395,14 @@ TEST_SUITE("vision") {
         if (!on_device) {
           CHECK(torch::equal(x[k], expected.x[k]));  // the CPU path's item, as it was
           continue;
+        }
+        // The CPU path decodes only the crop of such a JPEG: bitwise what decoding it whole
+        // (at the same reduced size) and transforming it gives.
+        {
+          Rng stream(mix_seed(seed, uint64_t(k)));
+          auto whole = vision::read_image(item.path, {.channels = 3, .min_side = crop.min_input_side(), .rgb = false});
+          for (const auto& tfm : tfms) whole = tfm(whole, stream, true);
+          CHECK(torch::equal(vision::image_to_tensor(whole, /*reverse_channels=*/true), expected.x[k]));
         }
         // The draws: RandomResizedCrop's box at the size the CPU path decodes at (the
         // 400x300 image at 1/2), then FlipItem's coin, from the item's own stream.

@@ -90,4 +90,49 @@ cv::Mat libjpeg_decode(const std::vector<uint8_t>& bytes, int channels, int scal
   return decoded;
 }
 
+cv::Mat libjpeg_decode_region(const std::vector<uint8_t>& bytes, int scale_denom, cv::Rect region) {
+  jpeg_decompress_struct info;
+  ErrorManager errors;
+  info.err = jpeg_std_error(&errors.base);
+  errors.base.error_exit = on_error;
+  cv::Mat band;  // before any jump target: its destructor must run on every path
+  if (setjmp(errors.jump)) {
+    jpeg_destroy_decompress(&info);
+    throw std::runtime_error(errors.message);
+  }
+  jpeg_create_decompress(&info);
+  jpeg_mem_src(&info, bytes.data(), static_cast<unsigned long>(bytes.size()));
+  jpeg_read_header(&info, TRUE);
+  if (info.num_components != 1 && info.num_components != 3) {
+    jpeg_destroy_decompress(&info);
+    throw std::runtime_error("libjpeg_decode_region: not a grey or colour JPEG");
+  }
+  info.out_color_space = JCS_EXT_BGR;
+  info.scale_num = 1;
+  info.scale_denom = static_cast<unsigned>(scale_denom);
+  jpeg_start_decompress(&info);
+  const cv::Rect whole(0, 0, int(info.output_width), int(info.output_height));
+  if ((region & whole) != region || region.empty()) {
+    jpeg_destroy_decompress(&info);
+    throw std::runtime_error("libjpeg_decode_region: the region is not inside the image");
+  }
+  // A band a little larger than the region: chroma upsampling reads its neighbours, so
+  // the band's own edges may differ from the whole decode's, the region's may not.
+  // libjpeg widens the columns further, to whole blocks; the band starts at `left`, `top`.
+  const int margin = 16;
+  const cv::Rect wanted = cv::Rect(region.x - margin, region.y - margin, region.width + 2 * margin,
+                                   region.height + 2 * margin) & whole;
+  JDIMENSION left = JDIMENSION(wanted.x), width = JDIMENSION(wanted.width);
+  jpeg_crop_scanline(&info, &left, &width);
+  band.create(wanted.height, int(width), CV_8UC3);
+  if (wanted.y > 0) jpeg_skip_scanlines(&info, JDIMENSION(wanted.y));
+  for (int y = 0; y < wanted.height; ++y) {
+    JSAMPROW row = band.ptr<uint8_t>(y);
+    jpeg_read_scanlines(&info, &row, 1);
+  }
+  jpeg_abort_decompress(&info);  // the rows below the band: never read
+  jpeg_destroy_decompress(&info);
+  return band(cv::Rect(region.x - int(left), region.y - wanted.y, region.width, region.height));
+}
+
 }  // namespace fastcpp::vision

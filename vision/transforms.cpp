@@ -150,16 +150,21 @@ std::optional<CropPlan> plan_of(const std::vector<ItemTransform>& tfms, cv::Size
     const auto step = tfm.plan(whole.out, rng, train);
     if (!step) return std::nullopt;
     if (step->crop != cv::Rect(0, 0, whole.out.width, whole.out.height)) {
-      // A crop of a resized crop would not fall on whole pixels of the input.
-      if (whole.out != whole.crop.size()) return std::nullopt;
-      cv::Rect crop = step->crop;
-      if (whole.flip) crop.x = whole.crop.width - crop.x - crop.width;
-      whole.crop = {whole.crop.x + crop.x, whole.crop.y + crop.y, crop.width, crop.height};
+      // A crop of a resized crop would not fall on whole pixels of the input; a crop of
+      // a flipped image would resize mirrored pixels, which no resize gives bitwise.
+      if (whole.out != whole.crop.size() || whole.flip) return std::nullopt;
+      whole.crop = {whole.crop.x + step->crop.x, whole.crop.y + step->crop.y, step->crop.width, step->crop.height};
     }
     whole.out = step->out;
     whole.flip = whole.flip != step->flip;
   }
   return whole;
+}
+
+cv::Mat apply_plan(const cv::Mat& crop, const CropPlan& plan) {
+  cv::Mat out = resize_to(crop, plan.out, {});
+  if (plan.flip) cv::flip(out, out, 1);
+  return out;
 }
 
 cv::Mat FlipItem::transform(const cv::Mat& image, Rng& rng, bool train, const Sampling& sampling) const {

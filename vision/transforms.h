@@ -88,9 +88,12 @@ class GeometricTransform : public ImageTransform {
 };
 
 // What `tfms` do to an input of `size` as one crop plan, drawing what they would draw
-// applied one after the other; nullopt unless each is a plan and only the first crops
-// (a flip may come before or after it).
+// applied one after the other; nullopt unless each is a plan and one crop, before any
+// flip, is all the cropping they do.
 std::optional<CropPlan> plan_of(const std::vector<ItemTransform>& tfms, cv::Size size, Rng& rng, bool train);
+// The plan done to `crop`, the plan's crop of an image: resized as the transforms resize,
+// then flipped; the same pixels as the transforms give.
+cv::Mat apply_plan(const cv::Mat& crop, const CropPlan& plan);
 
 // The text forms of `tfms`; throws naming `who` for a transform without one.
 std::vector<std::string> transform_specs(const std::vector<ItemTransform>& tfms, const std::string& who);

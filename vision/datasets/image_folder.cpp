@@ -6,10 +6,14 @@
 #include <filesystem>
 #include <iostream>
 #include <opencv2/core/utility.hpp>
+#include <stdexcept>
 #include <thread>
 
 #include "data/buffer_pool.h"
 #include "core/error.h"
+#if FASTCPP_HAS_DIRECT_DECODERS
+#include "vision/decoders.h"
+#endif
 #include "vision/device_decode.h"
 #include "vision/image.h"
 #include "vision/jpeg_header.h"
@@ -110,8 +114,28 @@ ImageFolder ImageFolder::subset(const std::vector<int64_t>& indices) const {
 
 cv::Mat ImageFolder::load(size_t index, Rng& rng) const {
   if (index >= size()) throw Error("ImageFolder: index " + std::to_string(index) + " out of range for " + std::to_string(size()));
+  const auto& path = paths_[index];
+  auto bytes = read_image_bytes(path);
+#if FASTCPP_HAS_DIRECT_DECODERS
+  // A JPEG whose transforms are one crop and resize: only the crop is decoded (the same
+  // pixels, the same draws: the crop is drawn from the header, at the decoded size).
+  if (const auto header = read_jpeg_header(bytes); options_.channels == 3 && header.orientation == 1 &&
+                                                     (header.components == 1 || header.components == 3) &&
+                                                     header.size.area() > 0 && has_jpeg_end(bytes)) {
+    const int factor = jpeg_reduction(header.size, min_side_);
+    Rng drawn = rng;
+    if (const auto plan = plan_of(options_.item_tfms, reduced_size(header.size, factor), drawn, options_.train)) {
+      rng = drawn;
+      try {
+        return apply_plan(libjpeg_decode_region(bytes, factor, plan->crop), *plan);
+      } catch (const std::runtime_error& e) {
+        throw Error("cannot decode image '" + path + "': " + e.what());
+      }
+    }
+  }
+#endif
   // Decoded in OpenCV's BGR order (transforms don't care); swapped to RGB on the copy out.
-  auto image = read_image(paths_[index], {options_.channels, min_side_, /*rgb=*/false});
+  auto image = decode_image(bytes, path, {options_.channels, min_side_, /*rgb=*/false});
   for (const auto& tfm : options_.item_tfms) image = tfm(image, rng, options_.train);
   return image;
 }
