@@ -112,27 +112,47 @@ ImageFolder ImageFolder::subset(const std::vector<int64_t>& indices) const {
   return ImageFolder(std::move(paths), std::move(labels), vocab_, options_);
 }
 
+namespace {
+
+struct JpegPlan {
+  CropPlan plan;   // in the pixels of the image decoded at 1/factor
+  int factor = 1;  // the CPU path's reduced decoding
+  cv::Size size;   // the JPEG's full size
+};
+
+// The crop plan of a JPEG's item transforms, drawn from its header at the size the CPU
+// path decodes it at, where the file (no EXIF rotation, colour, or grey where grey is
+// taken) and the transforms allow one; `rng` advances only then.
+std::optional<JpegPlan> plan_jpeg(const std::vector<uint8_t>& bytes, const std::vector<ItemTransform>& tfms, int min_side,
+                                  bool train, bool grey_too, Rng& rng) {
+  const auto header = read_jpeg_header(bytes);
+  const bool components = header.components == 3 || (grey_too && header.components == 1);
+  if (!components || header.orientation != 1 || header.size.area() == 0 || !has_jpeg_end(bytes)) return std::nullopt;
+  const int factor = jpeg_reduction(header.size, min_side);
+  Rng drawn = rng;
+  const auto plan = plan_of(tfms, reduced_size(header.size, factor), drawn, train);
+  if (!plan) return std::nullopt;
+  rng = drawn;
+  return JpegPlan{*plan, factor, header.size};
+}
+
+}  // namespace
+
 cv::Mat ImageFolder::load(size_t index, Rng& rng) const {
   if (index >= size()) throw Error("ImageFolder: index " + std::to_string(index) + " out of range for " + std::to_string(size()));
   const auto& path = paths_[index];
   auto bytes = read_image_bytes(path);
 #if FASTCPP_HAS_DIRECT_DECODERS
   // A JPEG whose transforms are one crop and resize: only the crop is decoded (the same
-  // pixels, the same draws: the crop is drawn from the header, at the decoded size).
-  if (const auto header = read_jpeg_header(bytes); options_.channels == 3 && header.orientation == 1 &&
-                                                     (header.components == 1 || header.components == 3) &&
-                                                     header.size.area() > 0 && has_jpeg_end(bytes)) {
-    const int factor = jpeg_reduction(header.size, min_side_);
-    Rng drawn = rng;
-    if (const auto plan = plan_of(options_.item_tfms, reduced_size(header.size, factor), drawn, options_.train)) {
-      rng = drawn;
+  // pixels and draws as decoding it whole and transforming it).
+  if (options_.channels == 3)
+    if (const auto jpeg = plan_jpeg(bytes, options_.item_tfms, min_side_, options_.train, /*grey_too=*/true, rng)) {
       try {
-        return apply_plan(libjpeg_decode_region(bytes, factor, plan->crop), *plan);
+        return apply_plan(libjpeg_decode_region(bytes, jpeg->factor, jpeg->plan.crop), jpeg->plan);
       } catch (const std::runtime_error& e) {
         throw Error("cannot decode image '" + path + "': " + e.what());
       }
     }
-  }
 #endif
   // Decoded in OpenCV's BGR order (transforms don't care); swapped to RGB on the copy out.
   auto image = decode_image(bytes, path, {options_.channels, min_side_, /*rgb=*/false});
@@ -166,31 +186,22 @@ Batch ImageFolder::get_batch_on_device(const std::vector<int64_t>& indices, uint
   cv::Size out;
   for (size_t k = 0; k < indices.size(); ++k) {
     Rng rng(mix_seed(seed, k));
-    const Rng start = rng;
     const auto index = static_cast<size_t>(indices[k]);
     auto& item = items[k];
     try {
       if (index >= size()) throw Error("ImageFolder: index " + std::to_string(index) + " out of range for " + std::to_string(size()));
       item.path = paths_[index];
       auto bytes = read_image_bytes(item.path);
-      const auto header = read_jpeg_header(bytes);
-      std::optional<CropPlan> plan;
-      if (header.components == 3 && header.orientation == 1 && header.size.area() > 0 && has_jpeg_end(bytes)) {
-        // Drawn at the size the CPU path decodes at, then scaled to the full image.
-        const int factor = jpeg_reduction(header.size, min_side_);
-        plan = plan_of(options_.item_tfms, reduced_size(header.size, factor), rng, options_.train);
-        if (plan) {
-          auto& c = plan->crop;
-          c = cv::Rect(c.x * factor, c.y * factor, c.width * factor, c.height * factor) & cv::Rect({}, header.size);
-        }
-      }
-      if (plan) {
+      // Colour JPEGs only: what nvJPEG gives for grey ones is not the CPU path's.
+      if (const auto jpeg = plan_jpeg(bytes, options_.item_tfms, min_side_, options_.train, /*grey_too=*/false, rng)) {
+        const auto& c = jpeg->plan.crop;  // scaled to the full image, which the device decodes
+        item.plan = jpeg->plan;
+        item.plan.crop = cv::Rect(c.x * jpeg->factor, c.y * jpeg->factor, c.width * jpeg->factor, c.height * jpeg->factor) &
+                         cv::Rect({}, jpeg->size);
+        item.size = jpeg->size;
         item.jpeg = std::move(bytes);
-        item.size = header.size;
-        item.plan = *plan;
       } else {
-        Rng again = start;  // the CPU path, with the draws from the start
-        item.ready = image_to_tensor(load(index, again), /*reverse_channels=*/true);
+        item.ready = image_to_tensor(load(index, rng), /*reverse_channels=*/true);
         item.plan.out = {int(item.ready.size(2)), int(item.ready.size(1))};
       }
     } catch (const Error& e) {
