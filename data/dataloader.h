@@ -12,7 +12,9 @@
 //
 // Workers build whole batches (item transforms and collate included) at most
 // workers*prefetch batches ahead of the consumer; host memory is pinned when the
-// device is CUDA so the copy can overlap. In-memory data (a TensorDataset) small enough
+// device is CUDA so the copy can overlap. A batch whose x its dataset leaves to the
+// device (data/device_stage.h: JPEGs decoded on the GPU) is finished there by the
+// consumer; then the random batch transforms (aug_tfms) and the batch transforms run. In-memory data (a TensorDataset) small enough
 // go to the GPU once instead, and each batch is cut there (options.resident). Breaking
 // out of the loop, an error, or destroying the loader mid-epoch stops and joins the
 // workers.

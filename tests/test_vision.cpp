@@ -246,6 +246,10 @@ TEST_SUITE("vision") {
     CHECK_THROWS_AS(vision::libpng_decode(std::vector<uint8_t>(pngs[0].second.begin(), pngs[0].second.begin() + 60), 3),
                     std::runtime_error);
     CHECK_THROWS_WITH_AS(vision::libpng_decode({1, 2, 3, 4, 5, 6, 7, 8, 9}, 3), "Not a PNG file", std::runtime_error);
+    // Found by fuzzing: a header that asks for 65472x35152 pixels is refused before any allocation.
+    std::ifstream huge_file(std::string(FASTCPP_FIXTURES) + "/../fuzz/corpus/decoders/huge_header.jpg", std::ios::binary);
+    const std::vector<uint8_t> huge((std::istreambuf_iterator<char>(huge_file)), std::istreambuf_iterator<char>());
+    CHECK_THROWS_WITH_AS(vision::libjpeg_decode(huge, 3), "the image is too large (65472x35152)", std::runtime_error);
   }
 #endif
 

@@ -81,4 +81,9 @@ cv::Size reduced_size(cv::Size size, int factor) {
   return {(size.width + factor - 1) / factor, (size.height + factor - 1) / factor};
 }
 
+bool decodable_size(cv::Size size) {
+  return size.width > 0 && size.height > 0 && size.width <= (1 << 20) && size.height <= (1 << 20) &&
+         int64_t(size.width) * size.height <= (int64_t(1) << 30);
+}
+
 }  // namespace fastcpp::vision

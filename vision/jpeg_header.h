@@ -23,5 +23,8 @@ bool has_jpeg_end(const std::vector<uint8_t>& bytes);
 int jpeg_reduction(cv::Size size, int min_side);
 // The size libjpeg decodes an image of `size` at 1/factor: each side rounded up.
 cv::Size reduced_size(cv::Size size, int factor);
+// Whether an image of `size` is within what the decoders allocate (OpenCV's limits: each
+// side at most 2^20, at most 2^30 pixels), so that a damaged header cannot ask for more.
+bool decodable_size(cv::Size size);
 
 }  // namespace fastcpp::vision

@@ -57,6 +57,17 @@ cv::Mat from_cmyk(const cv::Mat& cmyk, int channels) {
   return out;
 }
 
+// A header that asks for more than the decoders allocate: an error through libjpeg's own
+// exit, so that its state is released on the same path as its other errors.
+void check_size(jpeg_decompress_struct& info) {
+  jpeg_calc_output_dimensions(&info);
+  if (decodable_size({int(info.output_width), int(info.output_height)})) return;
+  auto* errors = reinterpret_cast<ErrorManager*>(info.err);
+  std::snprintf(errors->message, sizeof errors->message, "the image is too large (%ux%u)", info.output_width,
+                info.output_height);
+  std::longjmp(errors->jump, 1);
+}
+
 }  // namespace
 
 cv::Mat libjpeg_decode(const std::vector<uint8_t>& bytes, int channels, int scale_denom) {
@@ -76,6 +87,7 @@ cv::Mat libjpeg_decode(const std::vector<uint8_t>& bytes, int channels, int scal
   info.out_color_space = cmyk ? JCS_CMYK : channels == 3 ? JCS_RGB : JCS_GRAYSCALE;
   info.scale_num = 1;
   info.scale_denom = static_cast<unsigned>(scale_denom);
+  check_size(info);
   jpeg_start_decompress(&info);
   decoded.create(static_cast<int>(info.output_height), static_cast<int>(info.output_width),
                  CV_8UC(static_cast<int>(info.output_components)));
@@ -110,6 +122,7 @@ cv::Mat libjpeg_decode_region(const std::vector<uint8_t>& bytes, int scale_denom
   info.out_color_space = JCS_EXT_BGR;
   info.scale_num = 1;
   info.scale_denom = static_cast<unsigned>(scale_denom);
+  check_size(info);
   jpeg_start_decompress(&info);
   const cv::Rect whole(0, 0, int(info.output_width), int(info.output_height));
   if ((region & whole) != region || region.empty()) {

@@ -6,6 +6,7 @@
 #include <string>
 
 #include "vision/decoders.h"
+#include "vision/jpeg_header.h"
 
 namespace fastcpp::vision {
 namespace {
@@ -47,6 +48,8 @@ cv::Mat libpng_decode(const std::vector<uint8_t>& bytes, int channels) {
   if (!info) png_error(png, "libpng could not start");
   png_set_read_fn(png, &reader, read_bytes);
   png_read_info(png, info);
+  if (!decodable_size({int(png_get_image_width(png, info)), int(png_get_image_height(png, info))}))
+    png_error(png, "the image is too large");
   const int color_type = png_get_color_type(png, info), bit_depth = png_get_bit_depth(png, info);
   // cv::imdecode's transformations for an 8-bit image of 1 or 3 channels.
   if (bit_depth == 16) png_set_strip_16(png);
