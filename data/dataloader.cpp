@@ -56,6 +56,10 @@ uint64_t DataLoader::batch_seed(int64_t epoch, size_t b) const {
   return mix_seed(mix_seed(options_.seed, static_cast<uint64_t>(epoch)), b);
 }
 
+void DataLoader::add_batch_tfms(const std::vector<BatchTransform>& tfms) {
+  options_.batch_tfms.insert(options_.batch_tfms.end(), tfms.begin(), tfms.end());
+}
+
 Batch DataLoader::apply_batch_tfms(Batch batch, uint64_t seed) const {
   for (const auto& augment : options_.aug_tfms) batch = augment->apply(std::move(batch), seed);
   for (const auto& tfm : options_.batch_tfms) batch.x = tfm(batch.x);

@@ -73,6 +73,8 @@ class DataLoader {
   void set_epoch(int64_t epoch) { epoch_ = epoch; }
   int64_t epoch() const { return epoch_; }
   void to(torch::Device device) { device_ = device; }
+  // Appends to the batch transforms (fastai's add_tfms(..., 'after_batch')).
+  void add_batch_tfms(const std::vector<BatchTransform>& tfms);
   // Whether batches are cut from a copy of the data on the device (set by the first iteration).
   bool resident() const { return resident_ != nullptr; }
   torch::Device device() const { return device_; }
@@ -135,6 +137,10 @@ struct DataLoaders {
   void to(torch::Device device) {
     train.to(device);
     valid.to(device);
+  }
+  void add_batch_tfms(const std::vector<BatchTransform>& tfms) {
+    train.add_batch_tfms(tfms);
+    valid.add_batch_tfms(tfms);
   }
   size_t num_classes() const { return vocab.size(); }
 };

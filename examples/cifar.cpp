@@ -1,6 +1,7 @@
 // Trains a ResNet-18 (CIFAR stem) on CIFAR-10 with pad-crop-flip augmentation.
 //
 //   cifar [--data DIR] [--folder DIR] [--epochs 10] [--bs 128] [--lr 1e-2] [--width 64] [--threads N]
+//         [--out cifar]
 //   (cifar --help says more)
 //
 // --data: the binary version of CIFAR-10 (data_batch_1.bin ... test_batch.bin, from
@@ -9,7 +10,10 @@
 //   (DIR-folder) and read from there, so augmentation runs on the loader's workers.
 // --folder: train on an ImageFolder tree instead (train/ and valid/), e.g. one made by
 //   export_image_folder. Images are resized to 32 px.
+// Writes model.pt, show_batch.png and show_results.png in --out.
 #include <fastcpp.h>
+
+#include "output_folder.h"
 
 #include <filesystem>
 #include <iostream>
@@ -19,7 +23,7 @@ using namespace fastcpp;
 namespace fs = std::filesystem;
 
 int main(int argc, char** argv) {
-  std::string data = "cifar-10-batches-bin", folder;
+  std::string data = "cifar-10-batches-bin", folder, out = "cifar";
   int epochs = 10, threads = static_cast<int>(std::thread::hardware_concurrency());
   int64_t bs = 128, width = 64;
   double lr = 1e-2;
@@ -34,6 +38,7 @@ int main(int argc, char** argv) {
   cli.flag("--lr", lr, "peak learning rate").range(0, 1e3);
   cli.flag("--width", width, "the ResNet's width (64: ResNet-18)").range(1, 4096);
   cli.flag("--threads", threads, "CPU threads").range(1, 4096);
+  cli.flag("--out", out, "the folder it writes its files in");
   cli.example("cifar --data cifar-10-batches-bin --epochs 1");
   cli.parse(argc, argv);
   torch::set_num_threads(threads);
@@ -56,21 +61,22 @@ int main(int argc, char** argv) {
       }
     }
 
+    const OutputFolder output(out);
     // Pad by 4, crop 32 at random, flip: the classic CIFAR augmentation.
     const std::vector<vision::ItemTransform> tfms{vision::Resize(32), vision::RandomCrop(32, 4), vision::FlipItem()};
     const auto normalize = Normalize::from_data(vision::ImageFolder::scan(folder + "/train", {.item_tfms = {vision::Resize(32)}}));
     auto dls = vision::ImageDataLoaders::from_folder(folder, {.bs = bs, .item_tfms = tfms,
                                                               .batch_tfms = {normalize}});
 
-    vision::show_batch(dls, "show_batch.png");  // what the model will see
+    vision::show_batch(dls, output("show_batch.png"));  // what the model will see
     auto learn = vision::vision_learner(dls, vision::resnet18, {metrics::accuracy()},
                                         {.stem = vision::Stem::cifar, .width = width});
     learn.fit_one_cycle(epochs, lr);
     auto results = learn.recorder->valid_values();  // the fit's last validation
     if (results.size() < 2) results = learn.validate();  // no epoch trained
     std::printf("final test accuracy: %.4f\n", results[1]);
-    learn.save("cifar_resnet18.pt");
-    vision::show_results(learn, "show_results.png");  // target/prediction, red where wrong
+    learn.save(output("model.pt"));
+    vision::show_results(learn, output("show_results.png"));  // target/prediction, red where wrong
   } catch (const Error& e) {
     std::cerr << "error: " << e.what() << "\n";
     return 1;

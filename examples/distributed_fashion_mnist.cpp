@@ -42,7 +42,9 @@ int main(int argc, char** argv) {
     Learner learn(dls, make_model(), CrossEntropyLoss(), {metrics::accuracy()});
     learn.to_distributed();  // the one line
     learn.fit_one_cycle(epochs, 1e-2);
-    if (env.rank == 0) std::printf("final test accuracy: %.4f\n", learn.recorder->values.back()[2]);
+    auto results = learn.recorder->valid_values();  // [valid_loss, accuracy] of the last epoch
+    if (results.size() < 2) results = learn.validate();  // --epochs 0
+    if (env.rank == 0) std::printf("final test accuracy: %.4f\n", results[1]);
   } catch (const Error& e) {
     std::cerr << "error: " << e.what() << "\n";
     return 1;

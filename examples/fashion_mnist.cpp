@@ -5,11 +5,12 @@
 //
 // The data are the idx files that Debian's dataset-fashion-mnist package installs.
 // Prints the epoch table (with a live progress bar on a terminal) and the final test
-// accuracy; saves the model to fashion_mnist.pt and the loss curve to
-// fashion_mnist_loss.png.
+// accuracy; writes its files in fashion_mnist/ (--out): the model (model.pt), the loss
+// curve (loss.png) and pictures of a batch and of the predictions.
 #include <fastcpp.h>
 
 #include "fashion_model.h"
+#include "output_folder.h"
 
 #include <chrono>
 #include <cstdio>
@@ -65,11 +66,11 @@ int main(int argc, char** argv) {
   int64_t bs = 128;
   double lr = 1e-2;
   std::string data = vision::fashion_mnist_dir(), precision = "fp32", parallel, memory_format = "channels-last";
-  std::string resident = "auto", time_split = "off";
+  std::string resident = "auto", time_split = "off", out = "fashion_mnist";
   bool deterministic = false;
   CommandLine cli("fashion_mnist", "Trains a small residual net on Fashion-MNIST with the one-cycle policy; prints "
-                                   "the epoch table and the test accuracy, saves fashion_mnist.pt, "
-                                   "fashion_mnist_loss.png, show_batch.png and show_results.png.");
+                                   "the epoch table and the test accuracy, writes model.pt, loss.png, "
+                                   "show_batch.png and show_results.png in --out.");
   cli.flag("--epochs", epochs, "epochs to train").range(0, 100000);
   cli.flag("--bs", bs, "batch size").range(1, 1 << 20);
   cli.flag("--lr", lr, "peak learning rate of the one-cycle schedule").range(0, 1e3);
@@ -83,6 +84,7 @@ int main(int argc, char** argv) {
   cli.flag("--resident", resident, "on a GPU, the images there once (auto: when they fit in a quarter of its memory)")
       .choices({"auto", "on", "off"});
   cli.flag("--time-split", time_split, "per epoch: data wait, training steps, validation").choices({"on", "off"});
+  cli.flag("--out", out, "the folder it writes its files in");
   cli.option("--deterministic", deterministic, "cuDNN's deterministic algorithms: a GPU run repeats bitwise");
   cli.example("fashion_mnist --epochs 1");
   cli.example("fashion_mnist --epochs 5 --precision bf16 --bs 512 --lr 2e-2   # on a GPU");
@@ -100,6 +102,7 @@ int main(int argc, char** argv) {
   }
 
   try {
+    const OutputFolder output(out);
     // Images stay uint8 in memory; each batch becomes float and is normalized on its device.
     const std::vector<BatchTransform> tfms{Normalize{{0.2860}, {0.3530}}};
     // On a GPU the 55 MB of images go there once (unless --resident off).
@@ -108,7 +111,7 @@ int main(int argc, char** argv) {
                     DataLoader(vision::idx_image_dataset(data, "t10k"), {.bs = 2 * bs, .resident = on_device, .batch_tfms = tfms})};
 
     dls.vocab = vision::fashion_mnist_vocab();
-    vision::show_batch(dls, "show_batch.png");  // what the model will see
+    vision::show_batch(dls, output("show_batch.png"));  // what the model will see
     Learner learn(dls, make_model(), CrossEntropyLoss(), {metrics::accuracy()});
     if (precision == "bf16") learn.to_bf16();
     if (precision == "fp16") learn.to_fp16();
@@ -125,9 +128,9 @@ int main(int argc, char** argv) {
     auto results = learn.recorder->valid_values();
     if (results.size() < 2) results = learn.validate();  // no epoch trained
     std::printf("final test accuracy: %.4f\n", results[1]);
-    learn.save("fashion_mnist.pt");
-    learn.recorder->plot_loss("fashion_mnist_loss.png");
-    vision::show_results(learn, "show_results.png");  // target/prediction, red where wrong
+    learn.save(output("model.pt"));
+    learn.recorder->plot_loss(output("loss.png"));
+    vision::show_results(learn, output("show_results.png"));  // target/prediction, red where wrong
   } catch (const Error& e) {
     std::cerr << "error: " << e.what() << "\n";
     return 1;

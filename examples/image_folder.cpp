@@ -8,9 +8,10 @@
 // Python with torch.save(torchvision.models.resnet34(weights=...).state_dict(), path))
 // it fine-tunes: the head first with the body frozen, then everything with
 // discriminative lrs. Without, it trains from scratch with the one-cycle policy.
-// Prints the model summary, the epoch table and the confusion matrix, and writes
-// image_folder.pt (the trained model), image_folder_export.pt (the model with its
-// classes and transforms, for examples/predict), confusion_matrix.png and top_losses.png.
+// Prints the model summary, the epoch table and the confusion matrix, and writes in
+// image_folder/ (--out): model.pt (the trained model), export.pt (the model with its
+// classes and transforms, for examples/predict), confusion_matrix.png, top_losses.png,
+// show_batch.png and show_results.png.
 // --decode device decodes the JPEGs on the training device (nvJPEG on a GPU) and crops
 // them there, and says which decoder ran; --batch-aug fastai adds fastai's aug_transforms
 // on each training batch.
@@ -22,6 +23,8 @@
 // --size 28 or 32 --aug pad-crop --stem cifar; add --channels 1 for grey images.
 #include <fastcpp.h>
 
+#include "output_folder.h"
+
 #include <filesystem>
 #include <iostream>
 #include <thread>
@@ -30,7 +33,7 @@ using namespace fastcpp;
 
 int main(int argc, char** argv) {
   std::string root, arch = "resnet34", aug = "rrc", batch_aug = "none", decode = "cpu", stem = "imagenet", weights, precision = "fp32",
-                    memory_format = "contiguous", load;
+                    memory_format = "contiguous", load, out = "image_folder";
   int epochs = 5, size = 224, channels = 3, tta = 0, threads = static_cast<int>(std::thread::hardware_concurrency());
   int64_t bs = 64, width = 64;
   double lr = 1e-3, label_smoothing = 0;
@@ -38,10 +41,10 @@ int main(int argc, char** argv) {
                   "Trains a ResNet or XResNet classifier on an image folder tree (ROOT/train/<class>/*, "
                   "ROOT/valid/<class>/*, or ROOT/<class>/* with a random 20% for validation): from scratch with the "
                   "one-cycle policy, or fine-tuned from --weights. Prints the summary, the epoch table and the "
-                  "confusion matrix; writes show_batch.png, image_folder.pt, image_folder_export.pt (for predict), "
-                  "confusion_matrix.png, top_losses.png and show_results.png.");
+                  "confusion matrix; writes show_batch.png, model.pt, export.pt (for predict), confusion_matrix.png, "
+                  "top_losses.png and show_results.png in --out.");
   cli.argument("ROOT", root, "the image folder tree").required();
-  cli.flag("--arch", arch, "resnet18|34|50|101|152, xresnet18|34|50|101");
+  cli.flag("--arch", arch, "resnet18|34|50|101, xresnet18|34|50|101");
   cli.flag("--epochs", epochs, "epochs to train (0 with --load: evaluate only)").range(0, 100000);
   cli.flag("--bs", bs, "batch size").range(1, 1 << 20);
   cli.flag("--lr", lr, "learning rate (peak, or fine_tune's base)").range(0, 1e3);
@@ -64,7 +67,8 @@ int main(int argc, char** argv) {
   cli.flag("--memory-format", memory_format, "memory layout").choices({"contiguous", "channels-last"});
   cli.flag("--label-smoothing", label_smoothing, "CrossEntropyLoss's label smoothing").range(0, 1);
   cli.flag("--tta", tta, "also the accuracy with N test-time-augmented passes").range(0, 1000);
-  cli.flag("--load", load, "a saved model (image_folder.pt) to start from");
+  cli.flag("--load", load, "a saved model (image_folder/model.pt) to start from");
+  cli.flag("--out", out, "the folder it writes its files in");
   cli.flag("--threads", threads, "CPU threads").range(1, 4096);
   cli.example("image_folder fashion_folder --size 28 --aug pad-crop --stem cifar --channels 1 --epochs 1");
   cli.parse(argc, argv);
@@ -72,6 +76,7 @@ int main(int argc, char** argv) {
   torch::manual_seed(42);
 
   try {
+    const OutputFolder output(out);
     // Training items are augmented: a random crop of the padded image (small images) or
     // torchvision's RandomResizedCrop (photos), and a horizontal flip. Validation items get
     // the deterministic version of the same transforms (a centre crop, no flip).
@@ -84,18 +89,22 @@ int main(int argc, char** argv) {
     if (batch_aug == "fastai") batch_augs = {vision::aug_transforms()};
     else tfms.push_back(vision::FlipItem());
     const bool has_split = std::filesystem::exists(root + "/train");
-    // Per-channel mean and standard deviation from (up to 2048) training images, resized alike.
-    const auto normalize = Normalize::from_data(
-        vision::ImageFolder::scan(has_split ? root + "/train" : root, {.channels = channels, .item_tfms = {vision::Resize(size)}}));
+    // Pretrained weights on RGB images take ImageNet's statistics, which vision_learner adds
+    // (fastai's normalize); otherwise each channel's mean and standard deviation from (up
+    // to 2048) training images, resized alike.
+    std::vector<BatchTransform> normalize;
+    if (weights.empty() || channels != 3)
+      normalize = {Normalize::from_data(vision::ImageFolder::scan(
+          has_split ? root + "/train" : root, {.channels = channels, .item_tfms = {vision::Resize(size)}}))};
     auto dls = vision::ImageDataLoaders::from_folder(root, {.valid_pct = has_split ? 0.0 : 0.2,
                                                             .bs = bs, .channels = channels,
-                                                            .item_tfms = tfms, .batch_tfms = {normalize},
+                                                            .item_tfms = tfms, .batch_tfms = normalize,
                                                             .aug_tfms = batch_augs,
                                                             .decode = decode == "device" ? vision::Decode::Device
                                                                                          : vision::Decode::Cpu});
 
     const auto stem_kind = stem == "cifar" ? vision::Stem::cifar : vision::Stem::imagenet;
-    vision::show_batch(dls, "show_batch.png");  // what the model will see
+    vision::show_batch(dls, output("show_batch.png"));  // what the model will see
     auto learn = vision::vision_learner(dls, vision::Arch::named(arch), {metrics::accuracy()},
                                         {.pretrained_weights = weights, .in_channels = channels,
                                          .stem = stem_kind, .width = width,
@@ -112,18 +121,18 @@ int main(int argc, char** argv) {
     if (epochs > 0) {
       if (weights.empty()) learn.fit_one_cycle(epochs, lr);
       else learn.fine_tune(epochs, {.base_lr = lr});
-      learn.save("image_folder.pt", /*with_opt=*/false);
+      learn.save(output("model.pt"), /*with_opt=*/false);
     }
     auto results = learn.recorder->valid_values();  // the fit's last validation
     if (results.size() < 2) results = learn.validate();  // --epochs 0: evaluate the loaded model
-    // For inference without the data: build/examples/predict image_folder_export.pt IMAGE...
-    learn.export_learner("image_folder_export.pt");
+    // For inference without the data: build/examples/predict image_folder/export.pt IMAGE...
+    learn.export_learner(output("export.pt"));
 
     auto interp = vision::ClassificationInterpretation::from_learner(learn);
     std::cout << interp.confusion_matrix_text() << "\n" << interp.top_losses_text(5);
-    interp.plot_confusion_matrix("confusion_matrix.png");
-    interp.plot_top_losses(9, "top_losses.png");
-    vision::show_results(learn, "show_results.png");  // target/prediction, red where wrong
+    interp.plot_confusion_matrix(output("confusion_matrix.png"));
+    interp.plot_top_losses(9, output("top_losses.png"));
+    vision::show_results(learn, output("show_results.png"));  // target/prediction, red where wrong
     std::printf("final valid accuracy: %.4f\n", results[1]);
     if (const int passes = tta; passes > 0) {
       // The valid items with the training transforms, `passes` times, blended with the plain pass.

@@ -4,9 +4,9 @@
 //   predict MODEL IMAGE|FOLDER... [--top 3] [--bs 64] [--workers 2] [--masks DIR]
 //
 // e.g. with the model the image_folder example exports:
-//   build/examples/predict image_folder_export.pt photo.jpg more_photos/
+//   build/examples/predict image_folder/export.pt photo.jpg more_photos/
 // prints a line per image: its path, then the top classes with their probabilities. With
-// a segmentation model (the segmentation example's segmentation_export.pt): each image's
+// a segmentation model (the segmentation example's segmentation/export.pt): each image's
 // share of pixels per class, and with --masks DIR the class masks as PNGs
 // (DIR/<image name>.png, a colour per class).
 #include <fastcpp.h>
@@ -46,8 +46,8 @@ int main(int argc, char** argv) {
   cli.flag("--bs", bs, "images per batch").range(1, 1 << 20);
   cli.flag("--workers", workers, "threads decoding images").range(0, 4096);
   cli.flag("--masks", masks, "a segmentation model's masks as PNGs into this folder (a colour per class)");
-  cli.example("predict image_folder_export.pt photo.jpg more_photos/");
-  cli.example("predict segmentation_export.pt segmentation_data/images --masks masks");
+  cli.example("predict image_folder/export.pt photo.jpg more_photos/");
+  cli.example("predict segmentation/export.pt segmentation_data/images --masks masks");
   cli.parse(argc, argv);
   try {
     const auto predictor = vision::load_learner(model, {.workers = workers});

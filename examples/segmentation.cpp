@@ -3,19 +3,22 @@
 // items at random places; its mask is the item's class (1-10) where the item's pixels
 // are on, 0 for the background, and 255 (void) on a one-pixel rim around each item.
 // The set is written once from the seed as two PNG folders (images/, masks/) under
-// --out, so any tool can read it (bench/segmentation_vs_fastai.sh gives fastai the
+// --set, so any tool can read it (bench/segmentation_vs_fastai.sh gives fastai the
 // same files). The defaults are fastai's unet_learner on SegmentationDataLoaders: the
 // grey images read as RGB, no item transforms, pixels divided by 255.
 //
 //   segmentation [--epochs 8] [--width 16] ...  (segmentation --help lists the flags)
 //
 // Prints the epoch table with Dice and mean IoU (void pixels left out), then each
-// class's IoU; writes segmentation_results.png (image, true mask, predicted mask for
-// 4 validation images, as fastai's show_results), segmentation_loss.png, and the model
-// for examples/predict (--export '' writes none).
+// class's IoU; writes in segmentation/ (--out): show_batch.png (images and masks before
+// training), show_results.png (image, true mask, predicted mask for 4 validation images,
+// as fastai's show_results), loss.png, and export.pt, the model for examples/predict
+// (--export '' writes none).
 #include <fastcpp.h>
 
 #include <opencv2/imgproc.hpp>
+
+#include "output_folder.h"
 
 #include <cstdio>
 #include <filesystem>
@@ -80,13 +83,13 @@ int main(int argc, char** argv) {
   int workers = -1;  // the loader's threads: one per core
   int64_t bs = 16, width = 16;  // 64: torchvision's ResNet-18 (about 3 min an epoch on 2 cores)
   double lr = 1e-2;
-  std::string data = vision::fashion_mnist_dir(), out = "segmentation_data", stem = "imagenet", batch_aug = "none",
-              export_path = "segmentation_export.pt";
+  std::string data = vision::fashion_mnist_dir(), set = "segmentation_data", stem = "imagenet", batch_aug = "none",
+              out = "segmentation", export_path = "export.pt";
   CommandLine cli("segmentation",
                   "Semantic segmentation: writes a set made from Fashion-MNIST once (72x56 canvases of three items, "
-                  "masks of 11 classes with a void rim, as PNG folders under --out), trains a U-Net on a ResNet-18 "
+                  "masks of 11 classes with a void rim, as PNG folders under --set), trains a U-Net on a ResNet-18 "
                   "encoder with fit_one_cycle, prints the epoch table with Dice and mean IoU and each class's IoU, "
-                  "writes segmentation_batch.png, segmentation_results.png, segmentation_loss.png and the exported model.");
+                  "writes show_batch.png, show_results.png, loss.png and the exported model in --out.");
   cli.flag("--epochs", epochs, "epochs to train").range(0, 100000);
   cli.flag("--bs", bs, "batch size").range(1, 1 << 20);
   cli.flag("--lr", lr, "peak learning rate").range(0, 1e3);
@@ -101,20 +104,22 @@ int main(int argc, char** argv) {
   cli.flag("--workers", workers, "the loader's threads (-1: one per core)").range(-1, 4096);
   cli.flag("--seed", seed, "seed of the set, the split and the weights");
   cli.flag("--data", data, "the folder of Fashion-MNIST's idx files");
-  cli.flag("--out", out, "where the set's folders are written");
-  cli.flag("--export", export_path, "the exported model, for predict ('' for none)");
+  cli.flag("--set", set, "where the set's folders are written");
+  cli.flag("--out", out, "the folder it writes its files in");
+  cli.flag("--export", export_path, "the exported model's file in --out, for predict ('' for none)");
   cli.example("segmentation --epochs 8");
   cli.parse(argc, argv);
   torch::set_num_threads(threads);
   try {
-    write_set(data, out, items, static_cast<uint64_t>(seed));
+    write_set(data, set, items, static_cast<uint64_t>(seed));
+    const OutputFolder output(out);
     torch::manual_seed(seed);
     const vision::SegmentationMetricOptions no_void{.void_index = kVoid};
     auto dls = vision::SegmentationDataLoaders::from_folders(
-        (fs::path(out) / "images").string(), (fs::path(out) / "masks").string(), kCodes,
+        (fs::path(set) / "images").string(), (fs::path(set) / "masks").string(), kCodes,
         {.seed = static_cast<uint64_t>(seed), .bs = bs, .workers = workers, .void_index = kVoid, .mask_fill = kVoid,
          .aug_tfms = batch_aug == "fastai" ? std::vector<BatchAugmentPtr>{vision::aug_transforms()} : std::vector<BatchAugmentPtr>{}});
-    vision::show_batch(dls, "segmentation_batch.png", {.max_n = 4, .void_index = kVoid});  // images and masks
+    vision::show_batch(dls, output("show_batch.png"), {.max_n = 4, .void_index = kVoid});  // images and masks
     const auto iou = vision::jaccard_coeff_multi(no_void);
     auto learn = vision::unet_learner(dls, vision::resnet18, {vision::dice_multi(no_void), iou},
                                       {.stem = stem == "cifar" ? vision::Stem::cifar : vision::Stem::imagenet,
@@ -132,9 +137,9 @@ int main(int argc, char** argv) {
       std::printf(" %s %.3f%s", kCodes[c].c_str(), class_iou[c], c + 1 < class_iou.size() ? "," : "\n");
     std::printf("final valid Dice %.4f, mean IoU %.4f\n", results[1], results[2]);
 
-    vision::show_results(learn, "segmentation_results.png", {.max_n = 4, .void_index = kVoid});  // image, target, prediction
-    learn.recorder->plot_loss("segmentation_loss.png");
-    if (!export_path.empty()) learn.export_learner(export_path);  // for examples/predict --masks
+    vision::show_results(learn, output("show_results.png"), {.max_n = 4, .void_index = kVoid});  // image, target, prediction
+    learn.recorder->plot_loss(output("loss.png"));
+    if (!export_path.empty()) learn.export_learner(output(export_path));  // for examples/predict --masks
   } catch (const Error& e) {
     std::cerr << "error: " << e.what() << "\n";
     return 1;

@@ -23,6 +23,7 @@ class Callback {
   // The name used in error messages; the class name unless overridden.
   virtual std::string name() const;
 
+  // Once per Learner: at the end of its constructor, or when added later.
   virtual void after_create() {}
   virtual void before_fit() {}
   virtual void before_epoch() {}
@@ -64,6 +65,7 @@ class Callback {
   void dispatch(Event event);
   friend class Learner;
   Learner* learn_ = nullptr;
+  const Learner* created_for_ = nullptr;  // the Learner whose after_create it had
 };
 
 using CallbackPtr = std::shared_ptr<Callback>;

@@ -92,7 +92,8 @@ Learner::Learner(DataLoaders dls_, Model model_, Loss loss_func_, std::vector<Me
   if (options_.progress) add_cb(std::make_shared<ProgressCallback>());
   for (auto& cb : options_.cbs) add_cb(cb);
   if (options_.frozen) freeze();
-  event(Event::after_create);
+  created_ = true;  // from here a callback added, in after_create too, announces itself
+  for (const auto& cb : std::vector(cbs_)) announce_creation(*cb);
 }
 
 // ---------------------------------------------------------------- callbacks
@@ -103,7 +104,14 @@ void Learner::add_cb(CallbackPtr cb) {
   cb->learn_ = this;
   auto position = std::upper_bound(cbs_.begin(), cbs_.end(), cb,
                                    [](const CallbackPtr& a, const CallbackPtr& b) { return a->order < b->order; });
-  cbs_.insert(position, std::move(cb));
+  cbs_.insert(position, cb);
+  if (created_) announce_creation(*cb);
+}
+
+void Learner::announce_creation(Callback& cb) {
+  if (cb.created_for_ == this) return;
+  cb.created_for_ = this;
+  call(cb, Event::after_create);
 }
 
 void Learner::remove_cb(const CallbackPtr& cb) {
@@ -115,15 +123,17 @@ void Learner::remove_cb(const CallbackPtr& cb) {
 
 void Learner::event(Event e) {
   const auto snapshot = cbs_;  // a callback may add or remove callbacks
-  for (const auto& cb : snapshot) {
-    try {
-      cb->handle(e);
-    } catch (const CancelException&) {
-      throw;
-    } catch (const std::exception& ex) {
-      throw Error("Exception occurred in `" + cb->name() + "` when calling event `" + event_name(e) + "`:\n\t" +
-                  ex.what());
-    }
+  for (const auto& cb : snapshot) call(*cb, e);
+}
+
+void Learner::call(Callback& cb, Event e) {
+  try {
+    cb.handle(e);
+  } catch (const CancelException&) {
+    throw;
+  } catch (const std::exception& ex) {
+    throw Error("Exception occurred in `" + cb.name() + "` when calling event `" + event_name(e) + "`:\n\t" +
+                ex.what());
   }
 }
 

@@ -189,6 +189,8 @@ class Learner {
   void to_parallel(std::vector<torch::Device> devices = {}, bool sync_bn = true);
 
   // ---- callbacks
+  // Adds `cb` in its order. Every callback gets after_create once for this Learner: those
+  // given to the constructor at its end, one added later (fit's cbs too) when added.
   void add_cb(CallbackPtr cb);
   template <class Cb, class = std::enable_if_t<std::is_base_of_v<Callback, std::decay_t<Cb>>>>
   std::shared_ptr<std::decay_t<Cb>> add_cb(Cb&& cb) {
@@ -258,9 +260,14 @@ class Learner {
   void fit_scheduled(int n_epoch, ParamScheduler::Scheds scheds, FitOptions options);
   // Adds callbacks for one fit (or get_preds) and removes them after, even on error.
   class AddedCallbacks;
+  // Runs `event` on `cb`, errors re-thrown as event() says.
+  void call(Callback& cb, Event event);
+  // cb's after_create, unless it had it from this Learner already.
+  void announce_creation(Callback& cb);
 
   LearnerOptions options_;
   std::vector<CallbackPtr> cbs_;
+  bool created_ = false;  // the constructor has run: add_cb announces the creation itself
   int frozen_groups_ = 0;
 };
 

@@ -11,5 +11,5 @@ for arg in "$@"; do  # the rest goes to the example, which answers --help once i
 done
 cd "$(dirname "$0")/.."
 scripts/install_deps.sh
-scripts/build.sh fashion_mnist  # only the example and the library: the tests are not needed
+scripts/build.sh fashion_mnist fastcpp-launch  # the example, the library and the launcher (all that cmake --install takes): no tests
 cd build && ./examples/fashion_mnist "$@"

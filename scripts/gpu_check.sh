@@ -152,7 +152,7 @@ step() {
   { grep -E '^\|' "$log.last"; grep -E '^Medians|goal|time ratio|time: data|GPU busy|^GPU time|race stress|equal|^profile|ms/step|per CPU core|per GPU' "$log.last"; } >> "$results"
 }
 
-# The example as the README documents its fastest setting, whole process (CUDA start-up
+# The example as docs/examples.md documents its fastest setting, whole process (CUDA start-up
 # included), with the per-epoch time split (the host's side) and how busy the GPU was
 # (nvidia-smi's utilization, sampled every 100 ms: low means the host holds it back).
 example_fast() {

@@ -19,7 +19,7 @@ programs=(
   "bench/bench_sync_batchnorm --rounds" "bench/bench_image_folder --steps no_folder" "fastcpp-launch --nproc-per-node"
   "bench/fashion_mnist_resnet.sh --epochs" "bench/fashion_mnist_vs_fastai.sh --epochs"
   "bench/fashion_mnist_vs_python.sh --epochs" "bench/scaling.sh --epochs" "bench/segmentation_vs_fastai.sh --items" "bench/edit_rebuild.sh -"
-  "bench/gpu_ddp_overhead.sh -" "bench/gpu_parallel.sh -" "bench/gpu_train_step.sh -" "bench/gpu_image_folder.sh -"
+  "bench/history.sh --runs" "bench/gpu_ddp_overhead.sh -" "bench/gpu_parallel.sh -" "bench/gpu_train_step.sh -" "bench/gpu_image_folder.sh -"
   "scripts/test.sh -" "scripts/install_deps.sh -" "scripts/setup_python.sh -" "scripts/gpu_bundle.sh -"
   "scripts/gpu_check.sh -" "scripts/soak.sh -"
 )

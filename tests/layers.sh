@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # The library's folders are layers: a file includes its own folder and the folders
-# below it, never one above (the README's layout table). The one exception is
+# below it, never one above (the layout table of docs/development.md). The one exception is
 # learner -> callbacks (fit_one_cycle, lr_find and the progress bar, as in fastai).
 # Prints every include that breaks the order and exits 1 if there is one.
 #

@@ -6,6 +6,7 @@
 #include <sstream>
 
 #include "helpers.h"
+#include "learner/train_eval.h"
 
 using namespace fastcpp;
 using namespace fastcpp::testing;
@@ -269,5 +270,48 @@ TEST_SUITE("callbacks") {
     CHECK(histograms["weights/0.weight"][2] == weight.min().item<float>());
     CHECK(histograms["weights/0.weight"][4] == 30);
     std::filesystem::remove_all(dir);
+  }
+
+  TEST_CASE("docs/callbacks.md lists every built-in callback with its order in the code") {
+    const std::map<std::string, int> in_code{
+        {"TrainEvalCallback", TrainEvalCallback().order},
+        {"TerminateOnNaN", TerminateOnNaN().order},
+        {"ChannelsLast", ChannelsLast().order},
+        {"MixUp", MixUp().order},
+        {"CutMix", CutMix().order},
+        {"GradientAccumulation", GradientAccumulation().order},
+        {"MixedPrecision", MixedPrecision().order},
+        {"GradientClip", GradientClip().order},
+        {"DistributedTrainer", distributed::DistributedTrainer().order},
+        {"DataParallel", distributed::DataParallel().order},
+        {"PeakMemMetric", PeakMemMetric().order},
+        {"Recorder", Recorder().order},
+        {"ParamScheduler", ParamScheduler({}).order},
+        {"LRFinder", LRFinder().order},
+        {"ProgressCallback", ProgressCallback(false).order},
+        {"CSVLogger", CSVLogger().order},
+        {"TensorBoardLogger", TensorBoardLogger().order},
+        {"SaveModel", SaveModel().order},
+        {"ResumeFromCheckpoint", ResumeFromCheckpoint("checkpoint.pt").order},
+        {"ReduceLROnPlateau", ReduceLROnPlateau().order},
+        {"EarlyStopping", EarlyStopping().order},
+        {"ShowGraph", ShowGraph().order}};
+    // Rows "| `A`, `B` | order | ...": each name in the first cell has the second's order.
+    std::ifstream doc(std::string(FASTCPP_FIXTURES) + "/../../docs/callbacks.md");
+    REQUIRE(doc);
+    std::map<std::string, int> in_doc;
+    for (std::string line; std::getline(doc, line);) {
+      if (line.rfind("| `", 0) != 0) continue;
+      const auto second = line.find('|', 1);
+      const auto third = line.find('|', second + 1);
+      const int order = std::stoi(line.substr(second + 1, third - second - 1));
+      std::string names = line.substr(1, second - 1);
+      for (auto tick = names.find('`'); tick != std::string::npos; tick = names.find('`', tick)) {
+        const auto end = names.find('`', tick + 1);
+        in_doc[names.substr(tick + 1, end - tick - 1)] = order;
+        tick = end + 1;
+      }
+    }
+    CHECK(in_doc == in_code);
   }
 }

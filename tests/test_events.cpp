@@ -73,6 +73,33 @@ TEST_SUITE("events") {
     CHECK(f.probe->events == expected);
   }
 
+  TEST_CASE("a callback added after the constructor gets after_create once, when added") {
+    Fixture f;
+    auto late = std::make_shared<EventProbe>();
+    f.learn.add_cb(late);
+    CHECK(late->events == Events{"after_create"});
+    CHECK(f.probe->events.empty());  // the others had theirs
+    f.learn.remove_cb(late);
+    f.learn.add_cb(late);  // back on the same Learner: not created again
+    CHECK(late->events == Events{"after_create"});
+
+    auto for_fit = std::make_shared<EventProbe>();  // fit's cbs: added for each fit
+    f.learn.fit(1, {}, {.cbs = {for_fit}});
+    f.learn.fit(1, {}, {.cbs = {for_fit}});
+    CHECK(std::count(for_fit->events.begin(), for_fit->events.end(), "after_create") == 1);
+    CHECK(for_fit->events.front() == "after_create");
+  }
+
+  TEST_CASE("a callback added during after_create gets its own after_create") {
+    struct Adder : Callback {
+      std::shared_ptr<EventProbe> added = std::make_shared<EventProbe>();
+      void after_create() override { learn().add_cb(added); }
+    };
+    auto adder = std::make_shared<Adder>();
+    Learner learn(synthetic_dls(4, 2, 2), tiny_model(), CrossEntropyLoss(), {}, quiet({.cbs = {adder}}));
+    CHECK(adder->added->events == Events{"after_create"});
+  }
+
   TEST_CASE("CancelBatchException in before_step skips step and zero_grad") {
     Fixture f;
     struct GradsAtAfterBatch : Callback {  // zero_grad drops the grads before after_batch, unless skipped

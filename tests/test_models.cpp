@@ -305,6 +305,37 @@ TEST_SUITE("models") {
     CHECK(random.model.module().named_parameters()["layer1.0.conv1.weight"].requires_grad());
   }
 
+  TEST_CASE("vision_learner and unet_learner add ImageNet's Normalize with pretrained weights, as fastai's") {
+    torch::set_num_threads(2);
+    const auto weights = model_fixture("resnet18.pth");
+    auto specs = [](const DataLoader& loader) {
+      std::vector<std::string> out;
+      for (const auto& tfm : loader.options().batch_tfms) out.push_back(batch_transform_spec(tfm));
+      return out;
+    };
+    const std::vector<std::string> imagenet{"Normalize 0.485,0.456,0.406 0.229,0.224,0.225"};
+    auto pretrained = vision::vision_learner(image_dls(), vision::resnet18, {}, {.pretrained_weights = weights}, quiet());
+    CHECK(specs(pretrained.dls.train) == imagenet);
+    CHECK(specs(pretrained.dls.valid) == imagenet);
+    // Not without weights, nor for grey images, nor when told not to, nor over the data's own.
+    CHECK(specs(vision::vision_learner(image_dls(), vision::resnet18, {}, {}, quiet()).dls.train).empty());
+    auto grey = vision::vision_learner(image_dls(), vision::resnet18, {}, {.pretrained_weights = weights, .in_channels = 1}, quiet());
+    CHECK(specs(grey.dls.train).empty());
+    auto told = vision::vision_learner(image_dls(), vision::resnet18, {}, {.pretrained_weights = weights, .normalize = false}, quiet());
+    CHECK(specs(told.dls.train).empty());
+    auto own = image_dls();
+    own.add_batch_tfms({Normalize{{0.5, 0.5, 0.5}, {0.25, 0.25, 0.25}}});
+    auto kept = vision::vision_learner(own, vision::resnet18, {}, {.pretrained_weights = weights}, quiet());
+    CHECK(specs(kept.dls.valid) == std::vector<std::string>{"Normalize 0.5,0.5,0.5 0.25,0.25,0.25"});
+
+    auto masks = [](int64_t n) {
+      return std::make_shared<TensorDataset>(torch::randn({n, 3, 32, 32}), torch::randint(2, {n, 32, 32}, torch::kLong));
+    };
+    auto unet = vision::unet_learner(DataLoaders{DataLoader(masks(4), {.bs = 4}), DataLoader(masks(4), {.bs = 4}), {"a", "b"}},
+                                     vision::resnet18, {}, {.pretrained_weights = weights}, quiet());
+    CHECK(specs(unet.dls.valid) == imagenet);
+  }
+
   TEST_CASE("vision_learner with an xresnet: fastai's cut and split, its weights, grey input, widen") {
     torch::set_num_threads(2);
     const auto file = read_state_dict(fastai_xresnet18());

@@ -2,6 +2,8 @@
 
 #include <torch/nn/modules/linear.h>
 
+#include <algorithm>
+
 #include "core/error.h"
 #include "core/sequential.h"
 #include "formats/state_dict.h"
@@ -116,6 +118,16 @@ Arch Arch::named(const std::string& name) {
   std::string list;
   for (const auto& known : names()) list += (list.empty() ? "" : ", ") + known;
   throw Error("unknown architecture '" + name + "' (known: " + list + ")");
+}
+
+void add_pretrained_normalize(DataLoaders& dls, const std::string& weights, int64_t in_channels) {
+  if (weights.empty() || in_channels != 3) return;
+  for (DataLoader* loader : {&dls.train, &dls.valid}) {
+    const auto& tfms = loader->options().batch_tfms;
+    const bool normalized =
+        std::any_of(tfms.begin(), tfms.end(), [](const BatchTransform& t) { return t.target<Normalize>() != nullptr; });
+    if (!normalized) loader->add_batch_tfms({Normalize::imagenet()});
+  }
 }
 
 Body pretrained_body(const Arch& arch, const BodyOptions& options, const std::string& weights) {

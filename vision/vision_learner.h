@@ -38,6 +38,9 @@ struct VisionLearnerOptions {
   bool concat_pool = true;
   bool bn_final = false;
   Loss loss_func;  // default: CrossEntropyLoss
+  // With pretrained weights and 3 channels, ImageNet's Normalize is added to loaders
+  // without a Normalize (fastai's normalize=True); false: the batches as the loaders make them.
+  bool normalize = true;
 
   HeadOptions head() const { return {lin_ftrs, ps, concat_pool, bn_final}; }
 };
