@@ -11,6 +11,7 @@
 #include <unordered_map>
 
 #include "core/error.h"
+#include "formats/zip_directory.h"
 
 namespace fastcpp {
 namespace {
@@ -256,6 +257,7 @@ class BoundedReader final : public caffe2::serialize::ReadAdapterInterface {
 }  // namespace
 
 std::unique_ptr<caffe2::serialize::PyTorchStreamReader> open_archive(const std::vector<char>& bytes) {
+  check_zip_record_sizes(bytes);  // before libtorch allocates what the records claim
   return std::make_unique<caffe2::serialize::PyTorchStreamReader>(std::make_shared<BoundedReader>(bytes));
 }
 

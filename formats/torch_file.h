@@ -20,7 +20,8 @@ namespace fastcpp {
 // The zip archive in `bytes` (which must outlive it), read with reads that stop at the
 // end of the bytes: libtorch's own in-memory readers copy from past the end when a
 // damaged archive points there, and crash (found by fuzzing). Every archive fastcpp
-// reads goes through here. Throws c10::Error for a damaged archive.
+// reads goes through here. Throws fastcpp::Error for records larger than the archive can
+// hold (formats/zip_directory.h), c10::Error for other damage.
 std::unique_ptr<caffe2::serialize::PyTorchStreamReader> open_archive(const std::vector<char>& bytes);
 
 // Throws fastcpp::Error for a file that is not a torch.save archive or is cut short.

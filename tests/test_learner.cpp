@@ -216,6 +216,16 @@ TEST_SUITE("learner") {
     CHECK_THROWS_AS(load_state_dict(*tiny_model(), damaged), Error);
   }
 
+  TEST_CASE("an archive whose record claims more bytes than the file holds is refused before allocating (found by fuzzing)") {
+    // tests/fixtures/oversized_record.zip: 2703 bytes whose directory gives a stored record
+    // 4 GB; libtorch's reader allocated that twice (8 GB) before reading a byte.
+    const auto path = std::string(FASTCPP_FIXTURES) + "/oversized_record.zip";
+    CHECK(error_of([&] { read_torch_file(read_file(path)); }) ==
+          "the archive's record lr_find_init/.data/serialization_id claims 4294967295 bytes from 0 in a file of 2703");
+    Learner learn(synthetic_dls(), tiny_model(), CrossEntropyLoss(), {}, quiet());
+    CHECK(error_of([&] { learn.load(path); }).rfind("cannot read checkpoint '" + path + "': the file is truncated or not a checkpoint (the archive's record", 0) == 0);
+  }
+
   TEST_CASE("a checkpoint with a missing, mistyped or out-of-range entry is an error naming it, and changes nothing (found by fuzzing)") {
     const auto path = temp_path("entries.pt");
     Learner a(synthetic_dls(), tiny_model(), CrossEntropyLoss(), {}, quiet());

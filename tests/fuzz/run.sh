@@ -20,12 +20,12 @@ build=$(cd "$3" && pwd)
 out=${4:-$(mktemp -d)}
 mkdir -p "$out/corpus" "$out/objects"
 case "$target" in
-  torch_file) sources=(formats/torch_file.cpp) ;;
+  torch_file) sources=(formats/torch_file.cpp formats/zip_directory.cpp) ;;
   idx) sources=(vision/datasets/idx.cpp) ;;
   cifar) sources=(vision/datasets/cifar.cpp) ;;
   image) sources=(vision/image.cpp) ;;
   decoders) sources=(vision/libjpeg_decode.cpp vision/libpng_decode.cpp) ;;
-  checkpoint) sources=(learner/checkpoint.cpp formats/torch_file.cpp formats/state_dict.cpp optim/optimizer.cpp
+  checkpoint) sources=(learner/checkpoint.cpp formats/torch_file.cpp formats/zip_directory.cpp formats/state_dict.cpp optim/optimizer.cpp
                        optim/grad_scaler.cpp) ;;
   *) echo "unknown fuzz target '$target': torch_file, idx, cifar, image, decoders or checkpoint" >&2; exit 2 ;;
 esac
