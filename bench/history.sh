@@ -79,7 +79,7 @@ learner() {
   while read -r name learner bare; do
     record "learner-$name" "$learner" "$bare" s
   done < <(awk '/ratio learner\/bare/ {
-    name = ($1 == "MLP") ? "mlp" : "cnn"
+    name = ($0 ~ /^MLP/) ? "mlp" : "cnn"
     for (i = 1; i < NF; i++) { if ($i == "bare") bare = $(i + 1); if ($i == "learner") learner = $(i + 1) }
     sub(/s$/, "", bare); sub(/s$/, "", learner); print name, learner, bare }' "$log")
 }
