@@ -33,18 +33,19 @@ struct Directory {
   uint64_t offset = 0, entries = 0;
 };
 
-// The central directory's place from the end-of-directory record (zip64's when the
-// classic one is saturated); false when there is none to read.
+// The central directory's place from the end-of-directory records; false when there is
+// none to read.
 bool find_directory(const Fields& f, uint64_t size, Directory& dir) {
   if (size < 22) return false;
   const uint64_t lowest = size > 22 + 65535 ? size - 22 - 65535 : 0;  // the comment is at most 64 KB
   for (uint64_t at = size - 22;; --at) {
     if (f.get(at, 4) == kEndOfDirectory) {
       dir = {f.get(at + 16, 4), f.get(at + 10, 2)};
-      if ((dir.offset == 0xffffffff || dir.entries == 0xffff) && at >= 20 && f.get(at - 20, 4) == kZip64Locator) {
+      // A zip64 record, when there is one, is what the reader (miniz) goes by, whatever
+      // the classic record says (libtorch writes both).
+      if (at >= 20 && f.get(at - 20, 4) == kZip64Locator) {
         const uint64_t end64 = f.get(at - 20 + 8, 8);
-        if (!f.has(end64, 56) || f.get(end64, 4) != kZip64End) return false;
-        dir = {f.get(end64 + 48, 8), f.get(end64 + 32, 8)};
+        if (f.has(end64, 56) && f.get(end64, 4) == kZip64End) dir = {f.get(end64 + 48, 8), f.get(end64 + 32, 8)};
       }
       return true;
     }

@@ -222,6 +222,9 @@ TEST_SUITE("learner") {
     const auto path = std::string(FASTCPP_FIXTURES) + "/oversized_record.zip";
     CHECK(error_of([&] { read_torch_file(read_file(path)); }) ==
           "the archive's record lr_find_init/.data/serialization_id claims 4294967295 bytes from 0 in a file of 2703");
+    // The same with a damaged classic directory record: the zip64 one is what the reader follows.
+    CHECK(error_of([&] { read_torch_file(read_file(std::string(FASTCPP_FIXTURES) + "/oversized_record_zip64.zip")); }) ==
+          "the archive's record lr_find_init/.data/serialization_id claims 4294967295 bytes from 0 in a file of 2704");
     Learner learn(synthetic_dls(), tiny_model(), CrossEntropyLoss(), {}, quiet());
     CHECK(error_of([&] { learn.load(path); }).rfind("cannot read checkpoint '" + path + "': the file is truncated or not a checkpoint (the archive's record", 0) == 0);
   }
