@@ -15,7 +15,7 @@
 #   MLP), seconds
 # loader: bench_loader against PyTorch's DataLoader, 224 px JPEGs, 2 workers, images/s
 #   (the folders are made once in --images, default $TMPDIR/fastcpp-bench-images)
-# Each line: date, commit (with -dirty for uncommitted changes), cores, CPU model, bench,
+# Each line: date, commit (with -dirty for uncommitted code changes), cores, CPU model, bench,
 # fastcpp's figure, the peer's, their unit and the ratio fastcpp/peer (for seconds lower
 # is better, for images/s higher).
 set -euo pipefail
@@ -31,7 +31,7 @@ file=bench/history.tsv
 while [ $# -gt 0 ]; do
   case "$1" in
     --*=*) set -- "${1%%=*}" "${1#*=}" "${@:2}" ;;
-    --runs) need_count "$@"; runs=$2; shift 2 ;;
+    --runs) need_count "$@"; runs=$2; shift 2; [ "$runs" -ge 1 ] || command_line_error "--runs takes 1 or more" ;;
     --benches) need_value "$@"; benches=$2; shift 2 ;;
     --build) need_value "$@"; build=$2; shift 2 ;;
     --python) need_value "$@"; python=$2; shift 2 ;;
@@ -49,7 +49,7 @@ for bench in ${benches//,/ }; do
 done
 
 commit=$(git rev-parse --short HEAD)
-git diff --quiet HEAD -- . ':!bench/history.tsv' || commit+=-dirty
+git diff --quiet HEAD -- . ':!*.md' ':!bench/history.tsv' || commit+=-dirty  # code changed, not just documents
 cpu=$(awk -F': ' '/^model name/ { print $2; exit }' /proc/cpuinfo)
 [ -s "$file" ] || printf 'date\tcommit\tcores\tcpu\tbench\tfastcpp\tpeer\tunit\tratio\n' > "$file"
 log=$(mktemp)
