@@ -3,12 +3,19 @@
 # fp16, channels-last) plain and under to_distributed in a one-process NCCL group.
 # PyTorch's own figure for this overhead is about 3%.
 #
-#   bench/gpu_ddp_overhead.sh [BUILD_DIR]
+#   bench/gpu_ddp_overhead.sh [--build build]
 set -euo pipefail
 source "$(dirname "$0")/../scripts/command_line.sh"
-positional_only "$@"
-bench=${1:-build}/bench/bench_train_step
-args=(--arch resnet50 --precision fp16 --layout channels_last --steps 40)
+build=build
+while [ $# -gt 0 ]; do
+  case "$1" in
+    --*=*) set -- "${1%%=*}" "${1#*=}" "${@:2}" ;;
+    --build) need_value "$@"; build=$2; shift 2 ;;
+    *) other_flag "$@" ;;
+  esac
+done
+bench=$build/bench/bench_train_step
+args=(--arch resnet50 --precision fp16 --memory-format channels-last --steps 40)
 plain=$("$bench" "${args[@]}")
 echo "plain:       $plain"
 grep -q "img/s" <<<"$plain" || exit 0  # skipped: no GPU

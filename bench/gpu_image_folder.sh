@@ -9,16 +9,22 @@
 #   PyTorch, torchvision's batched GPU decode                --source gpu-decode
 # and the decode + crop rates alone, per CPU core and per GPU. Then the goal lines.
 #
-#   bench/gpu_image_folder.sh [BUILD_DIR [PYTHON [FOLDER]]]
+#   bench/gpu_image_folder.sh [--build build] [--python python3] [--folder /tmp/fastcpp_image_folder]
 # Environment: FASTCPP_IMAGES (JPEGs to make, default 20000), FASTCPP_IMAGE_STEPS (timed
 # steps a cell, default 30, after 5 warm-up steps).
 set -uo pipefail
 source "$(dirname "$0")/../scripts/command_line.sh"
-positional_only "$@"
 here=$(cd "$(dirname "$0")" && pwd)
-build=${1:-build}
-python=${2:-python3}
-folder=${3:-/tmp/fastcpp_image_folder}
+build=build python=python3 folder=/tmp/fastcpp_image_folder
+while [ $# -gt 0 ]; do
+  case "$1" in
+    --*=*) set -- "${1%%=*}" "${1#*=}" "${@:2}" ;;
+    --build) need_value "$@"; build=$2; shift 2 ;;
+    --python) need_value "$@"; python=$2; shift 2 ;;
+    --folder) need_value "$@"; folder=$2; shift 2 ;;
+    *) other_flag "$@" ;;
+  esac
+done
 steps=${FASTCPP_IMAGE_STEPS:-30}
 cores=$(nproc)
 if [ ! -d "$folder/photos" ]; then
@@ -29,7 +35,7 @@ if [ ! -d "$folder/photos" ]; then
 fi
 results=$(mktemp)
 trap 'rm -f "$results"' EXIT
-common=(--bs 256 --warmup 5 --steps "$steps" --layout channels_last)
+common=(--bs 256 --warmup 5 --steps "$steps" --memory-format channels-last)
 for cell in "resnet50 fp16" "resnet18 bf16"; do
   read -r arch precision <<< "$cell"
   for source in cpu device resident; do

@@ -3,23 +3,30 @@
 # fp16 channels-last) on one replica, on two replicas sharing cuda:0 (the overhead of the replica machinery),
 # and on every GPU when there are several (the scaling).
 #
-#   bench/gpu_parallel.sh [BUILD_DIR [TRACE_DIR]]
+#   bench/gpu_parallel.sh [--build build] [--traces DIR]
 #
-# With TRACE_DIR: then the two-replica runs again under PyTorch's profiler, 3 steps each
+# With --traces: then the two-replica runs again under PyTorch's profiler, 3 steps each
 # (traces and the kernels that took the most GPU time; one replica's too, to compare),
 # after both goal figures, so that a time limit cuts the profiles first.
 set -euo pipefail
 source "$(dirname "$0")/../scripts/command_line.sh"
-positional_only "$@"
-traces=${2:-}
-bench=${1:-build}/bench/bench_train_step
+build=build traces=
+while [ $# -gt 0 ]; do
+  case "$1" in
+    --*=*) set -- "${1%%=*}" "${1#*=}" "${@:2}" ;;
+    --build) need_value "$@"; build=$2; shift 2 ;;
+    --traces) need_value "$@"; traces=$2; shift 2 ;;
+    *) other_flag "$@" ;;
+  esac
+done
+bench=$build/bench/bench_train_step
 rate() { awk '{print $5}' <<<"$1"; }
 gpus=$(nvidia-smi -L 2>/dev/null | wc -l || true)
 # The two cells with a goal: ResNet-18 fp32 and ResNet-50 fp16 channels-last (>= 0.85x).
-cells=("resnet18 fp32 contiguous" "resnet50 fp16 channels_last")
+cells=("resnet18 fp32 contiguous" "resnet50 fp16 channels-last")
 for cell in "${cells[@]}"; do
   read -r arch precision layout <<<"$cell"
-  args=(--arch "$arch" --precision "$precision" --layout "$layout" --steps 30)
+  args=(--arch "$arch" --precision "$precision" --memory-format "$layout" --steps 30)
   one=$("$bench" "${args[@]}")
   echo "1 replica:           $one"
   grep -q "img/s" <<<"$one" || exit 0  # skipped: no GPU
@@ -37,7 +44,7 @@ done
 [ -n "$traces" ] || exit 0
 for cell in "${cells[@]}"; do
   read -r arch precision layout <<<"$cell"
-  profiled=(--arch "$arch" --precision "$precision" --layout "$layout" --warmup 10 --steps 3)
+  profiled=(--arch "$arch" --precision "$precision" --memory-format "$layout" --warmup 10 --steps 3)
   "$bench" "${profiled[@]}" --profile "$traces/${arch}_${precision}_one.json"
   "$bench" "${profiled[@]}" --parallel cuda:0,cuda:0 --profile "$traces/${arch}_${precision}_shared.json"
 done

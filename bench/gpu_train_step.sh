@@ -9,15 +9,20 @@
 # sides alike. The table is printed after each round, and when a time limit cuts the run
 # (SIGTERM), with the cells it has.
 #
-#   bench/gpu_train_step.sh [BUILD_DIR [PYTHON]] [-- options of both, e.g. --arch resnet50]
+#   bench/gpu_train_step.sh [--build build] [--python python3] [-- options of both, e.g. --arch resnet50]
 set -euo pipefail
 source "$(dirname "$0")/../scripts/command_line.sh"
-positional_only "$@"
 here=$(cd "$(dirname "$0")" && pwd)
-build=${1:-build}
-python=${2:-python3}
-shift $(( $# < 2 ? $# : 2 ))
-[ "${1:-}" = "--" ] && shift
+build=build python=python3
+while [ $# -gt 0 ]; do
+  case "$1" in
+    --) shift; break ;;
+    --*=*) set -- "${1%%=*}" "${1#*=}" "${@:2}" ;;
+    --build) need_value "$@"; build=$2; shift 2 ;;
+    --python) need_value "$@"; python=$2; shift 2 ;;
+    *) other_flag "$@" ;;
+  esac
+done
 tmp=$(mktemp -d)
 trap 'kill $(jobs -p) 2> /dev/null; rm -rf "$tmp"' EXIT  # the servers end with this script
 rounds=${FASTCPP_BENCH_ROUNDS:-3}
@@ -49,7 +54,7 @@ report() {
   [ "$1" -lt "$rounds" ] && partial="$partial$1 of $rounds rounds; "
   echo
   for arch in resnet18 resnet50; do
-    fp32=$(rate $arch fp32 contiguous); fp16=$(rate $arch fp16 contiguous); best=$(rate $arch fp16 channels_last)
+    fp32=$(rate $arch fp32 contiguous); fp16=$(rate $arch fp16 contiguous); best=$(rate $arch fp16 channels-last)
     if [ -n "$fp32" ] && [ -n "$fp16" ]; then
       goal=""; [ "$arch" = resnet50 ] && goal=" (goal: >= 2x)"
       awk -v a="$fp16" -v b="$fp32" -v n=$arch -v g="$goal" 'BEGIN {printf "%s: fp16 / fp32 (contiguous) %.3fx%s\n", n, a / b, g}'

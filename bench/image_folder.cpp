@@ -6,7 +6,7 @@
 // PyTorch side; bench/gpu_image_folder.sh runs both and prints the ratios.
 //
 //   bench_image_folder FOLDER [--source cpu|device|resident] [--arch resnet18|resnet50]
-//                      [--precision fp32|fp16|bf16] [--layout contiguous|channels_last]
+//                      [--precision fp32|fp16|bf16] [--memory-format contiguous|channels-last]
 //                      [--bs 256] [--workers N] [--warmup 5] [--steps 30] [--decode-rate]
 //
 // One line: "fastcpp <source> <arch> <precision> <layout> <images/s> img/s"; with
@@ -83,7 +83,7 @@ double device_decode_rate(const vision::ImageFolder& folder, torch::Device devic
 }  // namespace
 
 int main(int argc, char** argv) {
-  std::string folder, source = "cpu", arch = "resnet18", precision = "bf16", layout = "channels_last";
+  std::string folder, source = "cpu", arch = "resnet18", precision = "bf16", layout = "channels-last";
   int64_t bs = 256;
   int workers = static_cast<int>(std::thread::hardware_concurrency()), warmup = 5, steps = 30;
   bool decode_rate = false;
@@ -95,7 +95,7 @@ int main(int argc, char** argv) {
       .choices({"cpu", "device", "resident"});
   cli.flag("--arch", arch, "the model").choices({"resnet18", "resnet50"});
   cli.flag("--precision", precision, "training precision").choices({"fp32", "fp16", "bf16"});
-  cli.flag("--layout", layout, "memory layout").choices({"contiguous", "channels_last"});
+  cli.flag("--memory-format", layout, "memory layout").choices({"contiguous", "channels-last"});
   cli.flag("--bs", bs, "batch size").range(1, 1 << 16);
   cli.flag("--workers", workers, "the loader's threads").range(0, 4096);
   cli.flag("--warmup", warmup, "steps before the timed ones").range(0, 100000);
@@ -144,7 +144,7 @@ int main(int argc, char** argv) {
     learn.logger = [](const std::string&) {};
     if (precision == "fp16") learn.to_fp16();
     if (precision == "bf16") learn.to_bf16();
-    if (layout == "channels_last") learn.to_channels_last();
+    if (layout == "channels-last") learn.to_channels_last();
     auto timer = learn.add_cb(StepTimer(warmup, steps));
     learn.fit(1, 0.01);
     if (timer->seconds <= 0) throw Error("the epoch ended before the warm-up and the timed steps");

@@ -5,7 +5,7 @@ with momentum 0.9, torchvision's ResNet, autocast fp16 with GradScaler or bf16,
 channels-last), timed over the same steps after the same warm-up.
 
   image_folder_peer.py FOLDER [--source dataloader|gpu-decode] [--arch resnet18|resnet50]
-                       [--precision fp32|fp16|bf16] [--layout contiguous|channels_last]
+                       [--precision fp32|fp16|bf16] [--memory-format contiguous|channels-last]
                        [--bs 256] [--workers 16] [--warmup 5] [--steps 30]
 
 dataloader: torch.utils.data.DataLoader (workers, pinned memory) over torchvision's
@@ -47,7 +47,7 @@ def main():
     ap.add_argument("--source", default="dataloader", choices=["dataloader", "gpu-decode"])
     ap.add_argument("--arch", default="resnet18", choices=["resnet18", "resnet50"])
     ap.add_argument("--precision", default="bf16", choices=["fp32", "fp16", "bf16"])
-    ap.add_argument("--layout", default="channels_last", choices=["contiguous", "channels_last"])
+    ap.add_argument("--memory-format", default="channels-last", choices=["contiguous", "channels-last"])
     ap.add_argument("--bs", type=int, default=256)
     ap.add_argument("--workers", type=int, default=16)
     ap.add_argument("--warmup", type=int, default=5)
@@ -67,7 +67,7 @@ def main():
     loader = torch.utils.data.DataLoader(data, batch_size=args.bs, shuffle=True, num_workers=args.workers,
                                          pin_memory=True, drop_last=True, collate_fn=collate, persistent_workers=True)
     model = getattr(torchvision.models, args.arch)(num_classes=len(data.classes)).to(device)
-    layout = torch.channels_last if args.layout == "channels_last" else torch.contiguous_format
+    layout = torch.channels_last if args.memory_format == "channels-last" else torch.contiguous_format
     model = model.to(memory_format=layout)
     opt = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9)
     scaler = torch.amp.GradScaler(enabled=args.precision == "fp16")
@@ -95,7 +95,7 @@ def main():
         scaler.update()
     torch.cuda.synchronize()
     seconds = time.perf_counter() - start
-    print(f"pytorch {args.source} {args.arch} {args.precision} {args.layout} {args.bs * args.steps / seconds:.1f} img/s",
+    print(f"pytorch {args.source} {args.arch} {args.precision} {args.memory_format} {args.bs * args.steps / seconds:.1f} img/s",
           flush=True)
 
 

@@ -5,7 +5,7 @@
 // same step in PyTorch eager; bench/gpu_train_step.sh runs both and prints the ratios.
 //
 //   bench_train_step [--arch resnet18|resnet50|all] [--precision fp32|tf32|fp16|bf16|all]
-//                    [--layout contiguous|channels_last|all] [--warmup 5] [--steps 20]
+//                    [--memory-format contiguous|channels-last|all] [--warmup 5] [--steps 20]
 //                    [--distributed]   (to_distributed: run it under a launcher, e.g. world 1 on NCCL)
 //                    [--parallel all|DEVICE,DEVICE...]  (to_parallel over these devices)
 //                    [--profile TRACE.json]  (PyTorch's profiler over the timed steps: the
@@ -89,7 +89,7 @@ struct Cell {
 };
 
 const std::vector<std::string> kArchs{"resnet18", "resnet50"}, kPrecisions{"fp32", "tf32", "fp16", "bf16"},
-    kLayouts{"contiguous", "channels_last"};
+    kLayouts{"contiguous", "channels-last"};
 
 std::string run(const Cell& cell, int warmup, int steps, bool distributed, const std::string& parallel,
                 const std::string& trace) {
@@ -101,7 +101,7 @@ std::string run(const Cell& cell, int warmup, int steps, bool distributed, const
   const int64_t n_real = cell.bs * 2;
   // Stored in the layout trained in, as the eager peer stores them: a batch is then a view.
   auto images = torch::randn({n_real, 3, 224, 224}, torch::TensorOptions().device(device))
-                    .contiguous(cell.layout == "channels_last" ? at::MemoryFormat::ChannelsLast : at::MemoryFormat::Contiguous);
+                    .contiguous(cell.layout == "channels-last" ? at::MemoryFormat::ChannelsLast : at::MemoryFormat::Contiguous);
   auto labels = torch::randint(1000, {n_real}, torch::TensorOptions().dtype(torch::kLong).device(device));
   auto data = std::make_shared<TensorDataset>(images, labels);
   const int64_t n_batches = warmup + steps + 1;
@@ -113,7 +113,7 @@ std::string run(const Cell& cell, int warmup, int steps, bool distributed, const
   learn.logger = [](const std::string&) {};
   if (cell.precision == "fp16") learn.to_fp16();
   if (cell.precision == "bf16") learn.to_bf16();
-  if (cell.layout == "channels_last") learn.to_channels_last();
+  if (cell.layout == "channels-last") learn.to_channels_last();
   if (distributed) learn.to_distributed();
   if (!parallel.empty()) learn.to_parallel(parse_devices(parallel));
   auto timer = learn.add_cb(StepTimer(warmup, steps, trace));
@@ -149,7 +149,7 @@ Cell parse_cell(const std::string& text) {
   };
   if (words >> extra || !is_one_of(arch, kArchs) || !is_one_of(precision, kPrecisions) || !is_one_of(layout, kLayouts))
     throw Error("bench_train_step --serve: the cell '" + text +
-                "' is not '<resnet18|resnet50> <fp32|tf32|fp16|bf16> <contiguous|channels_last>'");
+                "' is not '<resnet18|resnet50> <fp32|tf32|fp16|bf16> <contiguous|channels-last>'");
   return make_cell(arch, precision, layout);
 }
 
@@ -168,7 +168,7 @@ int main(int argc, char** argv) {
                                       "per cell: arch, batch, precision, layout, img/s, peak MiB.");
   cli.flag("--arch", arch, "one architecture, or all").choices({"resnet18", "resnet50", "all"});
   cli.flag("--precision", precision, "one precision, or all").choices({"fp32", "tf32", "fp16", "bf16", "all"});
-  cli.flag("--layout", layout, "one memory layout, or all").choices({"contiguous", "channels_last", "all"});
+  cli.flag("--memory-format", layout, "one memory layout, or all").choices({"contiguous", "channels-last", "all"});
   cli.flag("--warmup", warmup, "steps before the timed ones").range(0, 100000);
   cli.flag("--steps", steps, "timed steps").range(1, 100000);
   cli.option("--distributed", distributed, "to_distributed (run it under a launcher, e.g. world 1 on NCCL)");
@@ -177,7 +177,7 @@ int main(int argc, char** argv) {
   cli.option("--list", list, "print the cells chosen, one '<arch> <precision> <layout>' a line, and exit");
   cli.option("--serve", serve, "read cells, one '<arch> <precision> <layout>' a line, from standard input and answer "
                                "each with its line (one process, and cuDNN's plans, over many cells)");
-  cli.example("bench_train_step --arch resnet50 --precision fp16 --layout channels_last");
+  cli.example("bench_train_step --arch resnet50 --precision fp16 --memory-format channels-last");
   cli.parse(argc, argv);
   std::vector<Cell> cells;
   for (const auto& a : choices(arch, kArchs))

@@ -4,7 +4,7 @@ torchvision's ResNet-18 (batch 256) / ResNet-50 (batch 128), synthetic 224 px im
 the device, cross-entropy, SGD with momentum 0.9, fp32 / tf32 / fp16 (autocast +
 torch.amp.GradScaler) / bf16 (autocast), contiguous or channels-last; cudnn.benchmark on.
 
-  train_step_peer.py [--arch resnet18|resnet50|all] [--precision ...|all] [--layout ...|all]
+  train_step_peer.py [--arch resnet18|resnet50|all] [--precision ...|all] [--memory-format ...|all]
                      [--warmup 5] [--steps 20] [--serve]
 
 Prints the lines bench_train_step prints: "<arch> <bs> <precision> <layout> <img/s> img/s
@@ -25,7 +25,7 @@ def run(arch, bs, precision, layout, warmup, steps):
     torch.backends.cuda.matmul.allow_tf32 = precision == "tf32"
     torch.backends.cudnn.allow_tf32 = precision == "tf32"
     torch.manual_seed(0)
-    fmt = torch.channels_last if layout == "channels_last" else torch.contiguous_format
+    fmt = torch.channels_last if layout == "channels-last" else torch.contiguous_format
     images = torch.randn(bs * 2, 3, 224, 224, device=device).contiguous(memory_format=fmt)
     labels = torch.randint(1000, (bs * 2,), device=device)
     model = getattr(torchvision.models, arch)().to(device).to(memory_format=fmt)
@@ -55,7 +55,7 @@ def run(arch, bs, precision, layout, warmup, steps):
     return f"{arch} {bs} {precision} {layout} {bs * steps / seconds:.1f} img/s peak {peak:.1f} MiB"
 
 
-ARCHS, PRECISIONS, LAYOUTS = ["resnet18", "resnet50"], ["fp32", "tf32", "fp16", "bf16"], ["contiguous", "channels_last"]
+ARCHS, PRECISIONS, LAYOUTS = ["resnet18", "resnet50"], ["fp32", "tf32", "fp16", "bf16"], ["contiguous", "channels-last"]
 
 
 def answer(arch, precision, layout, args):
@@ -80,7 +80,7 @@ def serve(args):
                 raise ValueError
         except ValueError:
             print(f"error: train_step_peer.py --serve: the cell '{line.strip()}' is not "
-                  "'<resnet18|resnet50> <fp32|tf32|fp16|bf16> <contiguous|channels_last>'", flush=True)
+                  "'<resnet18|resnet50> <fp32|tf32|fp16|bf16> <contiguous|channels-last>'", flush=True)
             continue
         answer(arch, precision, layout, args)
 
@@ -89,7 +89,7 @@ def main():
     parser = argparse.ArgumentParser()
     parser.add_argument("--arch", default="all")
     parser.add_argument("--precision", default="all")
-    parser.add_argument("--layout", default="all")
+    parser.add_argument("--memory-format", default="all")
     parser.add_argument("--warmup", type=int, default=5)
     parser.add_argument("--steps", type=int, default=20)
     parser.add_argument("--serve", action="store_true")
@@ -103,7 +103,7 @@ def main():
     pick = lambda value, every: every if value == "all" else [value]
     for arch in pick(args.arch, ARCHS):
         for precision in pick(args.precision, PRECISIONS):
-            for layout in pick(args.layout, LAYOUTS):
+            for layout in pick(args.memory_format, LAYOUTS):
                 answer(arch, precision, layout, args)
 
 

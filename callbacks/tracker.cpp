@@ -55,7 +55,7 @@ std::string SaveModel::path(const std::string& suffix) const {
 void SaveModel::after_epoch() {
   auto& l = learn();
   if (save_options_.every_epoch) {
-    l.save(path("_" + std::to_string(l.epoch)), save_options_.with_opt);
+    l.save(path(std::string("_").append(std::to_string(l.epoch))), save_options_.with_opt);
     return;
   }
   TrackerCallback::after_epoch();

@@ -20,7 +20,7 @@ inline std::string number(double value) {
 
 inline std::string numbers(const std::vector<double>& values) {
   std::string out;
-  for (size_t i = 0; i < values.size(); ++i) out += (i ? "," : "") + number(values[i]);
+  for (size_t i = 0; i < values.size(); ++i) out.append(i ? "," : "").append(number(values[i]));
   return out;
 }
 

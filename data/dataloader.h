@@ -133,6 +133,7 @@ struct DataLoaders {
   DataLoader train;
   DataLoader valid;
   std::vector<std::string> vocab;
+  bool multi_label = false;  // targets are one-hot [batch, classes], several classes an item
 
   void to(torch::Device device) {
     train.to(device);

@@ -67,15 +67,4 @@ std::vector<int64_t> DistributedSampler::indices(int64_t epoch) const {
   return {first, first + static_cast<std::ptrdiff_t>(per_rank_)};
 }
 
-std::pair<std::vector<int64_t>, std::vector<int64_t>> random_split(size_t n, double valid_pct, uint64_t seed,
-                                                                   const std::string& who) {
-  if (valid_pct <= 0 || valid_pct >= 1) throw Error(who + ": valid_pct must be in (0, 1), got " + std::to_string(valid_pct));
-  auto order = RandomSampler(n, seed).indices(0);
-  const auto n_valid = static_cast<std::ptrdiff_t>(std::lround(valid_pct * static_cast<double>(n)));
-  std::vector<int64_t> valid(order.begin(), order.begin() + n_valid), train(order.begin() + n_valid, order.end());
-  std::sort(valid.begin(), valid.end());
-  std::sort(train.begin(), train.end());
-  return {std::move(train), std::move(valid)};
-}
-
 }  // namespace fastcpp

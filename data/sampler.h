@@ -45,12 +45,6 @@ class RandomSampler : public Sampler {
   uint64_t seed_;
 };
 
-// A random split of n items into (train, valid) indices, each sorted: valid_pct of them
-// (rounded) in valid, reproducible from seed (RandomSampler's first epoch). Throws
-// naming `who` for a valid_pct outside (0, 1).
-std::pair<std::vector<int64_t>, std::vector<int64_t>> random_split(size_t n, double valid_pct, uint64_t seed,
-                                                                   const std::string& who);
-
 class WeightedSampler : public Sampler {
  public:
   // n_samples draws per epoch (default: as many as weights).

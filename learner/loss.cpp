@@ -45,10 +45,16 @@ torch::Tensor check_class_targets(const torch::Tensor& pred, const torch::Tensor
   return labels.clamp(0, n_classes - 1);
 }
 
-void check_same_shape(const torch::Tensor& pred, const torch::Tensor& target) {
+void check_same_shape(const torch::Tensor& pred, const torch::Tensor& target, const char* loss = "MSELoss") {
   if (pred.sizes() != target.sizes())
-    throw Error("MSELoss: prediction shape " + c10::str(pred.sizes()) + " differs from target shape " +
+    throw Error(std::string(loss) + ": prediction shape " + c10::str(pred.sizes()) + " differs from target shape " +
                 c10::str(target.sizes()));
+}
+
+// Multi-hot targets as the loss reads them (float, of pred's type).
+torch::Tensor check_multi_hot(const torch::Tensor& pred, const torch::Tensor& target) {
+  check_same_shape(pred, target, "BCEWithLogitsLoss");
+  return target.to(pred.scalar_type());
 }
 
 }  // namespace
@@ -72,6 +78,20 @@ Loss CrossEntropyLoss(CrossEntropyOptions options) {
   return Loss(with_reduction(torch::kMean), [](const torch::Tensor& pred) { return torch::softmax(pred, -1); },
               with_reduction(torch::kNone), "softmax")
       .share_checks(checks);
+}
+
+Loss BCEWithLogitsLoss() {
+  return Loss(
+      [](const torch::Tensor& pred, const torch::Tensor& target) {
+        return torch::binary_cross_entropy_with_logits(pred, check_multi_hot(pred, target));
+      },
+      [](const torch::Tensor& pred) { return torch::sigmoid(pred); },
+      [](const torch::Tensor& pred, const torch::Tensor& target) {  // the mean over each item's classes
+        return torch::binary_cross_entropy_with_logits(pred, check_multi_hot(pred, target), {}, {}, at::Reduction::None)
+            .reshape({pred.size(0), -1})
+            .mean(1);
+      },
+      "sigmoid");
 }
 
 Loss MSELoss() {

@@ -67,6 +67,10 @@ struct CrossEntropyOptions {
 // the labels are clamped for the kernel and the check is read a few batches later (by
 // the end of the phase at the latest). Activation: softmax.
 Loss CrossEntropyLoss(CrossEntropyOptions options = {});
+// Several classes an item, as fastai's BCEWithLogitsLossFlat: binary cross-entropy of raw
+// outputs [batch, classes] against one-hot float targets of the same shape, the mean
+// over both. Activation: sigmoid.
+Loss BCEWithLogitsLoss();
 Loss MSELoss();
 
 }  // namespace fastcpp

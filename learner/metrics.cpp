@@ -56,6 +56,16 @@ torch::Tensor top_k_accuracy_fn(const torch::Tensor& pred, const torch::Tensor& 
 
 MetricPtr accuracy() { return std::make_shared<AvgMetric>("accuracy", accuracy_fn); }
 
+MetricPtr accuracy_multi(double thresh, bool sigmoid) {
+  return std::make_shared<AvgMetric>("accuracy_multi", [thresh, sigmoid](const torch::Tensor& pred, const torch::Tensor& target) {
+    if (pred.sizes() != target.sizes())
+      throw Error("accuracy_multi: predictions " + c10::str(pred.sizes()) + " and targets " + c10::str(target.sizes()) +
+                  " differ in shape (it takes one-hot targets, one column a class)");
+    const auto scores = sigmoid ? pred.sigmoid() : pred;
+    return ((scores > thresh) == target.to(torch::kBool)).to(torch::kFloat).mean();
+  });
+}
+
 MetricPtr error_rate() {
   return std::make_shared<AvgMetric>("error_rate", [](const torch::Tensor& pred, const torch::Tensor& target) {
     return 1 - accuracy_fn(pred, target);

@@ -68,6 +68,9 @@ torch::Tensor top_k_accuracy_fn(const torch::Tensor& pred, const torch::Tensor& 
 
 MetricPtr accuracy();
 MetricPtr error_rate();
+// Several classes an item (one-hot targets [N, C]): the share of (item, class) pairs
+// where (sigmoid(pred) > thresh) matches the target, as fastai's accuracy_multi.
+MetricPtr accuracy_multi(double thresh = 0.5, bool sigmoid = true);
 MetricPtr top_k_accuracy(int64_t k = 5);
 // A user-defined per-batch function, averaged over the set.
 MetricPtr from_fn(std::string name, MetricFn fn);

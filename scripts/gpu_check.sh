@@ -217,17 +217,17 @@ if [[ " $stages " == *" bench "* ]]; then
   step 120 "Fashion-MNIST example vs the PyTorch peer (5 epochs, both contiguous, data on the GPU)" peer_race
   # Its own 150 s: the step stage's cells get what is left of the call.
   step 150 "Image folder: the CPU pipeline, GPU decode and the resident ceiling, against PyTorch's loaders" \
-    bench/gpu_image_folder.sh "$build" "$python" "$scratch/image_folder"
+    bench/gpu_image_folder.sh --build "$build" --python "$python" --folder "$scratch/image_folder"
   mkdir -p "$scratch/traces"
   step 60 "SyncBatchNorm's synced path vs BatchNorm (ResNet-50's layers, fp16 channels-last)" \
     "$build/bench/bench_sync_batchnorm" --profile "$scratch/traces"
   if [ $goals -eq 1 ]; then
-    step 150 "to_parallel" bench/gpu_parallel.sh "$build"
+    step 150 "to_parallel" bench/gpu_parallel.sh --build "$build"
   else
-    step 150 "to_parallel (and its profile)" bench/gpu_parallel.sh "$build" "$scratch/traces"
+    step 150 "to_parallel (and its profile)" bench/gpu_parallel.sh --build "$build" --traces "$scratch/traces"
   fi
   tar -czf "$out/traces.tgz" -C "$scratch" traces
-  step 90 "DDP at world size 1 on NCCL" bench/gpu_ddp_overhead.sh "$build"
+  step 90 "DDP at world size 1 on NCCL" bench/gpu_ddp_overhead.sh --build "$build"
   step 60 "Stream race stress" stream_race
   row benchmarks "done in $(since "$start") s (log: bench.log)"
 fi
@@ -236,7 +236,7 @@ if [[ " $stages " == *" step "* ]]; then
   # The table is printed again after each round: a step cut by its limit still leaves
   # the medians of the rounds it finished.
   step 540 "Training step, fastcpp Learner vs PyTorch eager (${steps} timed steps, alternating cell by cell)" \
-    env FASTCPP_BENCH_ROUNDS="${FASTCPP_BENCH_ROUNDS:-3}" bench/gpu_train_step.sh "$build" "$python" -- --steps "$steps" ${FASTCPP_STEP_ARGS:-}
+    env FASTCPP_BENCH_ROUNDS="${FASTCPP_BENCH_ROUNDS:-3}" bench/gpu_train_step.sh --build "$build" --python "$python" -- --steps "$steps" ${FASTCPP_STEP_ARGS:-}
 fi
 
 if [ -s "$out/bench.log" ]; then
@@ -262,7 +262,7 @@ if [ -s "$out/bench.log" ]; then
       "example, 5 epochs bf16 batch 512 data on the GPU" "example, 5 epochs bf16 batch 512: accuracy"
       "example / PyTorch loop, batch 128 fp32 contiguous, data on the GPU, training time"
       "SyncBatchNorm's synced path on" "to_parallel {cuda:0, cuda:0} resnet18 fp32 contiguous"
-      "to_parallel {cuda:0, cuda:0} resnet50 fp16 channels_last" "DDP overhead at world size 1 (NCCL)"
+      "to_parallel {cuda:0, cuda:0} resnet50 fp16 channels-last" "DDP overhead at world size 1 (NCCL)"
       "image folder resnet50 fp16 channels-last, fastcpp best / resident ceiling"
       "image folder resnet18 bf16 channels-last, fastcpp best / resident ceiling"
       "image folder resnet18 bf16 channels-last, fastcpp best / PyTorch best")

@@ -18,7 +18,7 @@ export LOG=$tmp/log
 stand_in() {
   cat > "$1" <<SERVER
 #!/usr/bin/env bash
-if [[ " \$* " == *" --list "* ]]; then printf 'resnet18 fp32 contiguous\nresnet50 fp16 channels_last\n'; exit; fi
+if [[ " \$* " == *" --list "* ]]; then printf 'resnet18 fp32 contiguous\nresnet50 fp16 channels-last\n'; exit; fi
 echo "start $2" >> "\$LOG"
 declare -A rates=([resnet18]="$3" [resnet50]="$4") round
 while read -r arch precision layout; do
@@ -35,7 +35,7 @@ SERVER
 stand_in "$tmp/build/bench/bench_train_step" fastcpp 1000,3000,2000 1500,fail,500
 stand_in "$tmp/python" eager 1000,1000,1000 1000,1000,1000
 
-out=$(FASTCPP_BENCH_ROUNDS=3 bash "$root/bench/gpu_train_step.sh" "$tmp/build" "$tmp/python")
+out=$(FASTCPP_BENCH_ROUNDS=3 bash "$root/bench/gpu_train_step.sh" --build "$tmp/build" --python "$tmp/python")
 failed=0
 expect() {
   if [ "$2" != "$3" ]; then
@@ -48,14 +48,14 @@ expect "order of the cells" "$(grep -v '^start' "$LOG" | tr '\n' ' ')" \
   "fastcpp resnet18 eager resnet18 fastcpp resnet50 eager resnet50 eager resnet18 fastcpp resnet18 eager resnet50 fastcpp resnet50 fastcpp resnet18 eager resnet18 fastcpp resnet50 eager resnet50 "
 table=$(awk '/^Medians of 3/ {on = 1} on && /^\| resnet/' <<<"$out")
 expect "the last table" "$table" "| resnet18 | 256 | fp32 | contiguous | 2000 | 1000 | 2.00x | 100.0 | 100.0 |
-| resnet50 | 256 | fp16 | channels_last | 500 | 1000 | 0.50x | 100.0 | 100.0 |"
+| resnet50 | 256 | fp16 | channels-last | 500 | 1000 | 0.50x | 100.0 | 100.0 |"
 expect "the failed cell shown" "$(grep -c '^fastcpp: error: out of memory' <<<"$out")" 1
 expect "the slowest cell" "$(grep '^slowest' <<<"$out" | tail -1)" \
-  "slowest cell, fastcpp / eager: 0.500x (resnet50/fp16/channels_last; goal: >= 1.0x in every cell)"
+  "slowest cell, fastcpp / eager: 0.500x (resnet50/fp16/channels-last; goal: >= 1.0x in every cell)"
 # The limit's SIGTERM once ASKED cells have been asked for (with PAUSE s per answer),
 # however slow this machine is; prints what the run printed.
 cut_after() {
-  LOG=$tmp/log_cut$1 PAUSE=$2 FASTCPP_BENCH_ROUNDS=3 bash "$root/bench/gpu_train_step.sh" "$tmp/build" "$tmp/python" > "$tmp/cut$1" &
+  LOG=$tmp/log_cut$1 PAUSE=$2 FASTCPP_BENCH_ROUNDS=3 bash "$root/bench/gpu_train_step.sh" --build "$tmp/build" --python "$tmp/python" > "$tmp/cut$1" &
   local run=$! asked
   for _ in $(seq 600); do
     asked=$(grep -vc '^start' "$tmp/log_cut$1" 2> /dev/null || true)

@@ -3,7 +3,8 @@
 # exit 0; an unknown flag, a flag without its value, a value of the wrong type or out of
 # range, and a missing argument exit 2 with one line that names the flag; and none of it
 # trains or writes anything (each runs in an empty folder, which must stay empty). The
-# benchmark scripts too (bench/command_line.sh): their --help is their opening comment.
+# benchmark scripts too (scripts/command_line.sh): their --help is their opening comment.
+# And one style: hyphenated values, --build DIR, comma-separated lists.
 #
 #   tests/cli.sh BUILD_DIR
 set -uo pipefail
@@ -57,6 +58,12 @@ for entry in "${programs[@]}"; do
   [ -x "$path" ] || continue
   expect 0 "" "$program" --help  # exit 0, nothing written
   help=$(cd "$work" && "$path" -h 2>&1) || fail "$program -h: exit status not 0"
+  # One flag style: hyphenated values, --build DIR (no positional build folder), lists
+  # separated by commas.
+  ! grep -q -E "BUILD_DIR" <<<"$help" || fail "$program: a positional BUILD_DIR in its usage (take --build DIR)"
+  ! grep -q -E '[|{,][a-z0-9]+_[a-z0-9_]*[|},]|[a-z0-9]+_[a-z0-9_]*[|}]' <<<"$help" ||
+    fail "$program: a value with '_' in its usage (values are hyphenated): $(grep -E '[a-z0-9]+_[a-z0-9_]*[|},]' <<<"$help")"
+  ! grep -q -E '"[0-9a-z]+ [0-9a-z]+"' <<<"$help" || fail "$program: a list separated by spaces (lists take commas)"
   case "$program" in
     *.sh) [ "$(wc -l <<<"$help")" -ge 2 ] || fail "$program --help says nothing: $help" ;;
     *) grep -q "Example" <<<"$help" || fail "$program --help: no example" ;;

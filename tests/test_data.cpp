@@ -205,4 +205,44 @@ TEST_SUITE("data") {
       CHECK(torch::equal(copy.y, ds->Dataset::get_batch(scattered).y));
     }
   }
+  TEST_CASE("read_csv: quotes, line breaks in quotes, CRLF, columns by name or position; errors name the file and line") {
+    const auto table = parse_csv("name,label\r\n\"a, b.png\",\"say \"\"hi\"\"\"\nc.png,\"two\nlines\"\n\n", "t.csv");
+    CHECK(table.header == std::vector<std::string>{"name", "label"});
+    REQUIRE(table.rows.size() == 2);
+    CHECK(table.rows[0] == CsvRow{"a, b.png", "say \"hi\""});
+    CHECK(table.rows[1] == CsvRow{"c.png", "two\nlines"});
+    CHECK(table.column("label") == 1);
+    CHECK(table.column(0) == 0);
+    CHECK(parse_csv("x;1\ny;2", "s.csv", {.delimiter = ';', .header = false}).header == std::vector<std::string>{"0", "1"});
+    CHECK(error_of([&] { table.column("is_valid"); }) == "'t.csv' has no column 'is_valid' (its columns: name, label)");
+    CHECK(error_of([&] { table.column(2); }) == "'t.csv' has no column 2 (its columns: name, label)");
+    CHECK(error_of([] { parse_csv("a,b\n1,2\n3\n", "r.csv"); }) == "'r.csv' line 3 has 1 fields, the header 2");
+    CHECK(error_of([] { parse_csv("a,b\n\"1,2\n", "q.csv"); }) == "'q.csv' line 2: a quoted field is never closed");
+    CHECK(error_of([] { read_csv("/nonexistent/labels.csv"); }) == "CSV file '/nonexistent/labels.csv' not found or unreadable");
+  }
+
+  TEST_CASE("splitters: fastai's RandomSplitter permutation and cut, grandparent folders, a function, indices, a column") {
+    // torch.manual_seed(42); torch.randperm(10) in PyTorch: [2, 6, 1, 8, 4, 5, 0, 9, 3, 7]; int(0.25 * 10) = 2 validate.
+    const auto random = RandomSplitter{.valid_pct = 0.25, .seed = 42}.split(10);
+    CHECK(random.valid == std::vector<int64_t>{2, 6});
+    CHECK(random.train == std::vector<int64_t>{1, 8, 4, 5, 0, 9, 3, 7});
+    CHECK(RandomSplitter{.valid_pct = 0.0}.split(3).valid.empty());
+    CHECK(error_of([] { RandomSplitter{.valid_pct = 1.0}.split(3); }) == "RandomSplitter: valid_pct must be in [0, 1), got 1.000000");
+    const std::vector<std::string> paths{"d/train/a/1.png", "d/valid/a/2.png", "d/test/b/3.png", "d/train/b/4.png"};
+    const auto by_folder = GrandparentSplitter{}(paths);
+    CHECK(by_folder.train == std::vector<int64_t>{0, 3});
+    CHECK(by_folder.valid == std::vector<int64_t>{1});
+    const auto by_name = FuncSplitter{[](const std::string& path) { return path.back() == 'g' && path[path.size() - 5] == '2'; }}(paths);
+    CHECK(by_name.valid == std::vector<int64_t>{1});
+    CHECK(by_name.train == std::vector<int64_t>{0, 2, 3});
+    CHECK(IndexSplitter{{3, 0}}.split(4).train == std::vector<int64_t>{1, 2});
+    CHECK(error_of([] { IndexSplitter{{4}}.split(4); }) == "IndexSplitter: index 4 is outside the 4 items");
+    const auto table = parse_csv("name,is_valid\na,True\nb,False\nc,1\nd,0\n", "v.csv");
+    const auto by_column = ColSplitter(table)(table.rows);
+    CHECK(by_column.valid == std::vector<int64_t>{0, 2});
+    CHECK(by_column.train == std::vector<int64_t>{1, 3});
+    const auto bad = parse_csv("name,is_valid\na,yes\n", "v.csv");
+    CHECK(error_of([&] { ColSplitter(bad)(bad.rows); }) ==
+          "ColSplitter: row 0 of 'v.csv' has 'yes' in column 'is_valid' (expected True or False, 1 or 0)");
+  }
 }

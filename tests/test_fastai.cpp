@@ -472,4 +472,88 @@ TEST_SUITE("fastai") {
     CHECK(loss == doctest::Approx(fx.at("label_smoothing_ce")[0]).epsilon(1e-6));
     CHECK(loss == doctest::Approx(fx.at("ce_flat_smoothing")[0]).epsilon(1e-6));
   }
+#if FASTCPP_HAS_OPENCV
+  // tests/fixtures/fastai_data_blocks.py: fastai's factories and DataBlocks on a tree of
+  // small images it writes beside the fixture.
+  TEST_CASE("data factories and DataBlocks: fastai's items, labels, vocab and split for the same files and seed") {
+    std::map<std::string, std::vector<std::string>> fx;  // "<case>.<key>" -> its words
+    {
+      std::ifstream in(kDir + "/data_blocks.txt");
+      REQUIRE_MESSAGE(in.good(), "missing fixture data_blocks.txt");
+      for (std::string line; std::getline(in, line);) {
+        std::istringstream words(line.substr(line.find(':') + 1));
+        auto& row = fx[line.substr(0, line.find(':'))];
+        for (std::string word; words >> word;) row.push_back(word);
+      }
+    }
+    const std::string root = kDir + "/data_blocks";
+    auto relative = [&](const std::vector<std::string>& paths) {
+      std::vector<std::string> out;
+      for (const auto& path : paths) out.push_back(std::filesystem::path(path).lexically_relative(root).string());
+      return out;
+    };
+    auto labels = [](const vision::ImageFolder& set) {
+      std::vector<std::string> out;
+      for (size_t i = 0; i < set.size(); ++i) {
+        if (!set.multi_label()) {
+          out.push_back(set.vocab()[static_cast<size_t>(set.labels()[i])]);
+          continue;
+        }
+        std::string joined;
+        const auto row = set.multi_hot()[static_cast<int64_t>(i)];
+        for (int64_t c = 0; c < row.size(0); ++c)
+          if (row[c].item<float>() == 1) joined += (joined.empty() ? "" : ",") + set.vocab()[static_cast<size_t>(c)];
+        out.push_back(joined);
+      }
+      return out;
+    };
+    auto check = [&](const std::string& name, const DataLoaders& dls) {
+      INFO(name);
+      const auto& train = dynamic_cast<const vision::ImageFolder&>(dls.train.dataset());
+      const auto& valid = dynamic_cast<const vision::ImageFolder&>(dls.valid.dataset());
+      CHECK(relative(train.paths()) == fx.at(name + ".train"));
+      CHECK(relative(valid.paths()) == fx.at(name + ".valid"));
+      CHECK(labels(train) == fx.at(name + ".train_y"));
+      CHECK(labels(valid) == fx.at(name + ".valid_y"));
+      CHECK(dls.vocab == fx.at(name + ".vocab"));
+    };
+    using vision::ImageDataLoaders;
+    const std::vector<vision::ItemTransform> resize{vision::Resize(4)};
+    const auto pets = vision::get_image_files(root + "/pets");
+    check("name_func", ImageDataLoaders::from_name_func(
+                           pets, [](const std::string& name) { return std::isupper(name[0]) ? "cat" : "dog"; },
+                           {.valid_pct = 0.25, .seed = 7, .bs = 2, .workers = 0, .item_tfms = resize}));
+    const std::string pattern = R"(^(.+)_\d+\.png$)";
+    check("name_re", ImageDataLoaders::from_name_re(pets, pattern, {.valid_pct = 0.2, .seed = 2, .bs = 2, .workers = 0}));
+    // fastai finds the unseen label when it reads the validation item; fastcpp when it makes the datasets.
+    CHECK(error_of([&] { ImageDataLoaders::from_name_re(pets, pattern, {.valid_pct = 0.2, .seed = 42}); })
+              .starts_with("DataBlock: label '" + fx.at("name_re_unseen.label").at(0) + "' of '" + root + "/pets/"));
+    std::vector<std::string> list_labels;
+    for (const auto& pet : pets) list_labels.push_back(std::to_string(std::filesystem::path(pet).stem().string().size() % 3 * 5));
+    check("lists", ImageDataLoaders::from_lists(pets, list_labels, {.valid_pct = 0.3, .seed = 3, .bs = 2, .workers = 0}));
+    check("csv", ImageDataLoaders::from_csv(root + "/csv", {.csv_fname = "labels.csv", .fn_col = "name", .folder = "images",
+                                                            .label_col = "label", .valid_col = Column("is_valid")},
+                                            {.bs = 2, .workers = 0}));
+    check("csv_numbers", ImageDataLoaders::from_csv(root + "/csv", {.csv_fname = "numbers.csv", .folder = "images"},
+                                                    {.valid_pct = 0.25, .seed = 5, .bs = 2, .workers = 0}));
+    check("csv_multi", ImageDataLoaders::from_csv(
+                           root + "/csv", {.csv_fname = "multi.csv", .folder = "images", .label_col = "tags", .label_delim = " "},
+                           {.valid_pct = 0.3, .seed = 11, .bs = 2, .workers = 0}));
+    check("grandparent", vision::DataBlock<>{.get_y = vision::parent_label, .splitter = GrandparentSplitter{}, .item_tfms = resize}
+                             .dataloaders(root + "/folders", {.bs = 2, .workers = 0}));
+    const auto starts_with_1 = [](const std::string& path) { return std::filesystem::path(path).filename().string()[0] == '1'; };
+    check("func", vision::DataBlock<>{.get_y = vision::parent_label, .splitter = FuncSplitter{starts_with_1}, .item_tfms = resize}
+                      .dataloaders(root + "/folders", {.bs = 2, .workers = 0}));
+    const auto masks =
+        vision::DataBlock<>{.blocks = {vision::ImageBlock{}, vision::MaskBlock{{"background", "thing"}}},
+                            .get_y = [&](const std::string& image) { return root + "/seg/masks/" + std::filesystem::path(image).filename().string(); },
+                            .splitter = RandomSplitter{.valid_pct = 0.3, .seed = 1},
+                            .item_tfms = resize}
+            .dataloaders(root + "/seg/images", {.bs = 2, .workers = 0});
+    CHECK(relative(dynamic_cast<const vision::SegmentationDataset&>(masks.train.dataset()).images()) == fx.at("masks.train"));
+    CHECK(relative(dynamic_cast<const vision::SegmentationDataset&>(masks.valid.dataset()).images()) == fx.at("masks.valid"));
+    CHECK(masks.vocab == std::vector<std::string>{"background", "thing"});
+  }
+#endif
 }
+

@@ -716,4 +716,82 @@ TEST_SUITE("vision") {
     CHECK(torch::equal(pixels, images[0]));
     fs::remove_all(dir);
   }
+  TEST_CASE("get_image_files: sorted by path, hidden folders and other files left out") {
+    const auto root = temp_dir("get_image_files");
+    for (const char* dir : {"b", "a-b", "a", ".hidden"}) fs::create_directories(fs::path(root) / dir);
+    for (const char* file : {"b/2.png", "a-b/1.jpg", "a/x.png", "z.PNG", ".hidden/h.png", "a/notes.txt"})
+      std::ofstream(root + "/" + file) << "x";
+    // By path element, as Python sorts paths: "a/x.png" before "a-b/1.jpg" (text order would swap them).
+    CHECK(vision::get_image_files(root) ==
+          std::vector<std::string>{root + "/a/x.png", root + "/a-b/1.jpg", root + "/b/2.png", root + "/z.PNG"});
+    CHECK(vision::parent_label(root + "/b/2.png") == "b");
+    CHECK(error_of([&] { vision::get_image_files(root + "/nowhere"); }) ==
+          "get_image_files: '" + root + "/nowhere' not found or not a directory");
+    fs::remove_all(root);
+  }
+
+  TEST_CASE("multi-label data: one-hot targets, BCEWithLogitsLoss and accuracy_multi by default in vision_learner") {
+    const auto root = temp_dir("multi_label");
+    std::vector<std::string> files, tags;
+    const char* tag_sets[] = {"sky", "sky sea", "sea", "sand sea", "sand", "sky sand"};
+    for (int i = 0; i < 12; ++i) {
+      files.push_back(root + "/" + std::to_string(i) + ".png");
+      write(files.back(), picture(24, 20, i));
+      tags.push_back(tag_sets[i % 6]);
+    }
+    auto dls = vision::ImageDataLoaders::from_lists(files, tags, {.valid_pct = 0.25, .seed = 1, .bs = 4, .workers = 2,
+                                                                  .item_tfms = {vision::Resize(16)}},
+                                                    vision::MultiCategoryBlock{});
+    CHECK(dls.multi_label);
+    CHECK(dls.vocab == std::vector<std::string>{"sand", "sea", "sky"});
+    const auto& train = dynamic_cast<const vision::ImageFolder&>(dls.train.dataset());
+    const auto& first = train.paths()[0];
+    const auto tags_of_first = tags[static_cast<size_t>(std::stoi(fs::path(first).stem().string()))];
+    const auto row = train.multi_hot()[0];
+    for (size_t c = 0; c < 3; ++c)
+      CHECK(row[static_cast<int64_t>(c)].item<float>() == (tags_of_first.find(dls.vocab[c]) != std::string::npos ? 1 : 0));
+    const auto batch = *dls.train.begin();
+    CHECK((batch.y.sizes() == torch::IntArrayRef{4, 3}));
+    CHECK(batch.y.scalar_type() == torch::kFloat);
+    auto learn = vision::vision_learner(dls, vision::resnet18, {metrics::accuracy_multi()}, {.width = 8}, quiet());
+    CHECK(learn.loss_func.activation_name() == "sigmoid");
+    learn.fit(1, 1e-3);
+    const auto accuracy = learn.recorder->values.back().back();
+    CHECK(accuracy >= 0.0);
+    CHECK(accuracy <= 1.0);
+    CHECK(error_of([&] { vision::ImageDataLoaders::from_lists(files, {"sky"}); }) == "from_lists: 12 files but 1 labels");
+    fs::remove_all(root);
+  }
+
+  TEST_CASE("DataBlock: masks with their images; errors for a missing get_y, no training items, a label unseen in training") {
+    const auto root = make_segmentation_folder("data_block_masks", 5);
+    const auto dls = vision::DataBlock<>{.blocks = {vision::ImageBlock{.channels = 1}, vision::MaskBlock{{"a", "b", "c"}}},
+                                         .get_y = [&](const std::string& image) { return root + "/masks/" + fs::path(image).filename().string(); },
+                                         .splitter = IndexSplitter{{0, 1}},
+                                         .item_tfms = {vision::Resize(16)}}
+                         .dataloaders(root + "/images", {.bs = 3, .workers = 0});
+    const auto batch = *dls.train.begin();
+    CHECK((batch.x.sizes() == torch::IntArrayRef{3, 1, 16, 16}));
+    CHECK((batch.y.sizes() == torch::IntArrayRef{3, 16, 16}));
+    CHECK(batch.y.max().item<int64_t>() == 2);
+    CHECK(dls.valid.n_items() == 2);
+    CHECK(dls.vocab == std::vector<std::string>{"a", "b", "c"});
+
+    CHECK(error_of([&] { vision::DataBlock<>{}.dataloaders(root + "/images"); }) == "DataBlock: get_y is not set");
+    CHECK(error_of([&] { vision::DataBlock<size_t>{.get_y = [](size_t) { return "x"; }}.dataloaders(std::vector<size_t>{0}); }) ==
+          "DataBlock: get_x is not set (needed for items that are not image paths)");
+    CHECK(error_of([&] {
+            vision::DataBlock<>{.get_y = vision::parent_label, .splitter = IndexSplitter{{0, 1, 2, 3, 4}}}.dataloaders(root + "/images");
+          }) == "DataBlock: no training items (the splitter put none of the 5 items in training)");
+    CHECK(error_of([&] {
+            vision::DataBlock<>{.get_y = [](const std::string& path) { return path.back() == 'g' && path[path.size() - 5] == '0' ? "zero" : "other"; },
+                                .splitter = IndexSplitter{{0}}}
+                .dataloaders(root + "/images");
+          }) == "DataBlock: label 'zero' of '" + root + "/images/0.png' is not among the training items' labels (other)");
+    CHECK(error_of([] { vision::RegexLabeller("^(.+)_\\d+$")("/pets/pug.jpg"); }) ==
+          "RegexLabeller: '^(.+)_\\d+$' is not found in 'pug.jpg'");
+    CHECK(error_of([] { vision::RegexLabeller("pug"); }) == "RegexLabeller: 'pug' has no group ( ) to take the label from");
+    CHECK(vision::RegexLabeller("^(.+)_\\d+\\.jpg$")("/pets/great_pyrenees_12.jpg") == "great_pyrenees");
+    fs::remove_all(root);
+  }
 }

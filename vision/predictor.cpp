@@ -48,7 +48,8 @@ Predictor::Predictor(ExportedModel exported, LoadLearnerOptions options)
       model_(build_model(exported_, options)),
       device_(check_device(options.device.value_or(default_device()), "load_learner")),
       workers_(options.workers) {
-  if (!exported_.activation.empty() && exported_.activation != "softmax" && exported_.activation != "softmax_classes")
+  if (!exported_.activation.empty() && exported_.activation != "softmax" && exported_.activation != "softmax_classes" &&
+      exported_.activation != "sigmoid")
     throw Error("load_learner: " + exported_.source + " names an unknown activation '" + exported_.activation + "'");
   for (const auto& spec : exported_.batch_tfms)
     batch_tfms_.push_back(parse_spec(batch_transform_from_spec, spec, exported_.source));
@@ -68,6 +69,7 @@ torch::Tensor Predictor::forward(torch::Tensor batch) const {
   auto out = model_(batch);
   if (exported_.activation == "softmax") out = torch::softmax(out.to(torch::kFloat), -1);
   if (exported_.activation == "softmax_classes") out = torch::softmax(out.to(torch::kFloat), 1);
+  if (exported_.activation == "sigmoid") out = torch::sigmoid(out.to(torch::kFloat));
   return out.to(torch::kCPU);
 }
 
@@ -80,6 +82,12 @@ Prediction Predictor::decode(const torch::Tensor& probs, std::string path) const
   if (probs.dim() >= 3)  // a class per pixel: [classes, H, W]
     return {std::move(path), "", 0, probs, probs.argmax(0)};
   const auto index = probs.flatten().argmax().item<int64_t>();
+  if (exported_.activation == "sigmoid") {  // several classes an item: every one above 0.5
+    std::string labels;
+    const auto above = (probs.flatten() > 0.5).nonzero().flatten();
+    for (int64_t k = 0; k < above.size(0); ++k) labels.append(k ? " " : "").append(label(above[k].item<int64_t>()));
+    return {std::move(path), labels, index, probs, {}};
+  }
   return {std::move(path), label(index), index, probs, {}};
 }
 

@@ -37,7 +37,7 @@ struct VisionLearnerOptions {
   double ps = 0.5;
   bool concat_pool = true;
   bool bn_final = false;
-  Loss loss_func;  // default: CrossEntropyLoss
+  Loss loss_func;  // default: CrossEntropyLoss, or BCEWithLogitsLoss for multi-label loaders
   // With pretrained weights and 3 channels, ImageNet's Normalize is added to loaders
   // without a Normalize (fastai's normalize=True); false: the batches as the loaders make them.
   bool normalize = true;

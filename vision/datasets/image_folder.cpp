@@ -31,8 +31,21 @@ bool is_image_file(const std::string& path) {
 
 ImageFolder::ImageFolder(std::vector<std::string> paths, std::vector<int64_t> labels, std::vector<std::string> vocab,
                          ImageFolderOptions options)
-    : paths_(std::move(paths)), labels_(std::move(labels)), vocab_(std::move(vocab)), options_(std::move(options)) {
-  if (paths_.size() != labels_.size()) throw Error("ImageFolder: as many labels as paths needed");
+    : ImageFolder(std::move(paths), std::move(labels), std::move(vocab), std::move(options), torch::Tensor()) {}
+
+ImageFolder::ImageFolder(std::vector<std::string> paths, torch::Tensor multi_hot, std::vector<std::string> vocab,
+                         ImageFolderOptions options)
+    : ImageFolder(std::move(paths), std::vector<int64_t>{}, std::move(vocab), std::move(options), multi_hot) {}
+
+ImageFolder::ImageFolder(std::vector<std::string> paths, std::vector<int64_t> labels, std::vector<std::string> vocab,
+                         ImageFolderOptions options, torch::Tensor multi_hot)
+    : paths_(std::move(paths)), labels_(std::move(labels)), multi_hot_(std::move(multi_hot)), vocab_(std::move(vocab)),
+      options_(std::move(options)) {
+  const auto n_targets = multi_hot_.defined() ? static_cast<size_t>(multi_hot_.size(0)) : labels_.size();
+  if (paths_.size() != n_targets) throw Error("ImageFolder: as many labels as paths needed");
+  if (multi_hot_.defined() && (multi_hot_.dim() != 2 || multi_hot_.size(1) != static_cast<int64_t>(vocab_.size())))
+    throw Error("ImageFolder: multi-hot targets must be [items, " + std::to_string(vocab_.size()) + "], got " +
+                c10::str(multi_hot_.sizes()));
   if (!options_.item_tfms.empty()) min_side_ = options_.item_tfms.front().min_input_side();
   // Images are decoded one per loader worker: OpenCV's own thread pool would only
   // oversubscribe the cores.
@@ -88,7 +101,7 @@ ImageFolder ImageFolder::scan(const std::string& root, ImageFolderOptions option
 }
 
 ImageFolder ImageFolder::with_options(ImageFolderOptions options) const {
-  return ImageFolder(paths_, labels_, vocab_, std::move(options));
+  return ImageFolder(paths_, labels_, vocab_, std::move(options), multi_hot_);
 }
 
 DatasetPtr ImageFolder::augmented() const {
@@ -107,9 +120,22 @@ ImageFolder ImageFolder::subset(const std::vector<int64_t>& indices) const {
   std::vector<int64_t> labels;
   for (auto i : indices) {
     paths.push_back(paths_.at(static_cast<size_t>(i)));
-    labels.push_back(labels_.at(static_cast<size_t>(i)));
+    if (!multi_label()) labels.push_back(labels_.at(static_cast<size_t>(i)));
   }
-  return ImageFolder(std::move(paths), std::move(labels), vocab_, options_);
+  const auto multi_hot = multi_label() ? multi_hot_.index_select(0, torch::tensor(indices, torch::kLong)) : torch::Tensor();
+  return ImageFolder(std::move(paths), std::move(labels), vocab_, options_, multi_hot);
+}
+
+torch::Tensor ImageFolder::target(size_t index) const {
+  return multi_label() ? multi_hot_[static_cast<int64_t>(index)] : torch::tensor(labels_[index], torch::kLong);
+}
+
+torch::Tensor ImageFolder::targets(const std::vector<int64_t>& indices) const {
+  if (multi_label()) return multi_hot_.index_select(0, torch::tensor(indices, torch::kLong));
+  auto labels = torch::empty({static_cast<int64_t>(indices.size())}, torch::kLong);
+  auto* out = labels.data_ptr<int64_t>();
+  for (size_t k = 0; k < indices.size(); ++k) out[k] = labels_.at(static_cast<size_t>(indices[k]));
+  return labels;
 }
 
 namespace {
@@ -161,7 +187,7 @@ cv::Mat ImageFolder::load(size_t index, Rng& rng) const {
 }
 
 Example ImageFolder::get(size_t index, Rng& rng) const {
-  return {image_to_tensor(load(index, rng), /*reverse_channels=*/true), torch::tensor(labels_[index], torch::kLong)};
+  return {image_to_tensor(load(index, rng), /*reverse_channels=*/true), target(index)};
 }
 
 Example ImageFolder::get(size_t index) const {
@@ -182,7 +208,6 @@ Error size_mismatch(const std::string& path, cv::Size size, const std::string& f
 
 Batch ImageFolder::get_batch_on_device(const std::vector<int64_t>& indices, uint64_t seed) const {
   std::vector<EncodedImage> items(indices.size());
-  auto labels = torch::empty({static_cast<int64_t>(indices.size())}, torch::kLong);
   cv::Size out;
   for (size_t k = 0; k < indices.size(); ++k) {
     Rng rng(mix_seed(seed, k));
@@ -207,18 +232,16 @@ Batch ImageFolder::get_batch_on_device(const std::vector<int64_t>& indices, uint
     } catch (const Error& e) {
       throw Error("item " + std::to_string(index) + ": " + e.what());
     }
-    labels[static_cast<int64_t>(k)] = labels_[index];
     if (k == 0) out = item.plan.out;
     if (item.plan.out != out) throw size_mismatch(item.path, item.plan.out, items[0].path, out);
   }
-  return {torch::Tensor(), labels, std::make_shared<DeviceDecode>(std::move(items), out)};
+  return {torch::Tensor(), targets(indices), std::make_shared<DeviceDecode>(std::move(items), out)};
 }
 
 Batch ImageFolder::get_batch(const std::vector<int64_t>& indices, uint64_t seed) const {
   if (options_.decode == Decode::Device && options_.channels == 3) return get_batch_on_device(indices, seed);
   std::vector<cv::Mat> images;
   images.reserve(indices.size());
-  auto labels = torch::empty({static_cast<int64_t>(indices.size())}, torch::kLong);
   for (size_t k = 0; k < indices.size(); ++k) {
     Rng rng(mix_seed(seed, k));
     const auto index = static_cast<size_t>(indices[k]);
@@ -227,7 +250,6 @@ Batch ImageFolder::get_batch(const std::vector<int64_t>& indices, uint64_t seed)
     } catch (const Error& e) {
       throw Error("item " + std::to_string(index) + ": " + e.what());
     }
-    labels[static_cast<int64_t>(k)] = labels_[index];
     if (images[k].size() != images[0].size())
       throw size_mismatch(paths_[index], images[k].size(), paths_[static_cast<size_t>(indices[0])], images[0].size());
   }
@@ -237,33 +259,7 @@ Batch ImageFolder::get_batch(const std::vector<int64_t>& indices, uint64_t seed)
     auto slot = x[static_cast<int64_t>(k)];
     copy_image_to(images[k], slot, /*reverse_channels=*/true);
   }
-  return {x, labels};
-}
-
-DataLoaders ImageDataLoaders::from_folder(const std::string& root, FromFolderOptions o) {
-  ImageFolderOptions train_options{o.channels, o.item_tfms, /*train=*/true, o.skip_bad, o.decode};
-  ImageFolderOptions valid_options{o.channels, o.item_tfms, /*train=*/false, o.skip_bad, o.decode};
-  std::shared_ptr<ImageFolder> train, valid;
-  if (o.valid_pct > 0) {
-    auto all = ImageFolder::scan(root, train_options);
-    const auto [train_idx, valid_idx] = random_split(all.size(), o.valid_pct, o.seed, "from_folder");
-    train = std::make_shared<ImageFolder>(all.subset(train_idx));
-    valid = std::make_shared<ImageFolder>(all.subset(valid_idx).with_options(valid_options));
-  } else {
-    train = std::make_shared<ImageFolder>(ImageFolder::scan((fs::path(root) / o.train).string(), train_options));
-    valid = std::make_shared<ImageFolder>(
-        ImageFolder::scan((fs::path(root) / o.valid).string(), valid_options, train->vocab()));
-  }
-  if (train->size() == 0) throw Error("from_folder: no training images under '" + root + "'");
-  const int workers = o.workers >= 0 ? o.workers : static_cast<int>(std::thread::hardware_concurrency());
-  // Batches arrive as uint8: Normalize reads them as x/255 itself; with no batch
-  // transforms they just become float.
-  auto tfms = o.batch_tfms.empty() ? std::vector<BatchTransform>{IntToFloat()} : o.batch_tfms;
-  auto vocab = train->vocab();
-  return {DataLoader(train, {.bs = o.bs, .shuffle = true, .drop_last = true, .workers = workers, .seed = o.seed, .batch_tfms = tfms,
-                                 .aug_tfms = o.aug_tfms}),
-          DataLoader(valid, {.bs = 2 * o.bs, .workers = workers, .seed = o.seed, .batch_tfms = tfms,
-                             .aug_tfms = validation_forms(o.aug_tfms)}), std::move(vocab)};
+  return {x, targets(indices)};
 }
 
 }  // namespace fastcpp::vision

@@ -1,8 +1,8 @@
 #pragma once
 // ImageFolder: a dataset of image files with one folder per class
-// (root/<class>/<image>), vocab sorted by name; and ImageDataLoaders::from_folder,
-// the train/valid DataLoaders of such a tree (root/train and root/valid, or a
-// random valid_pct split of root).
+// (root/<class>/<image>), vocab sorted by name, or of any image files with their labels
+// (one class each, or several: multi-hot targets). ImageDataLoaders makes loaders of
+// them (vision/datasets/image_data_loaders.h).
 //
 // Items are decoded on the loader's workers (at reduced size where the first item
 // transform allows), transformed, and travel as uint8 CHW; the batch becomes float
@@ -40,6 +40,10 @@ class ImageFolder : public Dataset {
  public:
   ImageFolder(std::vector<std::string> paths, std::vector<int64_t> labels, std::vector<std::string> vocab,
               ImageFolderOptions options = {});
+  // Several classes an item: targets float [N, vocab size], 1 where a class applies
+  // (fastai's MultiCategoryBlock).
+  ImageFolder(std::vector<std::string> paths, torch::Tensor multi_hot, std::vector<std::string> vocab,
+              ImageFolderOptions options = {});
   // Scans root/<class>/* (or uses `vocab` to name the classes, for a valid set).
   static ImageFolder scan(const std::string& root, ImageFolderOptions options = {},
                           const std::vector<std::string>& vocab = {});
@@ -56,17 +60,24 @@ class ImageFolder : public Dataset {
 
   const std::vector<std::string>& vocab() const { return vocab_; }
   const std::vector<std::string>& paths() const { return paths_; }
-  const std::vector<int64_t>& labels() const { return labels_; }
+  const std::vector<int64_t>& labels() const { return labels_; }  // empty when multi-label
+  bool multi_label() const { return multi_hot_.defined(); }
+  const torch::Tensor& multi_hot() const { return multi_hot_; }
   // The same files with other options (e.g. the validation transforms).
   ImageFolder with_options(ImageFolderOptions options) const;
   // The items at `indices` only.
   ImageFolder subset(const std::vector<int64_t>& indices) const;
 
  private:
+  ImageFolder(std::vector<std::string> paths, std::vector<int64_t> labels, std::vector<std::string> vocab,
+              ImageFolderOptions options, torch::Tensor multi_hot);
   cv::Mat load(size_t index, Rng& rng) const;
   Batch get_batch_on_device(const std::vector<int64_t>& indices, uint64_t seed) const;
+  torch::Tensor target(size_t index) const;
+  torch::Tensor targets(const std::vector<int64_t>& indices) const;
   std::vector<std::string> paths_;
   std::vector<int64_t> labels_;
+  torch::Tensor multi_hot_;
   std::vector<std::string> vocab_;
   ImageFolderOptions options_;
   int min_side_ = 0;
@@ -74,24 +85,5 @@ class ImageFolder : public Dataset {
 
 // True for the file names ImageFolder takes as images (by extension).
 bool is_image_file(const std::string& path);
-
-struct FromFolderOptions {
-  std::string train = "train";
-  std::string valid = "valid";
-  double valid_pct = 0;  // > 0: split root itself randomly instead of train/valid folders
-  uint64_t seed = 42;
-  int64_t bs = 64;
-  int workers = -1;      // -1: one per core
-  int channels = 3;
-  std::vector<ItemTransform> item_tfms;
-  std::vector<BatchTransform> batch_tfms;
-  bool skip_bad = false;
-  std::vector<BatchAugmentPtr> aug_tfms;  // the training batches' (aug_transforms); validation gets their resize at most
-  Decode decode = Decode::Cpu;
-};
-
-struct ImageDataLoaders {
-  static DataLoaders from_folder(const std::string& root, FromFolderOptions options = {});
-};
 
 }  // namespace fastcpp::vision

@@ -7,7 +7,7 @@
 #include <thread>
 
 #include "core/error.h"
-#include "data/sampler.h"
+#include "vision/data_block.h"
 #include "vision/datasets/image_folder.h"
 #include "vision/image.h"
 
@@ -108,15 +108,10 @@ DataLoaders SegmentationDataLoaders::from_label_func(const std::vector<std::stri
   auto valid_options = train_options;
   valid_options.train = false;
   const SegmentationDataset all(images, std::move(masks), codes, train_options);
-  const auto [train_idx, valid_idx] = random_split(all.size(), o.valid_pct, o.seed, "SegmentationDataLoaders");
-  auto train = std::make_shared<SegmentationDataset>(all.subset(train_idx));
-  auto valid = std::make_shared<SegmentationDataset>(all.subset(valid_idx).with_options(valid_options));
-  const int workers = o.workers >= 0 ? o.workers : static_cast<int>(std::thread::hardware_concurrency());
-  auto tfms = o.batch_tfms.empty() ? std::vector<BatchTransform>{IntToFloat()} : o.batch_tfms;
-  return {DataLoader(train, {.bs = o.bs, .shuffle = true, .drop_last = true, .workers = workers, .seed = o.seed, .batch_tfms = tfms,
-                                 .aug_tfms = o.aug_tfms}),
-          DataLoader(valid, {.bs = 2 * o.bs, .workers = workers, .seed = o.seed, .batch_tfms = tfms,
-                             .aug_tfms = validation_forms(o.aug_tfms)}), std::move(codes)};
+  const auto split = RandomSplitter{o.valid_pct, o.seed}.split(all.size());
+  auto train = std::make_shared<SegmentationDataset>(all.subset(split.train));
+  auto valid = std::make_shared<SegmentationDataset>(all.subset(split.valid).with_options(valid_options));
+  return image_dataloaders({train, valid, std::move(codes)}, o.batch_tfms, o.aug_tfms, {o.bs, o.workers, o.seed});
 }
 
 DataLoaders SegmentationDataLoaders::from_folders(const std::string& images_dir, const std::string& masks_dir,

@@ -1,0 +1,67 @@
+#include "data/splitters.h"
+
+#include <ATen/CPUGeneratorImpl.h>
+#include <torch/torch.h>
+
+#include <filesystem>
+
+#include "core/error.h"
+
+namespace fastcpp {
+
+Split RandomSplitter::split(size_t n) const {
+  if (!(valid_pct >= 0 && valid_pct < 1))
+    throw Error("RandomSplitter: valid_pct must be in [0, 1), got " + std::to_string(valid_pct));
+  // torch.manual_seed(seed) then torch.randperm(n), as fastai: the same generator and kernel.
+  auto generator = at::detail::createCPUGenerator(seed);
+  const auto order = torch::randperm(static_cast<int64_t>(n), generator, torch::kLong);
+  const auto* first = order.data_ptr<int64_t>();
+  const auto cut = static_cast<size_t>(valid_pct * static_cast<double>(n));  // Python's int(): truncated
+  return {{first + cut, first + n}, {first, first + cut}};
+}
+
+Split IndexSplitter::split(size_t n) const {
+  std::vector<bool> is_valid(n);
+  for (const auto i : valid) {
+    if (i < 0 || static_cast<size_t>(i) >= n)
+      throw Error("IndexSplitter: index " + std::to_string(i) + " is outside the " + std::to_string(n) + " items");
+    is_valid[static_cast<size_t>(i)] = true;
+  }
+  Split split{{}, valid};
+  for (size_t i = 0; i < n; ++i)
+    if (!is_valid[i]) split.train.push_back(static_cast<int64_t>(i));
+  return split;
+}
+
+Split GrandparentSplitter::operator()(const std::vector<std::string>& paths) const {
+  Split split;
+  for (size_t i = 0; i < paths.size(); ++i) {
+    const auto grandparent = std::filesystem::path(paths[i]).parent_path().parent_path().filename().string();
+    if (grandparent == train_name) split.train.push_back(static_cast<int64_t>(i));
+    if (grandparent == valid_name) split.valid.push_back(static_cast<int64_t>(i));
+  }
+  return split;
+}
+
+ColSplitter::ColSplitter(const CsvTable& table, const Column& column)
+    : source_(table.source), column_(table.column(column)) {
+  name_ = table.header[column_];
+}
+
+Split ColSplitter::operator()(const std::vector<CsvRow>& rows) const {
+  Split split;
+  for (size_t i = 0; i < rows.size(); ++i) {
+    const auto& value = rows[i].at(column_);
+    if (value == "True" || value == "true" || value == "1") {
+      split.valid.push_back(static_cast<int64_t>(i));
+    } else if (value == "False" || value == "false" || value == "0") {
+      split.train.push_back(static_cast<int64_t>(i));
+    } else {
+      throw Error("ColSplitter: row " + std::to_string(i) + " of '" + source_ + "' has '" + value + "' in column '" + name_ +
+                  "' (expected True or False, 1 or 0)");
+    }
+  }
+  return split;
+}
+
+}  // namespace fastcpp
