@@ -27,7 +27,7 @@ struct Split {
 };
 
 template <class Item>
-using Splitter = std::function<Split(const std::vector<Item>&)>;
+using DataSplitter = std::function<Split(const std::vector<Item>&)>;  // (learner.h's Splitter splits a model)
 
 // int(valid_pct * n) items validate: the first ones of a permutation drawn from seed.
 struct RandomSplitter {

@@ -242,7 +242,7 @@ TEST_SUITE("data") {
     CHECK(by_column.valid == std::vector<int64_t>{0, 2});
     CHECK(by_column.train == std::vector<int64_t>{1, 3});
     const auto bad = parse_csv("name,is_valid\na,yes\n", "v.csv");
-    CHECK(error_of([&] { ColSplitter(bad)(bad.rows); }) ==
+    CHECK(error_of([&] { ColSplitter{bad}(bad.rows); }) ==
           "ColSplitter: row 0 of 'v.csv' has 'yes' in column 'is_valid' (expected True or False, 1 or 0)");
   }
 }

@@ -115,6 +115,34 @@ TEST_SUITE("export") {
     }
   }
 
+  TEST_CASE("a multi-label model's export: sigmoid probabilities, and every class above 0.5 as its label") {
+    const auto root = make_split_folder("export_multi");
+    const auto files = vision::get_image_files(root);
+    std::vector<std::string> tags;
+    for (const auto& file : files) tags.push_back(file.find("cat") != std::string::npos ? "furry small" : "furry");
+    auto dls = vision::ImageDataLoaders::from_lists(
+        files, tags, {.valid_pct = 0.25, .bs = 4, .workers = 0, .item_tfms = {vision::Resize(24)}}, vision::MultiCategoryBlock{});
+    auto learn = vision::vision_learner(dls, vision::resnet18, {}, {.stem = vision::Stem::cifar, .width = 8}, quiet());
+    silence(learn);
+    learn.fit(1, 1e-3);
+    const auto path = temp_path("export_multi.pt");
+    learn.export_learner(path);
+
+    const auto predictor = vision::load_learner(path, {.device = torch::kCPU});
+    CHECK(predictor.vocab() == std::vector<std::string>{"furry", "small"});
+    const auto& valid = dynamic_cast<const vision::ImageFolder&>(learn.dls.valid.dataset());
+    const auto expected = learn.get_preds();
+    for (size_t i = 0; i < valid.size(); ++i) {
+      const auto prediction = predictor.predict(valid.paths()[i]);
+      CHECK(torch::allclose(prediction.probs, expected.preds[static_cast<int64_t>(i)], 1e-5, 1e-6));
+      std::vector<std::string> above;
+      for (int64_t c = 0; c < 2; ++c)
+        if (prediction.probs[c].item<float>() > 0.5) above.push_back(predictor.vocab()[static_cast<size_t>(c)]);
+      CHECK(prediction.label == (above.empty() ? "" : above.size() == 1 ? above[0] : above[0] + " " + above[1]));
+    }
+    fs::remove_all(root);
+  }
+
   TEST_CASE("an exported model is a torch.save archive that Python reads") {
     auto learn = vision::vision_learner(
         DataLoaders{DataLoader(std::make_shared<TensorDataset>(torch::zeros({2, 3, 16, 16}, torch::kByte),

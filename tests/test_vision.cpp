@@ -752,7 +752,7 @@ TEST_SUITE("vision") {
       CHECK(row[static_cast<int64_t>(c)].item<float>() == (tags_of_first.find(dls.vocab[c]) != std::string::npos ? 1 : 0));
     const auto batch = *dls.train.begin();
     CHECK((batch.y.sizes() == torch::IntArrayRef{4, 3}));
-    CHECK(batch.y.scalar_type() == torch::kFloat);
+    CHECK((batch.y.scalar_type() == torch::kFloat));
     auto learn = vision::vision_learner(dls, vision::resnet18, {metrics::accuracy_multi()}, {.width = 8}, quiet());
     CHECK(learn.loss_func.activation_name() == "sigmoid");
     learn.fit(1, 1e-3);
@@ -765,7 +765,7 @@ TEST_SUITE("vision") {
 
   TEST_CASE("DataBlock: masks with their images; errors for a missing get_y, no training items, a label unseen in training") {
     const auto root = make_segmentation_folder("data_block_masks", 5);
-    const auto dls = vision::DataBlock<>{.blocks = {vision::ImageBlock{.channels = 1}, vision::MaskBlock{{"a", "b", "c"}}},
+    auto dls = vision::DataBlock<>{.blocks = {vision::ImageBlock{.channels = 1}, vision::MaskBlock{{"a", "b", "c"}}},
                                          .get_y = [&](const std::string& image) { return root + "/masks/" + fs::path(image).filename().string(); },
                                          .splitter = IndexSplitter{{0, 1}},
                                          .item_tfms = {vision::Resize(16)}}

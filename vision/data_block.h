@@ -56,7 +56,7 @@ using TargetBlock = std::variant<CategoryBlock, MultiCategoryBlock, MaskBlock>;
 
 struct Blocks {
   ImageBlock x;
-  TargetBlock y = CategoryBlock{};
+  TargetBlock y;  // default: a CategoryBlock (the variant's first)
 };
 
 // What a DataBlock reads from its items: each one's image and label, and the split.
@@ -129,7 +129,7 @@ struct DataBlock {
   std::function<std::vector<Item>(const std::string& source)> get_items;  // default for paths: get_image_files
   std::function<std::string(const Item&)> get_x;  // the image's path; default for paths: the item
   std::function<std::string(const Item&)> get_y;  // the label, labels (MultiCategoryBlock) or mask path (MaskBlock)
-  Splitter<Item> splitter = RandomSplitter{};
+  DataSplitter<Item> splitter = RandomSplitter{};
   std::vector<ItemTransform> item_tfms;
   std::vector<BatchTransform> batch_tfms;
   std::vector<BatchAugmentPtr> aug_tfms;
