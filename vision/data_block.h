@@ -76,12 +76,13 @@ struct ImageDatasets {
 };
 
 struct LoadOptions {
-  int64_t bs = 64;  // training batches (drop_last, shuffled); validation batches are twice this
-  int workers = -1;  // -1: one per core
-  uint64_t seed = 42;  // the shuffle's
+  int64_t bs = 64;              // training batches (drop_last, shuffled); validation ones are twice this
+  int workers = -1;             // -1: one per core
+  uint64_t seed = 42;           // the shuffle's
   Decode decode = Decode::Cpu;  // where JPEGs are decoded (vision/datasets/image_folder.h)
 };
 
+// The training and validation datasets of labelled images, as `blocks` say (vocab, targets).
 ImageDatasets image_datasets(const LabelledImages& items, const Blocks& blocks, const std::vector<ItemTransform>& item_tfms,
                              Decode decode = Decode::Cpu);
 // Loaders over two datasets of uint8 images, as fastai's DataLoaders.from_dsets: the
