@@ -7,7 +7,6 @@
 #include <iostream>
 #include <opencv2/core/utility.hpp>
 #include <stdexcept>
-#include <thread>
 
 #include "data/buffer_pool.h"
 #include "core/error.h"

@@ -4,7 +4,6 @@
 
 #include <algorithm>
 #include <filesystem>
-#include <thread>
 
 #include "core/error.h"
 #include "vision/data_block.h"
