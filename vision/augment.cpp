@@ -228,11 +228,18 @@ Batch AugTransforms::apply_draws(Batch batch, const std::vector<AugDraw>& draws)
       for (int r = 0; r < 3; ++r)
         for (int c = 0; c < 3; ++c) t[i][r][c] = maps[size_t(i)][size_t(r)][size_t(c)];
     const auto options = x.options();
-    // Homogeneous output coordinates [out_h * out_w, 3], then each item's map: one batched product.
+    // Each output pixel centre (x, y, 1) through each item's map, then divided by its third coordinate.
     const auto ys = axis_coords(out_h, o.align_corners, options), xs = axis_coords(out_w, o.align_corners, options);
-    const auto base = torch::stack({xs.repeat({out_h}), ys.repeat_interleave(out_w), torch::ones({out_h * out_w}, options)}, 1);
-    const auto mapped = torch::matmul(base, theta.to(options.dtype()).to(x.device(), /*non_blocking=*/true).transpose(1, 2));
-    const auto grid = (mapped.narrow(2, 0, 2) / mapped.narrow(2, 2, 1)).view({n, out_h, out_w, 2});
+    // Elementwise, not a matrix product: BLAS's result bits depend on its threads and the
+    // buffers' alignment, and a batch must be the same bits from any loader thread.
+    const auto px = xs.repeat({out_h}).view({1, -1}), py = ys.repeat_interleave(out_w).view({1, -1});
+    const auto m = theta.to(options.dtype()).to(x.device(), /*non_blocking=*/true);
+    auto row = [&](int r) {  // [n, out_h * out_w]
+      const auto coefficients = m.select(1, r);
+      return px * coefficients.narrow(1, 0, 1) + py * coefficients.narrow(1, 1, 1) + coefficients.narrow(1, 2, 1);
+    };
+    const auto w_mapped = row(2);
+    const auto grid = torch::stack({row(0) / w_mapped, row(1) / w_mapped}, 2).view({n, out_h, out_w, 2});
 
     namespace F = torch::nn::functional;
     auto images = x;
