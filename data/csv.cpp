@@ -74,7 +74,9 @@ std::vector<std::pair<size_t, CsvRow>> split_records(const std::string& text, co
 }  // namespace
 
 CsvTable parse_csv(const std::string& text, const std::string& source, CsvOptions options) {
-  auto records = split_records(text, source, options.delimiter);
+  // A spreadsheet's UTF-8 byte order mark would otherwise become part of the first column's name.
+  const bool bom = text.rfind("\xEF\xBB\xBF", 0) == 0;
+  auto records = split_records(bom ? text.substr(3) : text, source, options.delimiter);
   CsvTable table{source, {}, {}};
   if (records.empty()) throw Error("'" + source + "' is empty");
   size_t first = 0;

@@ -1,7 +1,8 @@
 #pragma once
 // A CSV file as a table of strings (RFC 4180: fields in double quotes may hold the
-// delimiter, line breaks and "" for a quote), for fastai's from_csv and a DataBlock over
-// its rows. Columns are named by the header line, or by position.
+// delimiter, line breaks and "" for a quote; a leading UTF-8 byte order mark is skipped),
+// for fastai's from_csv and a DataBlock over its rows. Columns are named by the header
+// line, or by position.
 //
 //   auto table = read_csv("data/labels.csv");
 //   const auto name = table.column("name");          // or table.column(0)

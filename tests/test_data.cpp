@@ -214,6 +214,7 @@ TEST_SUITE("data") {
     CHECK(table.column("label") == 1);
     CHECK(table.column(0) == 0);
     CHECK(parse_csv("x;1\ny;2", "s.csv", {.delimiter = ';', .header = false}).header == std::vector<std::string>{"0", "1"});
+    CHECK(parse_csv("\xEF\xBB\xBFname,label\na.png,b\n", "excel.csv").column("name") == 0);  // a spreadsheet's byte order mark
     CHECK(error_of([&] { table.column("is_valid"); }) == "'t.csv' has no column 'is_valid' (its columns: name, label)");
     CHECK(error_of([&] { table.column(2); }) == "'t.csv' has no column 2 (its columns: name, label)");
     CHECK(error_of([] { parse_csv("a,b\n1,2\n3\n", "r.csv"); }) == "'r.csv' line 3 has 1 fields, the header 2");
