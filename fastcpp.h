@@ -51,6 +51,7 @@
 #include "vision/datasets/cifar.h"
 #include "vision/datasets/idx.h"
 #include "vision/interpret.h"
+#include "vision/segmentation_interpretation.h"
 #include "vision/models/head.h"
 #include "vision/models/unet.h"
 #include "vision/mask_png.h"

@@ -134,6 +134,9 @@ struct DataLoaders {
   DataLoader valid;
   std::vector<std::string> vocab;
   bool multi_label = false;  // targets are one-hot [batch, classes], several classes an item
+  // Segmentation: the mask value of pixels that count nowhere (unlabelled, borders). Set
+  // once here by the mask loaders; the default loss, the metrics and the pictures take it.
+  std::optional<int64_t> void_index;
 
   void to(torch::Device device) {
     train.to(device);

@@ -3,7 +3,9 @@
 #include <ATen/CPUGeneratorImpl.h>
 #include <torch/torch.h>
 
+#include <algorithm>
 #include <filesystem>
+#include <fstream>
 
 #include "core/error.h"
 
@@ -41,6 +43,22 @@ Split GrandparentSplitter::operator()(const std::vector<std::string>& paths) con
     if (grandparent == valid_name) split.valid.push_back(static_cast<int64_t>(i));
   }
   return split;
+}
+
+FileSplitter::FileSplitter(const std::string& fname) {
+  std::ifstream in(fname);
+  if (!in) throw Error("FileSplitter: cannot read '" + fname + "'");
+  for (std::string line; std::getline(in, line);) {
+    if (!line.empty() && line.back() == '\r') line.pop_back();
+    if (!line.empty()) names_.push_back(line);
+  }
+  std::sort(names_.begin(), names_.end());
+}
+
+Split FileSplitter::operator()(const std::vector<std::string>& paths) const {
+  return FuncSplitter{[this](const std::string& path) {
+    return std::binary_search(names_.begin(), names_.end(), std::filesystem::path(path).filename().string());
+  }}(paths);
 }
 
 ColSplitter::ColSplitter(const CsvTable& table, const Column& column)

@@ -10,6 +10,7 @@
 //                                                 .../valid/<class>/x.jpg validates
 //   FuncSplitter{[](const std::string& path) { return is_valid(path); }}
 //   IndexSplitter{{3, 7, 9}}                       these items validate
+//   FileSplitter("valid.txt")                      the files named in valid.txt validate
 //   ColSplitter(table, "is_valid")                 a CSV's True/False column (data/csv.h)
 #include <cstdint>
 #include <functional>
@@ -73,6 +74,17 @@ struct FuncSplitter {
 };
 template <class IsValid>
 FuncSplitter(IsValid) -> FuncSplitter<IsValid>;
+
+// Paths whose file name is a line of the file `fname` validate, as fastai's FileSplitter
+// (a list that both sides of a comparison can read).
+class FileSplitter {
+ public:
+  explicit FileSplitter(const std::string& fname);
+  Split operator()(const std::vector<std::string>& paths) const;
+
+ private:
+  std::vector<std::string> names_;  // sorted
+};
 
 // Rows of `table` whose `column` reads True validate: True, true or 1 (False, false or
 // 0 train; any other value, an empty one too, is an error naming the row).

@@ -12,7 +12,8 @@
 // Prints the epoch table with Dice and mean IoU (void pixels left out), then each
 // class's IoU; writes in segmentation/ (--out): show_batch.png (images and masks before
 // training), show_results.png (image, true mask, predicted mask for 4 validation images,
-// as fastai's show_results), loss.png, and export.pt, the model for examples/predict
+// as fastai's show_results), top_losses.png (the same for the 4 with the highest loss,
+// SegmentationInterpretation's), loss.png, and export.pt, the model for examples/predict
 // (--export '' writes none).
 #include <fastcpp.h>
 
@@ -20,6 +21,7 @@
 
 #include "output_folder.h"
 
+#include <chrono>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
@@ -81,15 +83,16 @@ void write_set(const std::string& fashion_mnist, const std::string& out, int n, 
 int main(int argc, char** argv) {
   int epochs = 8, items = 1200, seed = 42, threads = static_cast<int>(std::thread::hardware_concurrency());
   int workers = -1;  // the loader's threads: one per core
+  int top_losses = 4;
   int64_t bs = 16, width = 16;  // 64: torchvision's ResNet-18 (about 3 min an epoch on 2 cores)
   double lr = 1e-2;
   std::string data = vision::fashion_mnist_dir(), set = "segmentation_data", stem = "imagenet", batch_aug = "none",
-              out = "segmentation", export_path = "export.pt";
+              out = "segmentation", export_path = "export.pt", valid_list, parallel;
   CommandLine cli("segmentation",
                   "Semantic segmentation: writes a set made from Fashion-MNIST once (72x56 canvases of three items, "
                   "masks of 11 classes with a void rim, as PNG folders under --set), trains a U-Net on a ResNet-18 "
                   "encoder with fit_one_cycle, prints the epoch table with Dice and mean IoU and each class's IoU, "
-                  "writes show_batch.png, show_results.png, loss.png and the exported model in --out.");
+                  "writes show_batch.png, show_results.png, top_losses.png, loss.png and the exported model in --out.");
   cli.flag("--epochs", epochs, "epochs to train").range(0, 100000);
   cli.flag("--bs", bs, "batch size").range(1, 1 << 20);
   cli.flag("--lr", lr, "peak learning rate").range(0, 1e3);
@@ -107,6 +110,11 @@ int main(int argc, char** argv) {
   cli.flag("--set", set, "where the set's folders are written");
   cli.flag("--out", out, "the folder it writes its files in");
   cli.flag("--export", export_path, "the exported model's file in --out, for predict ('' for none)");
+  cli.flag("--parallel", parallel, "to_parallel over these devices: all, or e.g. cuda:0,cuda:1 or cpu,cpu");
+  cli.flag("--top-losses", top_losses, "validation images with the highest loss drawn in top_losses.png (0: none)")
+      .range(0, 1000);
+  cli.flag("--valid-list", valid_list,
+           "a file naming the validation images, one per line (fastai's FileSplitter; default: a random 20%)");
   cli.example("segmentation --epochs 8");
   cli.parse(argc, argv);
   torch::set_num_threads(threads);
@@ -114,18 +122,21 @@ int main(int argc, char** argv) {
     write_set(data, set, items, static_cast<uint64_t>(seed));
     const OutputFolder output(out);
     torch::manual_seed(seed);
-    const vision::SegmentationMetricOptions no_void{.void_index = kVoid};
     auto dls = vision::SegmentationDataLoaders::from_folders(
         (fs::path(set) / "images").string(), (fs::path(set) / "masks").string(), kCodes,
         {.seed = static_cast<uint64_t>(seed), .bs = bs, .workers = workers, .void_index = kVoid, .mask_fill = kVoid,
-         .aug_tfms = batch_aug == "fastai" ? std::vector<BatchAugmentPtr>{vision::aug_transforms()} : std::vector<BatchAugmentPtr>{}});
-    vision::show_batch(dls, output("show_batch.png"), {.max_n = 4, .void_index = kVoid});  // images and masks
-    const auto iou = vision::jaccard_coeff_multi(no_void);
-    auto learn = vision::unet_learner(dls, vision::resnet18, {vision::dice_multi(no_void), iou},
+         .aug_tfms = batch_aug == "fastai" ? std::vector<BatchAugmentPtr>{vision::aug_transforms()} : std::vector<BatchAugmentPtr>{},
+         .splitter = valid_list.empty() ? DataSplitter<std::string>{} : FileSplitter(valid_list)});
+    vision::show_batch(dls, output("show_batch.png"), {.max_n = 4});  // images and masks, the void rims white
+    // The loss (CrossEntropyLossFlat), the metrics and the pictures leave the data's void pixels out.
+    const auto iou = vision::jaccard_coeff_multi();
+    auto learn = vision::unet_learner(dls, vision::resnet18, {vision::dice_multi(), iou},
                                       {.stem = stem == "cifar" ? vision::Stem::cifar : vision::Stem::imagenet,
-                                       .width = width,
-                                       .loss_func = vision::CrossEntropyLossFlat({.ignore_index = kVoid})});
+                                       .width = width});
+    if (!parallel.empty()) learn.to_parallel(parse_devices(parallel));
+    const auto start = std::chrono::steady_clock::now();
     learn.fit_one_cycle(epochs, lr);
+    std::printf("training loop %.1f s\n", std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
 
     // [valid_loss, dice_multi, jaccard_coeff_multi] of the fit's last validation, and each
     // class's IoU from that same pass: no other pass over the validation set.
@@ -137,7 +148,12 @@ int main(int argc, char** argv) {
       std::printf(" %s %.3f%s", kCodes[c].c_str(), class_iou[c], c + 1 < class_iou.size() ? "," : "\n");
     std::printf("final valid Dice %.4f, mean IoU %.4f\n", results[1], results[2]);
 
-    vision::show_results(learn, output("show_results.png"), {.max_n = 4, .void_index = kVoid});  // image, target, prediction
+    vision::show_results(learn, output("show_results.png"), {.max_n = 4});  // image, target, prediction
+    if (top_losses > 0) {  // the images it does worst on: one more pass over the validation set
+      const auto interp = vision::SegmentationInterpretation::from_learner(learn);
+      std::printf("highest losses:\n%s", interp.top_losses_text(static_cast<size_t>(top_losses)).c_str());
+      interp.plot_top_losses(static_cast<size_t>(top_losses), output("top_losses.png"));
+    }
     learn.recorder->plot_loss(output("loss.png"));
     if (!export_path.empty()) learn.export_learner(output(export_path));  // for examples/predict --masks
   } catch (const Error& e) {

@@ -61,4 +61,12 @@ set(OpenCV_FOUND TRUE)
 CONFIG
 XZ_OPT=-T0 tar cJf "$bundle/image_libs.tar.xz" -C "$(dirname "$libs_dir")" image_libs
 rm -rf "$(dirname "$libs_dir")"
+# fastai's wheels, the venv's versions (2 MB): the image has torch, torchvision, pandas,
+# scikit-learn, matplotlib and rich, which is all the rest fastai's vision half imports.
+# gpu_check.sh's U-Net step races fastai on the same GPU with them.
+rm -rf "$bundle/wheels"
+.venv/bin/python -m pip download -q --no-deps --only-binary=:all: --python-version 3.12 --implementation cp \
+  --platform manylinux_2_28_x86_64 --platform manylinux_2_17_x86_64 --platform manylinux2014_x86_64 -d "$bundle/wheels" \
+  $(.venv/bin/python -m pip list --format=freeze |
+    grep -i -E '^(fastai|fastcore|fastdownload|fastprogress|fasttransform|plum-dispatch|beartype)==')
 du -sh "$bundle"

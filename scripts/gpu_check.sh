@@ -94,7 +94,7 @@ if [[ " $stages " == *" build "* ]]; then
   opencv=()
   [ -n "${OpenCV_ROOT:-}" ] || opencv=(-DFASTCPP_WITH_OPENCV=OFF)  # a bundle older than the image pipeline's
   targets=()  # every target; for the goals, the ones the GPU runs
-  [ $goals -eq 1 ] && targets=(fastcpp_tests bench_train_step bench_sync_batchnorm bench_image_folder fashion_mnist)
+  [ $goals -eq 1 ] && targets=(fastcpp_tests bench_train_step bench_sync_batchnorm bench_image_folder fashion_mnist segmentation)
   [ "${auto_build:-0}" -eq 1 ] && [[ " $stages " != *" bench "* ]] && targets=(bench_train_step)  # a later step call
   start=$(now)
   { cmake -S . -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Release -DFASTCPP_PYTHON="$(command -v "$python")" \
@@ -202,10 +202,41 @@ stream_race() {
   fi
 }
 
+# The segmentation example's U-Net (torchvision's ResNet-18 encoder) from its PNG folders
+# (masks through the loader's workers): one replica, then to_parallel on {cuda:0, cuda:0}
+# with SyncBatchNorm; each times its own training loop.
+# With fastai's wheels in the bundle, fastai's unet_learner does the same job on the same
+# GPU (bench/segmentation_fastai.py: the same files, split, batch, lr and loader workers).
+unet_gpu() {
+  local args=(--data "$bundle/data/fashion-mnist" --set "$scratch/segmentation_data" --items 1200 --width 64 --bs 32
+              --lr 3e-3 --workers 8 --top-losses 0 --export '')
+  (cd "$scratch" && "$build/examples/segmentation" "${args[@]}" --epochs 0 > /dev/null) || return 1  # the folders, once
+  ls "$scratch/segmentation_data/images" | sort | awk 'NR % 5 == 0' > "$scratch/valid.txt"
+  args+=(--epochs 2 --valid-list "$scratch/valid.txt")
+  (cd "$scratch" && "$build/examples/segmentation" "${args[@]}") > "$scratch/unet_one.txt" || return 1
+  (cd "$scratch" && "$build/examples/segmentation" "${args[@]}" --parallel cuda:0,cuda:0) > "$scratch/unet_two.txt" ||
+    return 1
+  local one two
+  one=$(awk '/training loop/ {print $3}' "$scratch/unet_one.txt")
+  two=$(awk '/training loop/ {print $3}' "$scratch/unet_two.txt")
+  grep -h 'final valid' "$scratch/unet_one.txt" "$scratch/unet_two.txt"
+  awk -v a="$one" -v b="$two" 'BEGIN {printf "U-Net resnet18 2 epochs batch 32, training loop: one replica %.1f s, to_parallel %.1f s\n", a, b
+    printf "to_parallel {cuda:0, cuda:0} U-Net resnet18 fp32 / one replica: %.2fx (goal: >= 0.85x)\n", a / b}'
+  [ -d "$bundle/wheels" ] || { echo "U-Net against fastai: not run (no wheels in the bundle: scripts/gpu_bundle.sh)"; return 0; }
+  "$python" -m pip install -q --no-index --no-deps --no-compile --target "$scratch/site" "$bundle"/wheels/*.whl || return 1
+  local script=$PWD/bench/segmentation_fastai.py
+  (cd "$scratch" && PYTHONPATH="$scratch/site" "$python" "$script" --epochs 2 --bs 32 \
+     --lr 3e-3 --workers 8 --device cuda --threads "$(nproc)" --valid-list valid.txt) | tee "$scratch/unet_fastai.txt" ||
+    return 1
+  awk -v a="$one" -v iou="$(grep -o 'mean IoU [0-9.]*' "$scratch/unet_one.txt" | awk '{print $3}')" -F'[ =]' \
+    '/fastai: mean_iou/ {printf "U-Net resnet18 fastcpp / fastai on the same GPU, training loops: time ratio %.2fx (%.1f s vs %.1f s; mean IoU %.2f vs %.2f)\n", a / $5, a, $5, iou * 100, $3 * 100}' \
+    "$scratch/unet_fastai.txt"
+}
+
 # In the scratch folder: the example writes its model and pictures where it runs.
 example() { (cd "$scratch" && "$build/examples/fashion_mnist" --data "$bundle/data/fashion-mnist" "$@"); }
 export out scratch bundle build python
-export -f now since example example_fast peer_race stream_race
+export -f now since example example_fast peer_race stream_race unet_gpu
 [[ " $stages " == *" bench "* || " $stages " == *" step "* ]] && : > "$out/bench.log"
 
 if [[ " $stages " == *" bench "* ]]; then
@@ -229,6 +260,7 @@ if [[ " $stages " == *" bench "* ]]; then
   tar -czf "$out/traces.tgz" -C "$scratch" traces
   step 90 "DDP at world size 1 on NCCL" bench/gpu_ddp_overhead.sh --build "$build"
   step 60 "Stream race stress" stream_race
+  step 120 "U-Net from mask folders: one replica and to_parallel {cuda:0, cuda:0}" unet_gpu
   row benchmarks "done in $(since "$start") s (log: bench.log)"
 fi
 
@@ -265,7 +297,8 @@ if [ -s "$out/bench.log" ]; then
       "to_parallel {cuda:0, cuda:0} resnet50 fp16 channels-last" "DDP overhead at world size 1 (NCCL)"
       "image folder resnet50 fp16 channels-last, fastcpp best / resident ceiling"
       "image folder resnet18 bf16 channels-last, fastcpp best / resident ceiling"
-      "image folder resnet18 bf16 channels-last, fastcpp best / PyTorch best")
+      "image folder resnet18 bf16 channels-last, fastcpp best / PyTorch best"
+      "to_parallel {cuda:0, cuda:0} U-Net resnet18 fp32")
     [[ " $stages " == *" step "* ]] && expected+=("slowest cell, fastcpp / eager" "largest peak memory, fastcpp over eager")
     for goal in "${expected[@]}"; do
       grep -F "$goal" "$out/bench.log" | grep -q goal || echo "| $goal ...: not measured (its step printed no figure: see bench.log) | | NOT met |"

@@ -293,6 +293,59 @@ TEST_SUITE("fastai") {
     }
   }
 
+  TEST_CASE("fastai's DynamicUnet options on an XResNet encoder: blur, blur_final, y_range, self_attention, last_cross") {
+    const std::vector<std::pair<std::string, vision::UnetOptions>> cases{
+        {"xresnet", {.n_out = 3, .img_size = {64, 64}}},
+        {"blur_yrange", {.n_out = 3, .img_size = {64, 64}, .blur = true, .blur_final = false, .y_range = std::make_pair(-1.0, 2.0)}},
+        {"attention_nocross", {.n_out = 3, .img_size = {64, 64}, .blur = true, .self_attention = true, .last_cross = false}}};
+    auto encoder = [] { return vision::unet_encoder(vision::xresnet18, {.width = 16}); };  // widen 0.25
+    for (const auto& [name, options] : cases) {
+      CAPTURE(name);
+      auto unet = vision::DynamicUnet(encoder(), options);
+      const auto saved = read_state_dict(kDir + "/unet_" + name + ".pth");
+      std::set<std::string> ours, theirs;
+      for (const auto& [key, tensor] : named_state(*unet)) ours.insert(key);
+      for (const auto& entry : saved) theirs.insert(entry.key().toStringRef());
+      CHECK(ours == theirs);
+      load_state_dict(*unet, saved, "fastai's DynamicUnet");  // strict: every name and shape
+      const auto io = read_torch_file(read_file(kDir + "/unet_" + name + "_io.pt")).toGenericDict();
+      auto entry = [&](const std::string& key) { return io.at(c10::IValue(key)).toTensor(); };
+      auto close = [](const torch::Tensor& output, const torch::Tensor& expected) {
+        REQUIRE(output.sizes() == expected.sizes());
+        return (output - expected).abs().max().item<double>() < 1e-5 * std::max(1.0, expected.abs().max().item<double>());
+      };
+      torch::NoGradGuard no_grad;
+      unet->eval();
+      CHECK(close(unet->forward(entry("input")), entry("output")));
+      unet->train();  // batch statistics, and one power iteration of each spectral norm
+      CHECK(close(unet->forward(entry("input")), entry("train_output")));
+      const auto state = named_state(*unet);
+      int refined = 0;
+      for (const auto& [key, tensor] : state)
+        if (key.ends_with("weight_u")) {
+          CAPTURE(key);
+          CHECK(close(tensor, entry("after_train." + key)));
+          ++refined;
+        }
+      CHECK(refined == (options.self_attention ? 3 : 0));
+    }
+
+    // bottle: fastai's ResBlock halves the channels, but its final conv expects them whole,
+    // so its model cannot run forward. Ours feeds the halved channels to the final conv:
+    // every other name and shape is fastai's.
+    auto bottle = vision::DynamicUnet(encoder(), {.n_out = 3, .img_size = {64, 64}, .bottle = true});
+    const auto shapes = read_state_dict(kDir + "/unet_bottle_shapes.pth");
+    const auto ours = named_state(*bottle);
+    REQUIRE(ours.size() == shapes.size());
+    for (const auto& [key, tensor] : ours) {
+      CAPTURE(key);
+      const auto theirs = shapes.at(c10::IValue(key)).toTensor().sizes().vec();
+      if (key == "layers.12.0.weight") CHECK(theirs == std::vector<int64_t>{3, 51, 1, 1});
+      CHECK(tensor.sizes().vec() == (key == "layers.12.0.weight" ? std::vector<int64_t>{3, 25, 1, 1} : theirs));
+    }
+    CHECK(bottle->forward(torch::randn({1, 3, 64, 64})).sizes() == torch::IntArrayRef({1, 3, 64, 64}));
+  }
+
   TEST_CASE("segmentation losses and metrics equal fastai's: CrossEntropyLossFlat, DiceLoss, FocalLossFlat, Dice, IoU") {
     const auto fx = fixture("segmentation.txt");
     auto tensor = [&](const std::string& key, std::vector<int64_t> shape, torch::Dtype dtype = torch::kFloat) {
@@ -359,6 +412,14 @@ TEST_SUITE("fastai") {
     counted->reset();
     counted->accumulate(learn);
     CHECK(counted->value() < 1.0);  // fastai's way: the void pixels' predictions count in the union
+
+    learn.dls.void_index = 255;  // ... unless the data declare a void index: then every metric takes it
+    for (const auto& metric : {vision::dice_multi(), vision::jaccard_coeff_multi(), vision::foreground_acc()}) {
+      CAPTURE(metric->name());
+      metric->reset();
+      metric->accumulate(learn);
+      CHECK(metric->value() == 1.0);
+    }
   }
 
   TEST_CASE("aug_transforms with fastai's draws: fastai's images and masks") {

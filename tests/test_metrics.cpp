@@ -1,8 +1,50 @@
 // Metrics on hand-made predictions.
+#include <ATen/CPUGeneratorImpl.h>
+#include <c10/core/CPUAllocator.h>
+
+#include <algorithm>
+
 #include "helpers.h"
 
 using namespace fastcpp;
 using namespace fastcpp::testing;
+
+namespace {
+
+// While it lives, CPU tensors are allocated through it: it counts the bytes they hold at
+// once and the peak (the default allocator does the work).
+class CountingCpuAllocator final : public c10::Allocator {
+ public:
+  CountingCpuAllocator() : base_(c10::GetCPUAllocator()) { c10::SetCPUAllocator(this, kPriority); }
+  ~CountingCpuAllocator() override { c10::SetCPUAllocator(base_, kPriority); }
+  c10::DataPtr allocate(size_t n) override {
+    auto inner = base_->allocate(n);
+    void* data = inner.get();
+    const auto device = inner.device();
+    peak_ = std::max(peak_, *held_ += static_cast<int64_t>(n));
+    return {data, new Held{std::move(inner), static_cast<int64_t>(n), held_}, &release, device};
+  }
+  void copy_data(void* dest, const void* src, std::size_t count) const override { default_copy_data(dest, src, count); }
+  int64_t peak() const { return peak_; }  // bytes held at once, of those allocated while it lived
+
+ private:
+  static constexpr uint8_t kPriority = 100;
+  struct Held {
+    c10::DataPtr inner;
+    int64_t bytes;
+    std::shared_ptr<int64_t> count;  // outlives the allocator: a tensor may
+  };
+  static void release(void* context) {
+    auto* held = static_cast<Held*>(context);
+    *held->count -= held->bytes;
+    delete held;
+  }
+  c10::Allocator* base_;
+  std::shared_ptr<int64_t> held_ = std::make_shared<int64_t>(0);
+  int64_t peak_ = 0;
+};
+
+}  // namespace
 
 TEST_SUITE("metrics") {
   const auto pred = torch::tensor({{0.1, 0.7, 0.2}, {0.8, 0.05, 0.15}, {0.3, 0.3, 0.4}, {0.2, 0.5, 0.3}});
@@ -58,5 +100,30 @@ TEST_SUITE("metrics") {
     // At 0.5 (logit > 0): 2 + 1 + 1 of 6 pairs right; at 0.9 (logit > 2.197) only 3.0 passes: 1 + 0 + 2.
     CHECK(values[1] == doctest::Approx(4.0 / 6));
     CHECK(values[2] == doctest::Approx(3.0 / 6));
+  }
+
+  TEST_CASE("segmentation metrics hold O(pixels) memory: one confusion matrix, no [classes x pixels] table") {
+    // CamVid's shape: 32 classes at 360x480, a batch of 2.
+    const int64_t pixels = 2 * 360 * 480;
+    auto gen = at::make_generator<at::CPUGeneratorImpl>(8);
+    Learner learn(synthetic_dls(), tiny_model(), CrossEntropyLoss(), {}, quiet());
+    learn.pred = torch::randn({2, 32, 360, 480}, gen);
+    learn.yb = torch::randint(0, 32, {2, 360, 480}, gen, torch::kLong);
+    learn.yb.index_put_({0, 0}, 255);
+    learn.dls.void_index = 255;
+    for (const auto& metric : {vision::dice_multi(), vision::jaccard_coeff_multi()}) {
+      CAPTURE(metric->name());
+      metric->reset();
+      CountingCpuAllocator counting;
+      metric->accumulate(learn);
+      // The argmax, the mask's bins and a void flag: 17 bytes a pixel. A table of doubles
+      // for each class takes 32 x 8 bytes a pixel, and the old way held three.
+      CHECK(counting.peak() < 32 * pixels);
+      CHECK(metric->value() > 0);
+    }
+    CountingCpuAllocator counting;
+    const auto iou = vision::per_class_iou(learn.pred, learn.yb, {.void_index = 255});
+    CHECK(counting.peak() < 32 * pixels);
+    CHECK(iou.size() == 32);
   }
 }

@@ -187,18 +187,37 @@ TEST_SUITE("models") {
     CHECK(torch::equal(groups, groups.narrow(1, 0, 1).expand_as(groups)));
     CHECK_FALSE(torch::equal(icnr[0], icnr[4]));
 
+    const auto x = torch::randn({1, 3, 32, 32});
+    auto encoder = [] { return vision::unet_encoder(vision::resnet18, {.width = 8}); };
+    CHECK(error_of([&] { vision::DynamicUnet(encoder(), {.n_out = 3}); }) ==
+          "DynamicUnet: img_size must be {height, width}, got 0 values");
+  }
+
+  TEST_CASE("DynamicUnet clones: every tensor copied, its own storage, and the global random generator untouched") {
+    torch::manual_seed(0);
+    auto unet = vision::DynamicUnet(vision::unet_encoder(vision::resnet18, {.width = 8}),
+                                    {.n_out = 3, .img_size = {32, 32}, .self_attention = true});
+    unet->eval();
+    torch::NoGradGuard no_grad;
+    torch::manual_seed(7);
+    const auto expected_draw = torch::rand({4});
+    torch::manual_seed(7);
     auto copy = std::dynamic_pointer_cast<vision::DynamicUnetImpl>(unet->clone());
+    CHECK(torch::equal(torch::rand({4}), expected_draw));  // to_parallel's replicas change no later draw
+
+    const auto ours = named_state(*unet), theirs = named_state(*copy);
+    REQUIRE(ours.size() == theirs.size());
+    for (size_t i = 0; i < ours.size(); ++i) {
+      CAPTURE(ours[i].first);
+      CHECK(ours[i].first == theirs[i].first);
+      CHECK(torch::equal(ours[i].second, theirs[i].second));
+      CHECK(ours[i].second.data_ptr() != theirs[i].second.data_ptr());
+    }
+    CHECK(copy->options().self_attention);
     const auto x = torch::randn({1, 3, 32, 32});
     CHECK(torch::equal(copy->forward(x), unet->forward(x)));
     copy->layers->ptr<vision::UnetBlockImpl>(4)->conv1[0]->as<torch::nn::Conv2dImpl>()->weight.add_(1);
     CHECK_FALSE(torch::equal(copy->forward(x), unet->forward(x)));  // its own tensors
-
-    auto encoder = [] { return vision::unet_encoder(vision::resnet18, {.width = 8}); };
-    CHECK(error_of([&] { vision::DynamicUnet(encoder(), {.n_out = 3}); }) ==
-          "DynamicUnet: img_size must be {height, width}, got 0 values");
-    CHECK(error_of([&] { vision::DynamicUnet(encoder(), {.n_out = 3, .img_size = {32, 32}, .self_attention = true}); }) ==
-          "DynamicUnet: self_attention is not supported: fastai's needs spectral normalization, which libtorch's C++ "
-          "API does not have");
   }
 
   TEST_CASE("unet_learner: fastai's three groups, a frozen encoder with weights, n_out from the codes, img_size from the data") {
@@ -241,6 +260,12 @@ TEST_SUITE("models") {
 
     CHECK(error_of([&] { vision::unet_learner(DataLoaders{dls.train, dls.valid}, vision::resnet18, {}, {}, quiet()); }) ==
           "unet_learner: the data have no codes; give n_out");
+
+    auto own_split = quiet();  // a splitter the user gives is kept
+    own_split.splitter = [](torch::nn::Module& model) { return std::vector<std::vector<torch::Tensor>>{model.parameters()}; };
+    auto one_group = vision::unet_learner(dls, vision::resnet18, {}, {.width = 8}, own_split);
+    one_group.create_opt();
+    CHECK(one_group.opt->param_groups().size() == 1);
   }
 
   TEST_CASE("create_head is fastai's: concat pool, BatchNorm, dropout, bias-free linears") {

@@ -571,7 +571,121 @@ TEST_SUITE("vision") {
     CHECK((batch.x.sizes() == torch::IntArrayRef{2, 1, 16, 16}));
     CHECK((batch.x.scalar_type() == torch::kFloat));  // IntToFloat: images only
     CHECK((batch.y.scalar_type() == torch::kLong));
+    CHECK_FALSE(dls.void_index.has_value());
+
+    // The void index declared once, on the loaders; a split from a list of file names.
+    std::ofstream(root + "/valid.txt") << "1.png\n4.png\n";
+    auto declared = vision::SegmentationDataLoaders::from_folders(
+        root + "/images", root + "/masks", codes,
+        {.bs = 2, .val_bs = 3, .workers = 0, .channels = 1, .void_index = 255, .splitter = FileSplitter(root + "/valid.txt")});
+    CHECK(declared.void_index == 255);
+    const auto& valid = dynamic_cast<const vision::SegmentationDataset&>(declared.valid.dataset());
+    CHECK(valid.images() == std::vector<std::string>{root + "/images/1.png", root + "/images/4.png"});
+    CHECK(declared.valid.bs() == 3);
+    CHECK(declared.train.dataset().size() == 4);
     fs::remove_all(root);
+  }
+
+  TEST_CASE("masks drawn: show_batch, show_results and SegmentationInterpretation, the data's void index white") {
+    auto gen = at::make_generator<at::CPUGeneratorImpl>(5);
+    const auto images = torch::randint(0, 256, {4, 1, 8, 8}, gen, torch::kLong).to(torch::kByte);
+    auto masks = torch::randint(0, 3, {4, 8, 8}, gen, torch::kLong);
+    masks.index_put_({torch::indexing::Slice(), 0, 0}, 255);  // a void pixel in each
+    auto data = std::make_shared<TensorDataset>(images, masks);
+    DataLoaders dls{DataLoader(data, {.bs = 4, .batch_tfms = {IntToFloat()}}), DataLoader(data, {.bs = 3, .batch_tfms = {IntToFloat()}}),
+                    {"a", "b", "c"}};
+    dls.void_index = 255;
+    const auto dir = temp_dir("show_masks");
+    constexpr int kGap = 8, kLabel = 16, kSide = 32, kScale = kSide / 8;
+    // The colour at pixel (y, x) of cell `column` in row `row` of a picture of rows of cells.
+    auto pixel = [&](const cv::Mat& png, int row, int column, int y, int x, int row_label = 0) {
+      const auto p = png.at<cv::Vec3b>(kGap + kLabel + row * (kSide + kGap + row_label) + row_label + kScale * y + 1,
+                                       kGap + column * (kSide + kGap) + kScale * x + 1);
+      return std::vector<int>{p[0], p[1], p[2]};
+    };
+    auto colour = [&](const torch::Tensor& mask, int y, int x) {
+      const auto rgb = vision::colour_mask(mask, 255)[y][x];  // void: white
+      return std::vector<int>{rgb[0].item<int>(), rgb[1].item<int>(), rgb[2].item<int>()};
+    };
+
+    vision::show_batch(dls, dir + "/batch.png", {.max_n = 4, .min_side = kSide});
+    const auto batch = vision::read_image(dir + "/batch.png");
+    CHECK(batch.cols == 2 * (kSide + kGap) + kGap);
+    CHECK(batch.rows == kLabel + 4 * (kSide + kGap) + kGap);
+    for (int i = 0; i < 4; ++i)
+      for (int y = 0; y < 8; ++y)
+        for (int x = 0; x < 8; ++x) {
+          CHECK(pixel(batch, i, 0, y, x)[1] == images[i][0][y][x].item<int>());
+          CHECK(pixel(batch, i, 1, y, x) == colour(masks[i], y, x));
+        }
+    CHECK(pixel(batch, 0, 1, 0, 0) == std::vector<int>{255, 255, 255});
+
+    torch::manual_seed(0);
+    auto learn = Learner(dls, torch::nn::Sequential(torch::nn::Conv2d(torch::nn::Conv2dOptions(1, 3, 1))),
+                         vision::CrossEntropyLossFlat({.ignore_index = 255}), {}, quiet());
+    torch::NoGradGuard no_grad;
+    const auto output = learn.model(images.to(torch::kFloat) / 255);
+    const auto decided = output.argmax(1);
+    vision::show_results(learn, dir + "/results.png", {.max_n = 3, .min_side = kSide});
+    const auto results = vision::read_image(dir + "/results.png");
+    CHECK(results.cols == 3 * (kSide + kGap) + kGap);
+    for (int i = 0; i < 3; ++i)
+      for (int y = 0; y < 8; ++y)
+        for (int x = 0; x < 8; ++x) {
+          CHECK(pixel(results, i, 1, y, x) == colour(masks[i], y, x));
+          CHECK(pixel(results, i, 2, y, x) == colour(decided[i], y, x));
+        }
+
+    // Each image's loss, fastai's: the mean over all its pixels, the void ones counting 0.
+    const auto pixel_losses = torch::nn::functional::cross_entropy(
+        output, masks, torch::nn::functional::CrossEntropyFuncOptions().ignore_index(255).reduction(torch::kNone));
+    const auto expected = pixel_losses.flatten(1).mean(1);
+    const auto interp = vision::SegmentationInterpretation::from_learner(learn);
+    CHECK(torch::allclose(interp.losses(), expected));
+    const auto [worst, worst_index] = expected.topk(2);
+    const auto top = interp.top_losses(2);
+    REQUIRE(top.size() == 2);
+    for (size_t k = 0; k < 2; ++k) {
+      CHECK(top[k].index == worst_index[static_cast<int64_t>(k)].item<int64_t>());
+      CHECK(top[k].loss == doctest::Approx(worst[static_cast<int64_t>(k)].item<double>()).epsilon(1e-6));
+    }
+    CHECK(interp.top_losses(1, /*largest=*/false)[0].index == expected.argmin().item<int64_t>());
+    interp.plot_top_losses(2, dir + "/top_losses.png", {.min_side = kSide});
+    const auto plot = vision::read_image(dir + "/top_losses.png");
+    CHECK(plot.rows == kLabel + 2 * (kSide + kGap + kLabel) + kGap);  // a caption above each row
+    for (int k = 0; k < 2; ++k) {
+      const auto i = top[static_cast<size_t>(k)].index;
+      for (int y = 0; y < 8; ++y)
+        for (int x = 0; x < 8; ++x) {
+          CHECK(pixel(plot, k, 0, y, x, kLabel)[0] == images[i][0][y][x].item<int>());
+          CHECK(pixel(plot, k, 1, y, x, kLabel) == colour(masks[i], y, x));
+          CHECK(pixel(plot, k, 2, y, x, kLabel) == colour(decided[i], y, x));
+        }
+    }
+    fs::remove_all(dir);
+  }
+
+  TEST_CASE("the void index declared by the data: unet_learner's default loss leaves those pixels out") {
+    auto gen = at::make_generator<at::CPUGeneratorImpl>(6);
+    auto masks = torch::randint(0, 2, {4, 32, 32}, gen, torch::kLong);
+    masks.narrow(1, 0, 4).fill_(255);
+    auto data = std::make_shared<TensorDataset>(torch::randn({4, 3, 32, 32}, gen), masks);
+    DataLoaders dls{DataLoader(data, {.bs = 2}), DataLoader(data, {.bs = 4}), {"a", "b"}};
+    dls.void_index = 255;
+    torch::manual_seed(0);
+    auto learn = vision::unet_learner(dls, vision::resnet18, {vision::jaccard_coeff_multi()}, {.width = 8}, quiet());
+    learn.fit(1, 1e-3);
+    const auto values = learn.recorder->valid_values();  // [valid_loss, jaccard_coeff_multi]
+    REQUIRE(values.size() == 2);
+    CHECK(std::isfinite(values[0]));
+    // The loss is the mean over the labelled pixels only: the same as CrossEntropyLossFlat told so.
+    torch::NoGradGuard no_grad;
+    learn.model.module().eval();
+    const auto output = learn.model(data->get_batch({0, 1, 2, 3}).x);
+    CHECK(values[0] == doctest::Approx(vision::CrossEntropyLossFlat({.ignore_index = 255})(output, masks).item<double>()).epsilon(1e-5));
+    dls.void_index.reset();
+    auto unaware = vision::unet_learner(dls, vision::resnet18, {}, {.width = 8}, quiet());
+    CHECK_THROWS(unaware.validate());  // 255 is no class: what the declaration prevents
   }
 
   TEST_CASE("show_batch and show_results: the images decoded back exactly, labels, red where wrong, masks") {
@@ -765,7 +879,7 @@ TEST_SUITE("vision") {
 
   TEST_CASE("DataBlock: masks with their images; errors for a missing get_y, no training items, a label unseen in training") {
     const auto root = make_segmentation_folder("data_block_masks", 5);
-    auto dls = vision::DataBlock<>{.blocks = {vision::ImageBlock{.channels = 1}, vision::MaskBlock{{"a", "b", "c"}}},
+    auto dls = vision::DataBlock<>{.blocks = {vision::ImageBlock{.channels = 1}, vision::MaskBlock{{"a", "b", "c"}, 255}},
                                          .get_y = [&](const std::string& image) { return root + "/masks/" + fs::path(image).filename().string(); },
                                          .splitter = IndexSplitter{{0, 1}},
                                          .item_tfms = {vision::Resize(16)}}
@@ -775,7 +889,9 @@ TEST_SUITE("vision") {
     CHECK((batch.y.sizes() == torch::IntArrayRef{3, 16, 16}));
     CHECK(batch.y.max().item<int64_t>() == 2);
     CHECK(dls.valid.n_items() == 2);
+    CHECK(dls.valid.bs() == 3);  // fastai's val_bs: bs
     CHECK(dls.vocab == std::vector<std::string>{"a", "b", "c"});
+    CHECK(dls.void_index == 255);  // the block's, for the loss, the metrics and the pictures
 
     CHECK(error_of([&] { vision::DataBlock<>{}.dataloaders(root + "/images"); }) == "DataBlock: get_y is not set");
     CHECK(error_of([&] { vision::DataBlock<size_t>{.get_y = [](size_t) { return "x"; }}.dataloaders(std::vector<size_t>{0}); }) ==

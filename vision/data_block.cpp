@@ -130,7 +130,8 @@ ImageDatasets mask_datasets(const LabelledImages& items, const MaskBlock& block,
   const SegmentationDataset all(items.images, items.labels, block.codes, options);
   options.train = false;
   return {std::make_shared<SegmentationDataset>(all.subset(items.split.train)),
-          std::make_shared<SegmentationDataset>(all.subset(items.split.valid).with_options(options)), block.codes, false};
+          std::make_shared<SegmentationDataset>(all.subset(items.split.valid).with_options(options)), block.codes, false,
+          block.void_index};
 }
 
 }  // namespace
@@ -161,9 +162,9 @@ DataLoaders image_dataloaders(const ImageDatasets& datasets, const std::vector<B
   const auto tfms = batch_tfms.empty() ? std::vector<BatchTransform>{IntToFloat()} : batch_tfms;
   return {DataLoader(datasets.train, {.bs = o.bs, .shuffle = true, .drop_last = true, .workers = workers, .seed = o.seed,
                                       .batch_tfms = tfms, .aug_tfms = aug_tfms}),
-          DataLoader(datasets.valid, {.bs = 2 * o.bs, .workers = workers, .seed = o.seed, .batch_tfms = tfms,
+          DataLoader(datasets.valid, {.bs = o.val_bs > 0 ? o.val_bs : o.bs, .workers = workers, .seed = o.seed, .batch_tfms = tfms,
                                       .aug_tfms = validation_forms(aug_tfms)}),
-          datasets.vocab, datasets.multi_label};
+          datasets.vocab, datasets.multi_label, datasets.void_index};
 }
 
 std::vector<std::string> get_image_files(const std::string& folder) {

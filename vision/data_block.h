@@ -49,7 +49,7 @@ struct MultiCategoryBlock {
 };
 struct MaskBlock {
   std::vector<std::string> codes;     // the class of each mask value
-  std::optional<int64_t> void_index;  // a mask value that marks pixels to leave out
+  std::optional<int64_t> void_index;  // a mask value that marks pixels to leave out (DataLoaders::void_index)
   int mask_fill = 0;                  // what masks are padded with
 };
 using TargetBlock = std::variant<CategoryBlock, MultiCategoryBlock, MaskBlock>;
@@ -73,13 +73,15 @@ struct ImageDatasets {
   DatasetPtr valid;
   std::vector<std::string> vocab;
   bool multi_label = false;
+  std::optional<int64_t> void_index;  // of masks
 };
 
 struct LoadOptions {
-  int64_t bs = 64;              // training batches (drop_last, shuffled); validation ones are twice this
+  int64_t bs = 64;              // training batches (drop_last, shuffled)
   int workers = -1;             // -1: one per core
   uint64_t seed = 42;           // the shuffle's
   Decode decode = Decode::Cpu;  // where JPEGs are decoded (vision/datasets/image_folder.h)
+  int64_t val_bs = 0;           // validation batches (in order); 0: bs, as fastai's
 };
 
 // The training and validation datasets of labelled images, as `blocks` say (vocab, targets).
@@ -87,7 +89,7 @@ ImageDatasets image_datasets(const LabelledImages& items, const Blocks& blocks, 
                              Decode decode = Decode::Cpu);
 // Loaders over two datasets of uint8 images, as fastai's DataLoaders.from_dsets: the
 // training set shuffled in batches of bs (the last, short one dropped), the validation
-// set in order in batches of 2 * bs. batch_tfms default to IntToFloat; the validation
+// set in order in batches of val_bs. batch_tfms default to IntToFloat; the validation
 // loader gets the aug_tfms' validation forms.
 DataLoaders image_dataloaders(const ImageDatasets& datasets, const std::vector<BatchTransform>& batch_tfms,
                               const std::vector<BatchAugmentPtr>& aug_tfms, const LoadOptions& options);

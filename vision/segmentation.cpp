@@ -25,6 +25,11 @@ Loss::Activation softmax_over_classes() {
   return [](const torch::Tensor& pred) { return torch::softmax(pred, 1); };
 }
 
+// The void index a metric leaves out: its own, else the data's (DataLoaders::void_index).
+std::optional<int64_t> void_of(const SegmentationMetricOptions& options, const Learner& learn) {
+  return options.void_index ? options.void_index : learn.dls.void_index;
+}
+
 // The argmax predictions and the masks, flattened, and 1 where a pixel counts (0 where
 // its mask is void): a weight rather than a selection, which would read its size back.
 struct Pixels {
@@ -32,20 +37,37 @@ struct Pixels {
 };
 
 Pixels decided_pixels(const torch::Tensor& output, const torch::Tensor& mask, const std::string& who,
-                      const SegmentationMetricOptions& options) {
+                      std::optional<int64_t> void_index) {
   check_masks(who, output, mask);
   Pixels pixels{output.detach().argmax(1).reshape(-1), mask.detach().reshape(-1).to(torch::kLong), {}};
-  pixels.counts = options.void_index ? (pixels.target != *options.void_index).to(torch::kDouble)
-                                     : torch::ones_like(pixels.target, torch::kDouble);
+  pixels.counts = void_index ? (pixels.target != *void_index).to(torch::kDouble)
+                             : torch::ones_like(pixels.target, torch::kDouble);
   return pixels;
 }
 
-// Each class's intersection and union (in pixels) of the decided pixels: [C] each.
-std::pair<torch::Tensor, torch::Tensor> class_overlaps(const Pixels& pixels, int64_t n_classes) {
-  const auto classes = torch::arange(n_classes, pixels.pred.options()).unsqueeze(1);
-  const auto p = (pixels.pred.unsqueeze(0) == classes).to(torch::kDouble) * pixels.counts;
-  const auto t = (pixels.target.unsqueeze(0) == classes).to(torch::kDouble) * pixels.counts;
-  return {(p * t).sum(1), (p + t).sum(1)};
+// The confusion matrix of the decided pixels, [C + 1, C] (row: the mask's class,
+// column: the prediction), void pixels left out: one count per pixel into bins, O(pixels)
+// memory, and no read back to size it as bincount's would on a GPU. Row C holds the
+// pixels whose mask value is no class (nor the void index): their predictions count in
+// the union, as fastai's metrics count them.
+torch::Tensor confusion(const torch::Tensor& output, const torch::Tensor& mask, const std::string& who,
+                        std::optional<int64_t> void_index) {
+  check_masks(who, output, mask);
+  const int64_t n = output.size(1);
+  const auto pred = output.detach().argmax(1).reshape(-1);
+  const auto target = mask.detach().reshape(-1).to(torch::kLong);
+  auto bins = target.clamp(-1, n).masked_fill_(target < 0, n).mul_(n).add_(pred);
+  if (void_index) bins.masked_fill_(target == *void_index, (n + 1) * n);  // a last bin, dropped
+  auto counts = torch::zeros({(n + 1) * n + 1}, bins.options());
+  counts.index_add_(0, bins, torch::ones({1}, bins.options()).expand_as(bins));
+  return counts.narrow(0, 0, (n + 1) * n).view({n + 1, n});
+}
+
+// Each class's intersection and union (in pixels) of a confusion matrix: [C] each.
+std::pair<torch::Tensor, torch::Tensor> class_overlaps(const torch::Tensor& confusion) {
+  const auto cm = confusion.to(torch::kDouble);
+  const auto classes = cm.narrow(0, 0, cm.size(1));
+  return {classes.diagonal(), cm.sum(0) + classes.sum(1)};
 }
 
 // Sums of intersections and unions over the epoch, kept on the device (no sync per batch).
@@ -57,11 +79,11 @@ class OverlapMetric : public Metric {
   std::string name() const override { return name_; }
   void reset() override { inter_ = union_ = torch::Tensor(); }
   void accumulate(const Learner& learn) override {
-    const auto pixels = decided_pixels(learn.pred, learn.yb, name_, options_);
     torch::Tensor inter, uni;
     if (per_class_) {
-      std::tie(inter, uni) = class_overlaps(pixels, learn.pred.size(1));
+      std::tie(inter, uni) = class_overlaps(confusion(learn.pred, learn.yb, name_, void_of(options_, learn)));
     } else {  // fastai's binary Dice multiplies and adds the class indices themselves
+      const auto pixels = decided_pixels(learn.pred, learn.yb, name_, void_of(options_, learn));
       inter = ((pixels.pred * pixels.target).to(torch::kDouble) * pixels.counts).sum().reshape({1});
       uni = ((pixels.pred + pixels.target).to(torch::kDouble) * pixels.counts).sum().reshape({1});
     }
@@ -96,12 +118,19 @@ class OverlapMetric : public Metric {
 }  // namespace
 
 Loss CrossEntropyLossFlat(FlatLossOptions options) {
-  return Loss(
-      [options](const torch::Tensor& pred, const torch::Tensor& target) {
-        check_masks("CrossEntropyLossFlat", pred, target);
-        return F::cross_entropy(pred, target.to(torch::kLong), F::CrossEntropyFuncOptions().ignore_index(options.ignore_index));
-      },
-      softmax_over_classes(), nullptr, "softmax_classes");
+  const auto ce = [options](const torch::Tensor& pred, const torch::Tensor& target, F::CrossEntropyFuncOptions::reduction_t reduction) {
+    check_masks("CrossEntropyLossFlat", pred, target);
+    return F::cross_entropy(pred, target.to(torch::kLong),
+                            F::CrossEntropyFuncOptions().ignore_index(options.ignore_index).reduction(reduction));
+  };
+  return Loss([ce](const torch::Tensor& pred, const torch::Tensor& target) { return ce(pred, target, torch::kMean); },
+              softmax_over_classes(),
+              // Each image's, as fastai's get_preds(with_loss=True): the mean over all its
+              // pixels, the ignored ones counting 0.
+              [ce](const torch::Tensor& pred, const torch::Tensor& target) {
+                return ce(pred, target, torch::kNone).reshape({pred.size(0), -1}).mean(1);
+              },
+              "softmax_classes");
 }
 
 Loss FocalLossFlat(double gamma) {
@@ -148,7 +177,7 @@ MetricPtr jaccard_coeff_multi(SegmentationMetricOptions options) {
 
 std::vector<double> per_class_iou(const torch::Tensor& output, const torch::Tensor& masks,
                                   SegmentationMetricOptions options) {
-  const auto [inter, uni] = class_overlaps(decided_pixels(output, masks, "per_class_iou", options), output.size(1));
+  const auto [inter, uni] = class_overlaps(confusion(output, masks, "per_class_iou", options.void_index));
   const auto iou = (inter / (uni - inter)).cpu();  // 0 / 0: NaN for an absent class
   return {iou.data_ptr<double>(), iou.data_ptr<double>() + iou.numel()};
 }
@@ -162,12 +191,29 @@ std::vector<double> per_class_scores(const Metric& metric) {
 }
 
 MetricPtr foreground_acc(int64_t background, SegmentationMetricOptions options) {
-  return std::make_shared<AvgMetric>("foreground_acc", [background, options](const torch::Tensor& pred,
-                                                                              const torch::Tensor& target) {
-    const auto [decided, mask, counts] = decided_pixels(pred, target, "foreground_acc", options);
-    const auto kept = counts * (mask != background).to(torch::kDouble);
-    return ((decided == mask).to(torch::kDouble) * kept).sum() / kept.sum();
-  });
+  // The void index is the learner's data's unless given, known at each batch.
+  class ForegroundAccuracy : public AvgMetric {
+   public:
+    ForegroundAccuracy(int64_t background, SegmentationMetricOptions options,
+                       std::shared_ptr<std::optional<int64_t>> void_index = std::make_shared<std::optional<int64_t>>())
+        : AvgMetric("foreground_acc",
+                    [background, void_index](const torch::Tensor& pred, const torch::Tensor& target) {
+                      const auto [decided, mask, counts] = decided_pixels(pred, target, "foreground_acc", *void_index);
+                      const auto kept = counts * (mask != background).to(torch::kDouble);
+                      return ((decided == mask).to(torch::kDouble) * kept).sum() / kept.sum();
+                    }),
+          options_(options),
+          void_index_(std::move(void_index)) {}
+    void accumulate(const Learner& learn) override {
+      *void_index_ = void_of(options_, learn);
+      AvgMetric::accumulate(learn);
+    }
+
+   private:
+    SegmentationMetricOptions options_;
+    std::shared_ptr<std::optional<int64_t>> void_index_;
+  };
+  return std::make_shared<ForegroundAccuracy>(background, options);
 }
 
 }  // namespace fastcpp::vision

@@ -1,11 +1,12 @@
 #pragma once
 // Losses and metrics of per-pixel classification (semantic segmentation): model outputs
 // [N, C, H, W], masks [N, H, W] of class indices. Each equals fastai's on the same
-// predictions (the `fastai` test suite). Beyond fastai, the metrics take a void index
-// whose pixels they skip (fastai counts them in the union).
+// predictions (the `fastai` test suite). Beyond fastai, the metrics skip the pixels of
+// the data's void index (DataLoaders::void_index; fastai counts them in the union), and
+// keep one confusion matrix, O(pixels) memory, however many classes.
 //
-//   Learner learn(dls, unet, vision::CrossEntropyLossFlat({.ignore_index = 255}),
-//                 {vision::dice_multi({.void_index = 255}), vision::jaccard_coeff_multi({.void_index = 255})});
+//   auto dls = vision::SegmentationDataLoaders::from_folders(images, masks, codes, {.void_index = 255});
+//   auto learn = vision::unet_learner(dls, vision::resnet34, {vision::dice_multi(), vision::jaccard_coeff_multi()});
 #include <optional>
 #include <vector>
 
@@ -18,7 +19,8 @@ struct FlatLossOptions {
   int64_t ignore_index = -100;  // pixels of this value add nothing (torch's default: none)
 };
 
-// fastai's CrossEntropyLossFlat(axis=1): the mean over the pixels not ignored.
+// fastai's CrossEntropyLossFlat(axis=1): the mean over the pixels not ignored. Per item
+// (interpretation), each image's mean over all its pixels, as fastai's.
 Loss CrossEntropyLossFlat(FlatLossOptions options = {});
 
 // fastai's FocalLossFlat(axis=1, gamma): cross-entropy scaled by (1 - p_t)^gamma, the
@@ -35,7 +37,7 @@ struct DiceLossOptions {
 Loss DiceLoss(DiceLossOptions options = {});
 
 struct SegmentationMetricOptions {
-  std::optional<int64_t> void_index;  // pixels whose mask holds it are left out
+  std::optional<int64_t> void_index;  // pixels whose mask holds it are left out; default: the data's
 };
 
 // fastai's Dice and JaccardCoeff for 2 classes: over the epoch, inter = sum(pred * mask),
@@ -49,7 +51,7 @@ MetricPtr dice_multi(SegmentationMetricOptions options = {});
 MetricPtr jaccard_coeff_multi(SegmentationMetricOptions options = {});
 
 // Each class's IoU over outputs [N, C, H, W] and masks [N, H, W]: NaN for a class absent
-// from both the argmax predictions and the masks.
+// from both the argmax predictions and the masks. (No learner here: give the void index.)
 std::vector<double> per_class_iou(const torch::Tensor& output, const torch::Tensor& masks,
                                   SegmentationMetricOptions options = {});
 

@@ -67,25 +67,34 @@ void write_labelled_grid(const std::string& path, const torch::Tensor& images, c
   canvas.save_png(path);
 }
 
-// Rows of [image, mask, mask, ...] side by side.
-void write_mask_rows(const std::string& path, const torch::Tensor& images, const std::vector<torch::Tensor>& masks,
-                     const std::vector<std::string>& titles, const ShowOptions& o) {
-  const int n = static_cast<int>(images.size(0)), scale = enlargement(images, o.min_side);
-  const int w = static_cast<int>(images.size(2)) * scale, h = static_cast<int>(images.size(1)) * scale;
-  const int cols = 1 + static_cast<int>(masks.size());
-  Canvas canvas(cols * (w + kGap) + kGap, kLabelHeight + n * (h + kGap) + kGap);
-  for (int c = 0; c < cols; ++c) canvas.text(kGap + c * (w + kGap), kGap, titles[static_cast<size_t>(c)], kInk, kTextScale);
-  for (int i = 0; i < n; ++i) {
-    const int y = kGap + kLabelHeight + i * (h + kGap);
-    paste(canvas, kGap, y, images[i], scale);
-    for (size_t m = 0; m < masks.size(); ++m) paste(canvas, kGap + static_cast<int>(m + 1) * (w + kGap), y, colour_mask(masks[m][i], o.void_index), scale);
-  }
-  canvas.save_png(path);
-}
-
 bool is_mask_batch(const torch::Tensor& y) { return y.dim() == 3; }
 
 }  // namespace
+
+void write_mask_rows(const std::string& path, const torch::Tensor& images, const std::vector<torch::Tensor>& masks,
+                     const std::vector<std::string>& titles, const std::vector<std::string>& captions,
+                     const ShowOptions& o) {
+  if (titles.size() != masks.size() + 1)
+    throw Error("write_mask_rows: " + std::to_string(titles.size()) + " titles for " + std::to_string(masks.size() + 1) +
+                " columns");
+  const int n = static_cast<int>(images.size(0)), scale = enlargement(images, o.min_side);
+  const int w = static_cast<int>(images.size(2)) * scale, h = static_cast<int>(images.size(1)) * scale;
+  const int cols = 1 + static_cast<int>(masks.size());
+  const int row_h = h + kGap + (captions.empty() ? 0 : kLabelHeight);
+  Canvas canvas(cols * (w + kGap) + kGap, kLabelHeight + n * row_h + kGap);
+  for (int c = 0; c < cols; ++c) canvas.text(kGap + c * (w + kGap), kGap, titles[static_cast<size_t>(c)], kInk, kTextScale);
+  for (int i = 0; i < n; ++i) {
+    int y = kGap + kLabelHeight + i * row_h;
+    if (static_cast<size_t>(i) < captions.size()) {
+      canvas.text(kGap, y, captions[static_cast<size_t>(i)], kInk, kTextScale);
+      y += kLabelHeight;
+    }
+    paste(canvas, kGap, y, images[i], scale);
+    for (size_t m = 0; m < masks.size(); ++m)
+      paste(canvas, kGap + static_cast<int>(m + 1) * (w + kGap), y, colour_mask(masks[m][i], o.void_index), scale);
+  }
+  canvas.save_png(path);
+}
 
 void show_batch(const DataLoaders& dls, const std::string& path, ShowOptions o) {
   DataLoader loader = dls.train;  // its own pass: the caller's loader is left as it was
@@ -93,7 +102,8 @@ void show_batch(const DataLoaders& dls, const std::string& path, ShowOptions o) 
   const int64_t n = std::min<int64_t>(o.max_n, batch.x.size(0));
   const auto images = decode_images(batch.x.narrow(0, 0, n), dls.train.options().batch_tfms);
   const auto y = batch.y.narrow(0, 0, n).to(torch::kCPU);
-  if (is_mask_batch(y)) return write_mask_rows(path, images, {y}, {"image", "mask"}, o);
+  if (!o.void_index) o.void_index = dls.void_index;
+  if (is_mask_batch(y)) return write_mask_rows(path, images, {y}, {"image", "mask"}, {}, o);
   std::vector<std::string> text;
   for (int64_t i = 0; i < n; ++i) text.push_back(y.dim() == 1 ? name_of(y[i].item<int64_t>(), dls.vocab) : "");
   write_labelled_grid(path, images, text, std::vector<bool>(static_cast<size_t>(n), false), o);
@@ -107,7 +117,8 @@ void show_results(Learner& learn, const std::string& path, ShowOptions o) {
   const auto decided = learn.model(batch.x.narrow(0, 0, n).to(learn.device)).argmax(1).to(torch::kCPU);
   const auto images = decode_images(batch.x.narrow(0, 0, n), learn.dls.valid.options().batch_tfms);
   const auto y = batch.y.narrow(0, 0, n).to(torch::kCPU);
-  if (is_mask_batch(y)) return write_mask_rows(path, images, {y, decided}, {"image", "target", "prediction"}, o);
+  if (!o.void_index) o.void_index = learn.dls.void_index;
+  if (is_mask_batch(y)) return write_mask_rows(path, images, {y, decided}, {"image", "target", "prediction"}, {}, o);
   std::vector<std::string> text;
   std::vector<bool> wrong;
   for (int64_t i = 0; i < n; ++i) {

@@ -26,7 +26,7 @@ struct ShowOptions {
   int max_n = 9;   // images shown (at most a batch)
   int ncols = 3;   // images per row (segmentation: rows of one image)
   int min_side = 96;  // images are enlarged by a whole factor to at least this many pixels
-  std::optional<int64_t> void_index;  // masks: drawn white
+  std::optional<int64_t> void_index;  // masks: drawn white; default: the data's (DataLoaders::void_index)
 };
 
 // A batch of images back as uint8 [N, H, W, 3] RGB: the batch transforms undone in
@@ -38,5 +38,12 @@ torch::Tensor decode_images(torch::Tensor x, const std::vector<BatchTransform>& 
 void show_batch(const DataLoaders& dls, const std::string& path, ShowOptions options = {});
 // The first batch of the validation loader with the model's predictions.
 void show_results(Learner& learn, const std::string& path, ShowOptions options = {});
+
+// Rows of an image (uint8 [N, H, W, 3], as decode_images gives) beside its masks ([N, H,
+// W] class indices each, a colour per class), a title above each column, and above each
+// row its caption where `captions` has one.
+void write_mask_rows(const std::string& path, const torch::Tensor& images, const std::vector<torch::Tensor>& masks,
+                     const std::vector<std::string>& titles, const std::vector<std::string>& captions,
+                     const ShowOptions& options);
 
 }  // namespace fastcpp::vision

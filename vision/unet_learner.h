@@ -9,7 +9,8 @@
 // Parameter groups, as fastai's splits applied to a U-Net: the encoder up to its second
 // group's layer (layer3 for a ResNet, the stages for an XResNet), the rest of the
 // encoder, the decoder; with pretrained weights the encoder starts frozen (its norm
-// layers stay trainable). The loss is CrossEntropyLossFlat over the class axis.
+// layers stay trainable); a splitter given in the LearnerOptions replaces these. The
+// loss is CrossEntropyLossFlat over the class axis, ignoring the data's void index.
 #include <optional>
 #include <string>
 #include <utility>
@@ -33,7 +34,7 @@ struct UnetLearnerOptions {
   int64_t width = 64;
   bool blur = false, blur_final = true, self_attention = false, last_cross = true, bottle = false;
   std::optional<std::pair<double, double>> y_range;
-  Loss loss_func;                   // default: CrossEntropyLossFlat
+  Loss loss_func;                   // default: CrossEntropyLossFlat({.ignore_index = dls.void_index})
   bool normalize = true;            // ImageNet's Normalize with pretrained weights, as vision_learner's
 };
 

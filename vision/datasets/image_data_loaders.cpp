@@ -7,7 +7,10 @@ namespace fs = std::filesystem;
 
 namespace {
 
-LoadOptions load_options(const FactoryOptions& o) { return {o.bs, o.workers, o.seed, o.decode}; }
+template <class Options>  // FactoryOptions, FromFolderOptions
+LoadOptions load_options(const Options& o) {
+  return {.bs = o.bs, .workers = o.workers, .seed = o.seed, .decode = o.decode, .val_bs = o.val_bs};
+}
 
 // The DataBlock of every factory but from_folder: images of o.channels, a random split.
 template <class Item>
@@ -38,7 +41,7 @@ DataLoaders ImageDataLoaders::from_folder(const std::string& root, FromFolderOpt
         ImageFolder::scan((fs::path(root) / o.valid).string(), valid_options, train->vocab()));
   }
   if (train->size() == 0) throw Error("from_folder: no training images under '" + root + "'");
-  return image_dataloaders({train, valid, train->vocab()}, o.batch_tfms, o.aug_tfms, {o.bs, o.workers, o.seed, o.decode});
+  return image_dataloaders({train, valid, train->vocab()}, o.batch_tfms, o.aug_tfms, load_options(o));
 }
 
 DataLoaders ImageDataLoaders::from_path_func(const std::vector<std::string>& fnames,

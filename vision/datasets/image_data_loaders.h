@@ -32,6 +32,7 @@ struct FromFolderOptions {
   double valid_pct = 0;  // > 0: split root itself randomly instead of train/valid folders
   uint64_t seed = 42;
   int64_t bs = 64;
+  int64_t val_bs = 0;    // 0: bs
   int workers = -1;      // -1: one per core
   int channels = 3;
   std::vector<ItemTransform> item_tfms;
@@ -45,6 +46,7 @@ struct FactoryOptions {
   double valid_pct = 0.2;
   uint64_t seed = 42;  // the split's and the shuffle's
   int64_t bs = 64;
+  int64_t val_bs = 0;  // 0: bs
   int workers = -1;    // -1: one per core
   int channels = 3;
   std::vector<ItemTransform> item_tfms;

@@ -107,10 +107,12 @@ DataLoaders SegmentationDataLoaders::from_label_func(const std::vector<std::stri
   auto valid_options = train_options;
   valid_options.train = false;
   const SegmentationDataset all(images, std::move(masks), codes, train_options);
-  const auto split = RandomSplitter{o.valid_pct, o.seed}.split(all.size());
+  const auto split = o.splitter ? o.splitter(images) : RandomSplitter{o.valid_pct, o.seed}.split(all.size());
+  if (split.train.empty()) throw Error("SegmentationDataLoaders: the split left no training images");
   auto train = std::make_shared<SegmentationDataset>(all.subset(split.train));
   auto valid = std::make_shared<SegmentationDataset>(all.subset(split.valid).with_options(valid_options));
-  return image_dataloaders({train, valid, std::move(codes)}, o.batch_tfms, o.aug_tfms, {o.bs, o.workers, o.seed});
+  return image_dataloaders({train, valid, std::move(codes), false, o.void_index}, o.batch_tfms, o.aug_tfms,
+                           {.bs = o.bs, .workers = o.workers, .seed = o.seed, .val_bs = o.val_bs});
 }
 
 DataLoaders SegmentationDataLoaders::from_folders(const std::string& images_dir, const std::string& masks_dir,

@@ -22,6 +22,7 @@
 #include "data/batch_transforms.h"
 #include "data/dataloader.h"
 #include "data/dataset.h"
+#include "data/splitters.h"
 #include "vision/transforms.h"
 
 namespace fastcpp::vision {
@@ -61,13 +62,15 @@ struct SegmentationLoadersOptions {
   double valid_pct = 0.2;  // a random split, reproducible from seed
   uint64_t seed = 42;
   int64_t bs = 8;
+  int64_t val_bs = 0;      // 0: bs
   int workers = -1;        // -1: one per core
   int channels = 3;
   std::vector<ItemTransform> item_tfms;
   std::vector<BatchTransform> batch_tfms;  // default: IntToFloat
-  std::optional<int64_t> void_index;
+  std::optional<int64_t> void_index;      // the loaders' (DataLoaders::void_index)
   int mask_fill = 0;
   std::vector<BatchAugmentPtr> aug_tfms;  // the training batches' (aug_transforms), masks moved with their images
+  DataSplitter<std::string> splitter;     // of the image paths; default: RandomSplitter{valid_pct, seed}
 };
 
 struct SegmentationDataLoaders {

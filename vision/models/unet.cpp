@@ -9,10 +9,14 @@
 #include <torch/nn/modules/pixelshuffle.h>
 #include <torch/nn/modules/pooling.h>
 
+#include <ATen/CPUGeneratorImpl.h>
+
 #include <algorithm>
+#include <mutex>
 
 #include "core/error.h"
 #include "core/sequential.h"
+#include "vision/models/self_attention.h"
 
 namespace fastcpp::vision {
 namespace {
@@ -73,12 +77,13 @@ Stage pixel_shuffle_icnr(int64_t ni, int64_t nf, bool blur) {
 }
 
 // fastai's apply_init(m, kaiming_normal_): He-normal weights and zero biases for every
-// layer of `module` but the norms.
+// layer of `module` but the norms (a spectrally normalized conv's weight is weight_orig).
 void apply_init(torch::nn::Module& module) {
   torch::NoGradGuard no_grad;
   for (const auto& m : module.modules(/*include_self=*/true)) {
     if (dynamic_cast<const NormLayer*>(m.get())) continue;
     if (auto* weight = m->named_parameters(false).find("weight")) torch::nn::init::kaiming_normal_(*weight);
+    if (auto* weight = m->named_parameters(false).find("weight_orig")) torch::nn::init::kaiming_normal_(*weight);
     if (auto* bias = m->named_parameters(false).find("bias")) bias->zero_();
   }
 }
@@ -103,19 +108,23 @@ torch::nn::Sequential unet_encoder(const Body& body) {
   return encoder;
 }
 
-UnetBlockImpl::UnetBlockImpl(int64_t up_in_c_, int64_t x_in_c_, bool final_div_, bool blur_)
-    : up_in_c(up_in_c_), x_in_c(x_in_c_), final_div(final_div_), blur(blur_) {
-  reset();
-}
-
-void UnetBlockImpl::reset() {
+UnetBlockImpl::UnetBlockImpl(int64_t up_in_c_, int64_t x_in_c_, bool final_div_, bool blur_, bool self_attention_)
+    : up_in_c(up_in_c_), x_in_c(x_in_c_), final_div(final_div_), blur(blur_), self_attention(self_attention_) {
   shuf = register_module("shuf", pixel_shuffle_icnr(up_in_c, up_in_c / 2, blur));
   bn = register_module("bn", batch_norm(x_in_c));
   const int64_t ni = up_in_c / 2 + x_in_c, nf = final_div ? ni : ni / 2;
   conv1 = register_module("conv1", conv_layer(ni, nf, 3, true));
   conv2 = register_module("conv2", conv_layer(nf, nf, 3, true));
+  if (self_attention) conv2->push_back(SelfAttention(nf));  // fastai's ConvLayer(xtra=SelfAttention(nf))
   apply_init(*conv1);
   apply_init(*conv2);
+}
+
+void UnetBlockImpl::reset() {
+  shuf = register_module("shuf", Stage());
+  bn = register_module("bn", distributed::SyncBatchNorm(x_in_c));
+  conv1 = register_module("conv1", Stage());
+  conv2 = register_module("conv2", Stage());
 }
 
 torch::Tensor UnetBlockImpl::forward(const torch::Tensor& up_in, const torch::Tensor& skip) {
@@ -123,15 +132,18 @@ torch::Tensor UnetBlockImpl::forward(const torch::Tensor& up_in, const torch::Te
   return conv2->forward(conv1->forward(torch::relu(torch::cat({up_out, bn->forward(skip)}, 1))));
 }
 
-UnetResBlockImpl::UnetResBlockImpl(int64_t ni_, int64_t nf_) : ni(ni_), nf(nf_) { reset(); }
-
-void UnetResBlockImpl::reset() {
+UnetResBlockImpl::UnetResBlockImpl(int64_t ni_, int64_t nf_) : ni(ni_), nf(nf_) {
   convpath = register_module("convpath", Stage(conv_layer(ni, nf, 3, true), conv_layer(nf, nf, 3, false)));
   idpath = register_module("idpath", Stage());
   if (ni != nf) {  // fastai's ConvLayer(ni, nf, 1, act_cls=None): its default norm, BatchNorm
     torch::nn::Conv2d conv(torch::nn::Conv2dOptions(ni, nf, 1).bias(false));
     idpath->push_back(Stage(conv, batch_norm(nf)));
   }
+}
+
+void UnetResBlockImpl::reset() {
+  convpath = register_module("convpath", Stage());
+  idpath = register_module("idpath", Stage());
 }
 
 torch::Tensor UnetResBlockImpl::forward(const torch::Tensor& x) {
@@ -142,16 +154,23 @@ DynamicUnetImpl::DynamicUnetImpl(torch::nn::Sequential encoder, UnetOptions opti
   if (options_.img_size.size() != 2)
     throw Error("DynamicUnet: img_size must be {height, width}, got " + std::to_string(options_.img_size.size()) +
                 " values");
-  if (options_.self_attention)
-    throw Error("DynamicUnet: self_attention is not supported: fastai's needs spectral normalization, which "
-                "libtorch's C++ API does not have");
   build(std::move(encoder));
 }
 
-void DynamicUnetImpl::reset() {
-  // `layers` is still the original's here (a clone is copied from it): copy its encoder.
-  auto encoder = std::dynamic_pointer_cast<torch::nn::SequentialImpl>(layers->ptr(0)->clone());
-  build(torch::nn::Sequential(encoder));
+void DynamicUnetImpl::reset() { layers = register_module("layers", torch::nn::ModuleList()); }
+
+std::shared_ptr<torch::nn::Module> DynamicUnetImpl::clone(const std::optional<torch::Device>& device) const {
+  // torch's clone builds each of its own layers (convs) anew, drawing initial weights,
+  // before copying the weights over: the draws are undone.
+  auto generator = at::detail::getDefaultCPUGenerator();
+  const auto state = [&] {
+    std::lock_guard<std::mutex> lock(generator.mutex());
+    return generator.get_state();
+  }();
+  auto copy = Cloneable::clone(device);
+  std::lock_guard<std::mutex> lock(generator.mutex());
+  generator.set_state(state);
+  return copy;
 }
 
 torch::nn::Sequential DynamicUnetImpl::encoder() const {
@@ -201,7 +220,8 @@ void DynamicUnetImpl::build(torch::nn::Sequential encoder) {
     const bool not_final = i + 1 != skip_layers_.size();
     const int64_t x_in_c = sizes[static_cast<size_t>(skip_layers_[i])][1];
     const bool blur = options_.blur && (not_final || options_.blur_final);
-    layers->push_back(UnetBlock(up_in_c, x_in_c, not_final, blur));
+    const bool attention = options_.self_attention && i + 3 == skip_layers_.size();
+    layers->push_back(UnetBlock(up_in_c, x_in_c, not_final, blur, attention));
     const int64_t ni = up_in_c / 2 + x_in_c;
     up_in_c = not_final ? ni : ni / 2;
   }

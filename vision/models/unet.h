@@ -17,6 +17,11 @@
 // Norm layers are SyncBatchNorm (plain BatchNorm in one process, synchronized under
 // to_distributed); the decoder's convs keep their bias and have no norm (fastai's
 // norm_type None).
+//
+// A clone (to_parallel's replicas) copies every layer without drawing initial weights
+// again: reset() leaves empty containers that torch's clone fills with copies, and the
+// global random generator is as it was before (torch's own layers draw theirs while
+// cloning), so a run makes the same draws with any number of replicas.
 #include <torch/nn/cloneable.h>
 #include <torch/nn/modules/container/modulelist.h>
 #include <torch/nn/modules/container/sequential.h>
@@ -37,7 +42,7 @@ struct UnetOptions {
   std::vector<int64_t> img_size;      // {height, width} the decoder is laid out for (required)
   bool blur = false;                  // blur after each PixelShuffle (fastai's blur)
   bool blur_final = true;             // ... including the last block's, when blur is on
-  bool self_attention = false;        // refused: it needs spectral normalization
+  bool self_attention = false;        // SelfAttention after the third block from the end's convs
   bool last_cross = true;             // concatenate the input before a final ResBlock
   bool bottle = false;                // that ResBlock halves the channels
   std::optional<std::pair<double, double>> y_range;  // sigmoid scaled into [low, high]
@@ -50,14 +55,15 @@ torch::nn::Sequential unet_encoder(const Arch& arch, const BodyOptions& options 
 torch::nn::Sequential unet_encoder(const Body& body);
 
 // One decoder step: upsample `up_in` (PixelShuffle_ICNR to half its channels), resize
-// to the skip's size if they differ, concatenate with BatchNorm(skip), ReLU, two convs.
+// to the skip's size if they differ, concatenate with BatchNorm(skip), ReLU, two convs
+// (the second followed by SelfAttention with self_attention).
 struct UnetBlockImpl : torch::nn::Cloneable<UnetBlockImpl> {
-  UnetBlockImpl(int64_t up_in_c, int64_t x_in_c, bool final_div, bool blur);
-  void reset() override;
+  UnetBlockImpl(int64_t up_in_c, int64_t x_in_c, bool final_div, bool blur, bool self_attention = false);
+  void reset() override;  // empty layers, for a clone to fill
   torch::Tensor forward(const torch::Tensor& up_in, const torch::Tensor& skip);
 
   int64_t up_in_c, x_in_c;
-  bool final_div, blur;
+  bool final_div, blur, self_attention;
   Stage shuf{nullptr};
   distributed::SyncBatchNorm bn{nullptr};
   Stage conv1{nullptr}, conv2{nullptr};
@@ -69,7 +75,7 @@ TORCH_MODULE(UnetBlock);
 // where the width changes (bottle), then a ReLU.
 struct UnetResBlockImpl : torch::nn::Cloneable<UnetResBlockImpl> {
   UnetResBlockImpl(int64_t ni, int64_t nf);
-  void reset() override;
+  void reset() override;  // empty layers, for a clone to fill
   torch::Tensor forward(const torch::Tensor& x);
 
   int64_t ni, nf;
@@ -78,10 +84,12 @@ struct UnetResBlockImpl : torch::nn::Cloneable<UnetResBlockImpl> {
 TORCH_MODULE(UnetResBlock);
 
 struct DynamicUnetImpl : torch::nn::Cloneable<DynamicUnetImpl> {
-  // Throws fastcpp::Error for a missing img_size, self_attention, or an encoder that
-  // never reduces the resolution.
+  // Throws fastcpp::Error for a missing img_size or an encoder that never reduces the
+  // resolution. (With fewer than 3 blocks, self_attention adds nothing, as fastai's.)
   DynamicUnetImpl(torch::nn::Sequential encoder, UnetOptions options);
-  void reset() override;  // a deep copy of the encoder, the decoder built anew (Cloneable)
+  void reset() override;  // an empty list of layers, for a clone to fill
+  // A copy of every layer; the global random generator left as it was.
+  std::shared_ptr<torch::nn::Module> clone(const std::optional<torch::Device>& device = std::nullopt) const override;
   torch::Tensor forward(const torch::Tensor& x);
 
   const UnetOptions& options() const { return options_; }
