@@ -11,7 +11,9 @@
 # Each side times its own training loop (fit_one_cycle); the whole processes are timed
 # too and printed beside.
 #
-#   bench/segmentation_vs_fastai.sh [--epochs 1] [--lr 3e-3] [--items 1200] [--threads 2] [--data DIR] [--build DIR] [--python PY]
+#   bench/segmentation_vs_fastai.sh [--epochs 1] [--lr 3e-3] [--items 1200] [--seed 42] [--threads 2] [--data DIR] [--build DIR] [--python PY]
+#
+# --seed draws the set, and seeds the weights and the shuffle on both sides.
 #
 # An epoch of 960 images takes about 2.5 minutes on 2 cores. The last lines: "mean IoU
 # fastcpp A fastai B" (percent), "whole processes: fastcpp/fastai time ratio W" and
@@ -23,6 +25,7 @@ root=$PWD
 epochs=1
 lr=3e-3
 items=1200
+seed=42
 threads=$(nproc)
 data=${FASTCPP_FASHION_MNIST:-/usr/share/datasets/fashion-mnist}
 build=build
@@ -32,6 +35,7 @@ while [ $# -gt 0 ]; do
     --*=*) set -- "${1%%=*}" "${1#*=}" "${@:2}" ;;
     --epochs) need_count "$@"; epochs=$2; shift 2 ;;
     --items) need_count "$@"; items=$2; shift 2 ;;
+    --seed) need_count "$@"; seed=$2; shift 2 ;;
     --lr) need_number "$@"; lr=$2; shift 2 ;;
     --threads) need_count "$@"; threads=$2; shift 2 ;;
     --data) need_value "$@"; data=$(realpath "$2"); shift 2 ;;
@@ -48,7 +52,7 @@ trap 'rm -rf "$work"' EXIT
 now() { date +%s.%N; }
 seconds_since() { awk -v a="$(now)" -v b="$1" 'BEGIN{print a-b}'; }
 # The folders, once, outside the timings, and the validation files: every fifth image.
-example=("$build/examples/segmentation" --data "$data" --items "$items" --width 64 --threads "$threads" --bs 16
+example=("$build/examples/segmentation" --data "$data" --items "$items" --seed "$seed" --width 64 --threads "$threads" --bs 16
          --workers 0 --top-losses 0 --export '')
 (cd "$work" && "${example[@]}" --epochs 0 > /dev/null)
 ls "$work/segmentation_data/images" | sort | awk 'NR % 5 == 0' > "$work/valid.txt"
@@ -56,7 +60,7 @@ start=$(now)
 (cd "$work" && "${example[@]}" --epochs "$epochs" --lr "$lr" --valid-list valid.txt) | tee "$work/cpp.txt"
 cpp_seconds=$(seconds_since "$start")
 start=$(now)
-(cd "$work" && "$python" "$root/bench/segmentation_fastai.py" --epochs "$epochs" --lr "$lr" --threads "$threads" --bs 16 \
+(cd "$work" && "$python" "$root/bench/segmentation_fastai.py" --epochs "$epochs" --lr "$lr" --seed "$seed" --threads "$threads" --bs 16 \
    --valid-list valid.txt) | tee "$work/py.txt"
 py_seconds=$(seconds_since "$start")
 cpp_iou=$(grep -o 'mean IoU [0-9.]*' "$work/cpp.txt" | tail -1 | awk '{print $3}')
