@@ -52,6 +52,7 @@
 #include "vision/datasets/idx.h"
 #include "vision/interpret.h"
 #include "vision/segmentation_interpretation.h"
+#include "vision/detection/anchors.h"
 #include "vision/detection/boxes.h"
 #include "vision/models/head.h"
 #include "vision/models/unet.h"

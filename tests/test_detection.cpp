@@ -1,6 +1,7 @@
 // Detection's box arithmetic against torchvision.ops on the same inputs
 // (tests/fixtures/torchvision_models.py writes boxes.pt).
 #include "helpers.h"
+#include "vision/detection/anchors.h"
 #include "vision/detection/boxes.h"
 
 using namespace fastcpp;
@@ -77,5 +78,21 @@ TEST_SUITE("detection") {
     const auto logits = entry(f, "logits"), labels = entry(f, "labels");
     CHECK(close(vision::sigmoid_focal_loss(logits, labels), entry(f, "focal")));
     CHECK(close(vision::sigmoid_focal_loss(logits, labels, -1, 1.5, vision::Reduction::mean), entry(f, "focal.mean")));
+  }
+
+  TEST_CASE("RetinaNet's anchors and Matcher equal torchvision's") {
+    const auto f = read_torch_file(read_file(kBoxes)).toGenericDict();
+    const auto generator = vision::retinanet_anchor_generator();
+    const auto anchors = generator.grid_anchors({{12, 16}, {6, 8}, {3, 4}, {2, 2}, {1, 1}}, {96, 128});
+    CHECK(torch::equal(anchors, entry(f, "anchors.retinanet")));
+    CHECK(anchors.size(0) == (12 * 16 + 6 * 8 + 3 * 4 + 2 * 2 + 1) * 9);
+    const auto quality = vision::box_iou(entry(f, "gt"), anchors);
+    const auto matches = vision::Matcher{}(quality);
+    CHECK(torch::equal(matches, entry(f, "matches")));
+    CHECK(torch::equal(vision::Matcher{.allow_low_quality_matches = false}(quality), entry(f, "matches.strict")));
+    CHECK((matches == 2).any().item<bool>());  // the small box keeps its best anchor, under the thresholds
+    CHECK(error_of([&] { vision::Matcher{}(quality.narrow(0, 0, 0)); }) == "Matcher: an image has no ground-truth boxes");
+    CHECK(error_of([&] { generator.grid_anchors({{12, 16}}, {96, 128}); }) ==
+          "AnchorGenerator: 1 feature maps but sizes for 5");
   }
 }

@@ -1,0 +1,69 @@
+#include "vision/detection/anchors.h"
+
+#include <torch/torch.h>
+
+#include <cmath>
+#include <string>
+
+#include "core/error.h"
+
+namespace fastcpp::vision {
+
+torch::Tensor AnchorGenerator::cell_anchors(size_t k) const {
+  if (k >= sizes.size() || k >= aspect_ratios.size())
+    throw Error("AnchorGenerator: no sizes or aspect ratios for feature map " + std::to_string(k) + " (it has " +
+                std::to_string(sizes.size()) + " sizes and " + std::to_string(aspect_ratios.size()) + " ratio lists)");
+  const auto scales = torch::tensor(sizes[k], torch::kFloat);
+  const auto h_ratios = torch::sqrt(torch::tensor(aspect_ratios[k], torch::kFloat));
+  const auto w_ratios = 1 / h_ratios;
+  const auto ws = (w_ratios.unsqueeze(1) * scales.unsqueeze(0)).view(-1);
+  const auto hs = (h_ratios.unsqueeze(1) * scales.unsqueeze(0)).view(-1);
+  return (torch::stack({-ws, -hs, ws, hs}, 1) / 2).round();
+}
+
+torch::Tensor AnchorGenerator::grid_anchors(const std::vector<std::pair<int64_t, int64_t>>& feature_sizes,
+                                            std::pair<int64_t, int64_t> image_size) const {
+  if (feature_sizes.size() != sizes.size())
+    throw Error("AnchorGenerator: " + std::to_string(feature_sizes.size()) + " feature maps but sizes for " +
+                std::to_string(sizes.size()));
+  std::vector<torch::Tensor> anchors;
+  for (size_t k = 0; k < feature_sizes.size(); ++k) {
+    const auto [rows, cols] = feature_sizes[k];
+    const int64_t stride_y = image_size.first / rows, stride_x = image_size.second / cols;
+    const auto shifts_x = torch::arange(cols, torch::kInt) * static_cast<int>(stride_x);
+    const auto shifts_y = torch::arange(rows, torch::kInt) * static_cast<int>(stride_y);
+    const auto grid = torch::meshgrid({shifts_y, shifts_x}, "ij");
+    const auto x = grid[1].reshape(-1), y = grid[0].reshape(-1);
+    const auto shifts = torch::stack({x, y, x, y}, 1);
+    anchors.push_back((shifts.view({-1, 1, 4}) + cell_anchors(k).view({1, -1, 4})).reshape({-1, 4}));
+  }
+  return torch::cat(anchors);
+}
+
+AnchorGenerator retinanet_anchor_generator() {
+  AnchorGenerator generator;
+  for (const double side : {32.0, 64.0, 128.0, 256.0, 512.0}) {
+    generator.sizes.push_back({side, std::floor(side * std::pow(2.0, 1.0 / 3)), std::floor(side * std::pow(2.0, 2.0 / 3))});
+    generator.aspect_ratios.push_back({0.5, 1.0, 2.0});
+  }
+  return generator;
+}
+
+torch::Tensor Matcher::operator()(const torch::Tensor& quality) const {
+  if (quality.dim() != 2) throw Error("Matcher: expected an IoU matrix [boxes, anchors], got " + c10::str(quality.sizes()));
+  if (quality.size(0) == 0) throw Error("Matcher: an image has no ground-truth boxes");
+  if (quality.size(1) == 0) throw Error("Matcher: there are no anchors");
+  const auto [best, matches_of_best] = quality.max(0);
+  auto matches = matches_of_best.clone();
+  matches.masked_fill_(best < low, below_low_threshold);
+  matches.masked_fill_((best >= low).logical_and(best < high), between_thresholds);
+  if (allow_low_quality_matches) {
+    // Each box's best anchors (ties included) get their box back.
+    const auto best_of_box = std::get<0>(quality.max(1));
+    const auto anchors = torch::where(quality == best_of_box.unsqueeze(1))[1];
+    matches.index_put_({anchors}, matches_of_best.index({anchors}));
+  }
+  return matches;
+}
+
+}  // namespace fastcpp::vision
