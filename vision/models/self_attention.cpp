@@ -33,15 +33,14 @@ void SpectralConv1dImpl::reset() {
 
 torch::Tensor SpectralConv1dImpl::normalized_weight() {
   const auto matrix = weight_orig.reshape({nf, -1});
-  if (is_training()) {
+  if (!is_training()) return weight_orig / torch::dot(weight_u, torch::mv(matrix, weight_v));
+  {
     torch::NoGradGuard no_grad;
     weight_v.copy_(unit(torch::mv(matrix.t(), weight_u)));
     weight_u.copy_(unit(torch::mv(matrix, weight_v)));
   }
-  // Copies of u and v, as torch's: the next power iteration may change the buffers
-  // before backward reads them.
-  const auto u = weight_u.clone(), v = weight_v.clone();
-  return weight_orig / torch::dot(u, torch::mv(matrix, v));
+  // Copies, as torch's: the next power iteration changes the buffers before backward reads them.
+  return weight_orig / torch::dot(weight_u.clone(), torch::mv(matrix, weight_v.clone()));
 }
 
 torch::Tensor SpectralConv1dImpl::forward(const torch::Tensor& x) { return F::conv1d(x, normalized_weight()); }
