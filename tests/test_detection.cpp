@@ -3,6 +3,8 @@
 #include "helpers.h"
 #include "vision/detection/anchors.h"
 #include "vision/detection/boxes.h"
+#include "vision/detection/detector_output.h"
+#include "vision/detection/retinanet.h"
 
 using namespace fastcpp;
 using namespace fastcpp::testing;
@@ -10,6 +12,8 @@ using namespace fastcpp::testing;
 namespace {
 
 const std::string kBoxes = std::string(FASTCPP_MODEL_FIXTURES) + "/boxes.pt";
+const std::string kRetinaNet = std::string(FASTCPP_MODEL_FIXTURES) + "/retinanet.pth";
+const std::string kRetinaNetIO = std::string(FASTCPP_MODEL_FIXTURES) + "/retinanet_io.pt";
 
 torch::Tensor entry(const c10::impl::GenericDict& fixtures, const std::string& key) {
   return fixtures.at(c10::IValue(key)).toTensor();
@@ -18,6 +22,13 @@ torch::Tensor entry(const c10::impl::GenericDict& fixtures, const std::string& k
 bool close(const torch::Tensor& got, const torch::Tensor& expected, double tolerance = 1e-5) {
   REQUIRE(got.sizes() == expected.sizes());
   return torch::allclose(got, expected, tolerance, tolerance);
+}
+
+// The fixture's RetinaNet: resnet18 + an FPN of 32 channels, 3 classes, torchvision's weights.
+vision::RetinaNet fixture_retinanet() {
+  auto model = vision::retinanet({.num_classes = 3, .arch = vision::resnet18, .fpn_channels = 32});
+  load_state_dict(*model, kRetinaNet);
+  return model;
 }
 
 }  // namespace
@@ -94,5 +105,85 @@ TEST_SUITE("detection") {
     CHECK(error_of([&] { vision::Matcher{}(quality.narrow(0, 0, 0)); }) == "Matcher: an image has no ground-truth boxes");
     CHECK(error_of([&] { generator.grid_anchors({{12, 16}}, {96, 128}); }) ==
           "AnchorGenerator: 1 feature maps but sizes for 5");
+  }
+
+  TEST_CASE("RetinaNet loads torchvision's state dict; outputs, losses, gradients and detections equal torchvision's") {
+    const auto f = read_torch_file(read_file(kRetinaNetIO)).toGenericDict();
+    const auto x = entry(f, "input"), targets = entry(f, "targets");
+    auto model = fixture_retinanet();
+
+    model->train();
+    const auto output = model(x);
+    const vision::DetectorOutput out(output, "test");
+    CHECK(output.sizes() == torch::IntArrayRef{3, 2313, 11 + 3});
+    CHECK(torch::equal(out.anchors()[2], entry(f, "anchors")));
+    CHECK((out.image_height() == 96 && out.image_width() == 128));
+    CHECK(close(out.logits(), entry(f, "train.cls_logits"), 1e-4));
+    CHECK(close(out.codes(), entry(f, "train.bbox_regression"), 1e-4));
+    const auto losses = vision::retinanet_losses(output, targets);
+    CHECK(torch::allclose(losses.classification, entry(f, "loss.classification"), 1e-5, 1e-5));
+    CHECK(torch::allclose(losses.box_regression, entry(f, "loss.bbox_regression"), 1e-5, 1e-5));
+    (losses.classification + losses.box_regression).backward();
+    CHECK(torch::allclose(model->head->regression_head->final->weight.grad(), entry(f, "grad.bbox_reg"), 1e-4, 1e-6));
+    CHECK(torch::allclose(model->backbone->body->named_parameters()["conv1.weight"].grad(), entry(f, "grad.conv1"), 1e-4, 1e-6));
+    const auto giou = vision::retinanet_losses(output.detach(), targets, {.box_loss = vision::BoxLoss::giou});
+    CHECK(torch::allclose(giou.box_regression, entry(f, "loss.giou"), 1e-5, 1e-5));
+    // the Loss is the sum of the two terms
+    CHECK(vision::retinanet_loss()(output.detach(), targets).item<double>() ==
+          doctest::Approx((losses.classification + losses.box_regression).item<double>()).epsilon(1e-6));
+
+    model->eval();
+    torch::NoGradGuard no_grad;
+    const auto evaluated = model(x);
+    const vision::DetectorOutput eval_out(evaluated, "test");
+    CHECK(close(eval_out.logits(), entry(f, "eval.cls_logits"), 1e-4));
+    CHECK(close(eval_out.codes(), entry(f, "eval.bbox_regression"), 1e-4));
+    const auto found = vision::retinanet_detections(evaluated, {.detections_per_image = 25, .candidates_per_level = 40});
+    REQUIRE(found.size() == 3);
+    for (int i = 0; i < 3; ++i) {
+      CAPTURE(i);
+      const auto key = "detections." + std::to_string(i) + ".";
+      CHECK(torch::equal(found[i].labels, entry(f, key + "labels")));
+      CHECK(close(found[i].scores, entry(f, key + "scores")));
+      CHECK(close(found[i].boxes, entry(f, key + "boxes"), 1e-4));
+    }
+  }
+
+  TEST_CASE("a RetinaNet's clone has its own copy of every tensor and draws nothing from the global generator") {
+    auto model = fixture_retinanet();
+    torch::manual_seed(3);
+    const auto expected_draw = torch::rand({4});
+    torch::manual_seed(3);
+    const auto copy = std::dynamic_pointer_cast<vision::RetinaNetImpl>(model->clone());
+    CHECK(torch::equal(torch::rand({4}), expected_draw));
+    const auto theirs = named_state(*copy), ours = named_state(*model);
+    REQUIRE(theirs.size() == ours.size());
+    for (size_t i = 0; i < ours.size(); ++i) {
+      CAPTURE(ours[i].first);
+      CHECK(theirs[i].first == ours[i].first);
+      CHECK(torch::equal(theirs[i].second, ours[i].second));
+      CHECK(theirs[i].second.data_ptr() != ours[i].second.data_ptr());
+    }
+    model->eval();
+    copy->eval();
+    torch::NoGradGuard no_grad;
+    const auto x = torch::randn({1, 3, 64, 64});
+    CHECK(torch::equal(model(x), copy->forward(x)));
+  }
+
+  TEST_CASE("detection targets pack each image's boxes; bad outputs and targets are named") {
+    const auto targets = vision::box_targets({{torch::tensor({{1.0, 2.0, 3.0, 4.0}, {5.0, 6.0, 7.0, 8.0}}), torch::tensor({0, 2})},
+                                              {torch::zeros({0, 4}), torch::zeros({0}, torch::kLong)}});
+    CHECK(targets.sizes() == torch::IntArrayRef{2, 2, 5});
+    CHECK(torch::equal(targets[1], torch::full({2, 5}, -1.0)));
+    const auto first = vision::image_boxes(targets, 0);
+    CHECK(torch::equal(first.labels, torch::tensor({0, 2}, torch::kLong)));
+    CHECK(torch::equal(first.boxes, torch::tensor({{1.0f, 2.0f, 3.0f, 4.0f}, {5.0f, 6.0f, 7.0f, 8.0f}})));
+    CHECK(vision::image_boxes(targets, 1).boxes.size(0) == 0);
+    CHECK(error_of([] { vision::retinanet_losses(torch::zeros({2, 5, 3}), torch::zeros({2, 1, 5})); }) ==
+          "retinanet_loss: expected a detector's output [images, anchors, 11 + classes], got Float [2, 5, 3]");
+    CHECK(error_of([] { vision::retinanet_losses(torch::zeros({2, 5, 14}), torch::zeros({2, 1, 4})); }) ==
+          "retinanet_loss: expected targets [2, boxes, 5] (x1 y1 x2 y2 label), got [2, 1, 4]");
+    CHECK(error_of([] { vision::retinanet({.num_classes = 0}); }) == "retinanet: num_classes must be positive, got 0");
   }
 }

@@ -99,6 +99,19 @@ torch::Tensor generalized_box_iou(const torch::Tensor& a, const torch::Tensor& b
   return inter / uni - (enclosing - uni) / enclosing;
 }
 
+torch::Tensor generalized_box_iou_loss(const torch::Tensor& a, const torch::Tensor& b, double eps) {
+  if (a.sizes() != b.sizes() || a.dim() != 2 || a.size(1) != 4)
+    throw Error("generalized_box_iou_loss: expected two [N, 4] box lists, got " + c10::str(a.sizes()) + " and " +
+                c10::str(b.sizes()));
+  const auto x1 = a.select(1, 0), y1 = a.select(1, 1), x2 = a.select(1, 2), y2 = a.select(1, 3);
+  const auto gx1 = b.select(1, 0), gy1 = b.select(1, 1), gx2 = b.select(1, 2), gy2 = b.select(1, 3);
+  const auto iw = torch::min(x2, gx2) - torch::max(x1, gx1), ih = torch::min(y2, gy2) - torch::max(y1, gy1);
+  const auto inter = torch::where((iw > 0) & (ih > 0), iw * ih, torch::zeros_like(iw));
+  const auto uni = (x2 - x1) * (y2 - y1) + (gx2 - gx1) * (gy2 - gy1) - inter;
+  const auto enclosing = (torch::max(x2, gx2) - torch::min(x1, gx1)) * (torch::max(y2, gy2) - torch::min(y1, gy1));
+  return 1 - (inter / (uni + eps) - (enclosing - uni) / (enclosing + eps));
+}
+
 torch::Tensor clip_boxes_to_image(const torch::Tensor& boxes, int64_t height, int64_t width) {
   check_boxes("clip_boxes_to_image", boxes);
   const auto x = boxes.index({Slice(), Slice(0, None, 2)}).clamp(0, width);

@@ -46,6 +46,10 @@ struct BoxCoder {
   torch::Tensor decode(const torch::Tensor& codes, const torch::Tensor& anchors) const;
 };
 
+// 1 - generalized IoU of each box of `a` with the box of `b` in the same row ([N, 4] each),
+// [N]: torchvision.ops.generalized_box_iou_loss unreduced (eps keeps empty boxes finite).
+torch::Tensor generalized_box_iou_loss(const torch::Tensor& a, const torch::Tensor& b, double eps = 1e-7);
+
 // Greedy non-maximum suppression: the indices of the boxes kept, by decreasing score;
 // a box goes when its IoU with a kept one is above iou_threshold. Runs on the host
 // (boxes on a GPU are copied there and the indices back).

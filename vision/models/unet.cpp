@@ -9,11 +9,9 @@
 #include <torch/nn/modules/pixelshuffle.h>
 #include <torch/nn/modules/pooling.h>
 
-#include <ATen/CPUGeneratorImpl.h>
-
 #include <algorithm>
-#include <mutex>
 
+#include "core/clone.h"
 #include "core/error.h"
 #include "core/sequential.h"
 #include "vision/models/self_attention.h"
@@ -160,17 +158,7 @@ DynamicUnetImpl::DynamicUnetImpl(torch::nn::Sequential encoder, UnetOptions opti
 void DynamicUnetImpl::reset() { layers = register_module("layers", torch::nn::ModuleList()); }
 
 std::shared_ptr<torch::nn::Module> DynamicUnetImpl::clone(const std::optional<torch::Device>& device) const {
-  // torch's clone builds each of its own layers (convs) anew, drawing initial weights,
-  // before copying the weights over: the draws are undone.
-  auto generator = at::detail::getDefaultCPUGenerator();
-  const auto state = [&] {
-    std::lock_guard<std::mutex> lock(generator.mutex());
-    return generator.get_state();
-  }();
-  auto copy = Cloneable::clone(device);
-  std::lock_guard<std::mutex> lock(generator.mutex());
-  generator.set_state(state);
-  return copy;
+  return without_drawing([&] { return Cloneable::clone(device); });
 }
 
 torch::nn::Sequential DynamicUnetImpl::encoder() const {

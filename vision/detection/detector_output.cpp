@@ -1,0 +1,51 @@
+#include "vision/detection/detector_output.h"
+
+#include <algorithm>
+
+#include "core/error.h"
+
+namespace fastcpp::vision {
+
+DetectorOutput::DetectorOutput(torch::Tensor out, const char* who) : output(std::move(out)) {
+  if (output.dim() != 3 || output.size(2) <= kPrefix || !output.is_floating_point())
+    throw Error(std::string(who) + ": expected a detector's output [images, anchors, 11 + classes], got " +
+                std::string(c10::toString(output.scalar_type())) + " " + c10::str(output.sizes()));
+}
+
+torch::Tensor DetectorOutput::pack(const torch::Tensor& codes, const torch::Tensor& logits, const torch::Tensor& anchors,
+                                   const torch::Tensor& levels, int64_t image_height, int64_t image_width) {
+  const auto n = codes.size(0), a = codes.size(1);
+  const auto options = anchors.options();
+  auto per_anchor = torch::cat({levels.to(options).unsqueeze(1), torch::tensor({double(image_height), double(image_width)}, options).expand({a, 2}), anchors}, 1);
+  const auto dtype = torch::promote_types(options.dtype().toScalarType(), logits.scalar_type());
+  return torch::cat({per_anchor.unsqueeze(0).expand({n, a, 7}).to(dtype), codes.to(dtype), logits.to(dtype)}, 2);
+}
+
+int64_t DetectorOutput::image_height() const { return output.size(1) ? output[0][0][1].item<int64_t>() : 0; }
+int64_t DetectorOutput::image_width() const { return output.size(1) ? output[0][0][2].item<int64_t>() : 0; }
+
+ImageBoxes image_boxes(const torch::Tensor& targets, int64_t i) {
+  if (targets.dim() != 3 || targets.size(2) != 5)
+    throw Error("detection targets: expected [images, boxes, 5] (x1 y1 x2 y2 label), got " + c10::str(targets.sizes()));
+  const auto rows = targets[i];
+  const auto present = rows.select(1, 4) >= 0;
+  const auto kept = rows.index({present});
+  return {kept.narrow(1, 0, 4), kept.select(1, 4).to(torch::kLong)};
+}
+
+torch::Tensor box_targets(const std::vector<ImageBoxes>& images) {
+  int64_t most = 0;
+  for (const auto& image : images) most = std::max(most, image.labels.size(0));
+  auto targets = torch::full({static_cast<int64_t>(images.size()), most, 5}, -1.0);
+  for (size_t i = 0; i < images.size(); ++i) {
+    const auto n = images[i].labels.size(0);
+    if (images[i].boxes.dim() != 2 || images[i].boxes.size(0) != n || images[i].boxes.size(1) != 4)
+      throw Error("box_targets: image " + std::to_string(i) + " has boxes " + c10::str(images[i].boxes.sizes()) +
+                  " for " + std::to_string(n) + " labels");
+    targets[i].narrow(0, 0, n).narrow(1, 0, 4).copy_(images[i].boxes);
+    targets[i].narrow(0, 0, n).select(1, 4).copy_(images[i].labels);
+  }
+  return targets;
+}
+
+}  // namespace fastcpp::vision

@@ -1,0 +1,49 @@
+#pragma once
+// What a single-shot detector (RetinaNet, SSD) returns for a batch, as one tensor, so
+// that it goes through the Learner, to_parallel and to_distributed as a classifier's
+// output does: [images, anchors, 11 + classes], each anchor's row
+//
+//   level | image height, width | anchor x1 y1 x2 y2 | box codes (4) | class logits
+//
+// The level (which pyramid map the anchor is on), the image's size and the anchor make
+// the loss and the decoding functions of the output alone (the Learner's loss and
+// metrics see the output and the targets, nothing else); they cost 7 floats an anchor.
+//
+// Targets are [images, most boxes, 5]: x1 y1 x2 y2 label per box, rows of label -1
+// filling the images with fewer boxes (box_targets makes them).
+#include <torch/types.h>
+
+#include <vector>
+
+namespace fastcpp::vision {
+
+struct DetectorOutput {
+  static constexpr int64_t kPrefix = 11;  // columns before the class logits
+
+  // Checks the layout (a fastcpp::Error names `who` otherwise).
+  DetectorOutput(torch::Tensor output, const char* who);
+  // Packs head outputs: codes [N, A, 4], logits [N, A, K]; anchors [A, 4] and levels [A]
+  // the same for every image.
+  static torch::Tensor pack(const torch::Tensor& codes, const torch::Tensor& logits, const torch::Tensor& anchors,
+                            const torch::Tensor& levels, int64_t image_height, int64_t image_width);
+
+  torch::Tensor levels() const { return output.select(2, 0); }    // [N, A]
+  torch::Tensor anchors() const { return output.narrow(2, 3, 4); }  // [N, A, 4]
+  torch::Tensor codes() const { return output.narrow(2, 7, 4); }    // [N, A, 4]
+  torch::Tensor logits() const { return output.narrow(2, kPrefix, num_classes()); }  // [N, A, K]
+  int64_t num_classes() const { return output.size(2) - kPrefix; }
+  int64_t image_height() const;
+  int64_t image_width() const;
+
+  torch::Tensor output;
+};
+
+// Image i's ground truth out of targets [N, M, 5]: boxes [n, 4] and labels [n] (int64).
+struct ImageBoxes {
+  torch::Tensor boxes, labels;
+};
+ImageBoxes image_boxes(const torch::Tensor& targets, int64_t i);
+// Targets [N, most boxes, 5] from each image's boxes [n, 4] and labels [n].
+torch::Tensor box_targets(const std::vector<ImageBoxes>& images);
+
+}  // namespace fastcpp::vision

@@ -1,0 +1,220 @@
+#include "vision/detection/retinanet.h"
+
+#include <torch/nn/functional/loss.h>
+#include <torch/nn/init.h>
+#include <torch/nn/modules/activation.h>
+
+#include <cmath>
+
+#include "core/clone.h"
+#include "core/error.h"
+#include "vision/detection/detector_output.h"
+
+namespace fastcpp::vision {
+namespace {
+
+namespace F = torch::nn::functional;
+
+// torchvision's head convs: weights from N(0, 0.01), the bias given.
+torch::nn::Conv2d head_conv(int64_t in, int64_t out, double bias) {
+  torch::nn::Conv2d conv(torch::nn::Conv2dOptions(in, out, 3).padding(1));
+  torch::NoGradGuard no_grad;
+  torch::nn::init::normal_(conv->weight, 0, 0.01);
+  conv->bias.fill_(bias);
+  return conv;
+}
+
+// The sizes {H, W} of each map.
+std::vector<std::pair<int64_t, int64_t>> sizes_of(const std::vector<torch::Tensor>& maps) {
+  std::vector<std::pair<int64_t, int64_t>> sizes;
+  for (const auto& map : maps) sizes.emplace_back(map.size(-2), map.size(-1));
+  return sizes;
+}
+
+}  // namespace
+
+RetinaNetBranchImpl::RetinaNetBranchImpl(int64_t channels_, int64_t anchors_, int64_t per_anchor_,
+                                         std::string final_name_, double final_bias_)
+    : channels(channels_), anchors(anchors_), per_anchor(per_anchor_), final_name(std::move(final_name_)),
+      final_bias(final_bias_) {
+  reset();
+}
+
+void RetinaNetBranchImpl::reset() {
+  conv = register_module("conv", torch::nn::Sequential());
+  for (int i = 0; i < 4; ++i) {
+    Stage layer;  // torchvision's Conv2dNormActivation without a norm
+    layer->push_back("0", head_conv(channels, channels, 0));
+    layer->push_back("1", torch::nn::ReLU(torch::nn::ReLUOptions(true)));
+    conv->push_back(layer);
+  }
+  final = register_module(final_name, head_conv(channels, anchors * per_anchor, final_bias));
+}
+
+torch::Tensor RetinaNetBranchImpl::forward(const std::vector<torch::Tensor>& maps) {
+  std::vector<torch::Tensor> per_map;
+  for (const auto& map : maps) {
+    const auto y = final(conv->forward(map));
+    const auto n = y.size(0), h = y.size(2), w = y.size(3);
+    // [N, A * V, H, W] -> [N, H, W, A, V] -> [N, H * W * A, V]: anchors cell by cell, as the anchors are laid out
+    per_map.push_back(y.view({n, anchors, per_anchor, h, w}).permute({0, 3, 4, 1, 2}).reshape({n, -1, per_anchor}));
+  }
+  return torch::cat(per_map, 1);
+}
+
+RetinaNetHeadImpl::RetinaNetHeadImpl(int64_t channels_, int64_t anchors_, int64_t num_classes_, double prior)
+    : channels(channels_), anchors(anchors_), num_classes(num_classes_), prior_probability(prior) {
+  reset();
+}
+
+void RetinaNetHeadImpl::reset() {
+  // The classification bias makes every score start at the prior (the paper's 0.01), so
+  // that the many background anchors do not swamp the first steps' loss.
+  const double prior_bias = -std::log((1 - prior_probability) / prior_probability);
+  classification_head = register_module(
+      "classification_head", RetinaNetBranch(channels, anchors, num_classes, "cls_logits", prior_bias));
+  regression_head = register_module("regression_head", RetinaNetBranch(channels, anchors, 4, "bbox_reg", 0));
+}
+
+RetinaNetImpl::RetinaNetImpl(RetinaNetOptions options_) : options(std::move(options_)) {
+  if (options.num_classes < 1) throw Error("retinanet: num_classes must be positive, got " + std::to_string(options.num_classes));
+  const auto& generator = options.anchor_generator;
+  if (generator.sizes.size() != 5 || generator.aspect_ratios.size() != 5)
+    throw Error("retinanet: the anchor generator needs sizes and aspect ratios for each of the 5 maps");
+  for (size_t k = 1; k < 5; ++k)
+    if (generator.sizes[k].size() * generator.aspect_ratios[k].size() !=
+        generator.sizes[0].size() * generator.aspect_ratios[0].size())
+      throw Error("retinanet: the head needs as many anchors a cell on every map");
+  reset();
+}
+
+void RetinaNetImpl::reset() {
+  const auto& generator = options.anchor_generator;
+  const auto anchors = static_cast<int64_t>(generator.sizes[0].size() * generator.aspect_ratios[0].size());
+  backbone = register_module("backbone", ResNetFPN(options.arch, options.backbone, options.fpn_channels, options.p6_from_c5));
+  head = register_module("head", RetinaNetHead(options.fpn_channels, anchors, options.num_classes, options.prior_probability));
+  cache_ = {};
+}
+
+std::shared_ptr<torch::nn::Module> RetinaNetImpl::clone(const std::optional<torch::Device>& device) const {
+  return without_drawing([&] { return Cloneable::clone(device); });
+}
+
+torch::Tensor RetinaNetImpl::forward(const torch::Tensor& images) {
+  if (images.dim() != 4)
+    throw Error("retinanet: expected images [N, C, H, W], got " + c10::str(images.sizes()));
+  const auto maps = backbone(images);
+  const auto logits = head->classification_head(maps);
+  const auto codes = head->regression_head(maps);
+
+  const auto feature_sizes = sizes_of(maps);
+  const std::pair<int64_t, int64_t> image_size{images.size(2), images.size(3)};
+  if (feature_sizes != cache_.feature_sizes || image_size != cache_.image_size ||
+      cache_.anchors.device() != images.device()) {
+    std::vector<torch::Tensor> levels;
+    const auto per_cell = static_cast<int64_t>(options.anchor_generator.sizes[0].size() *
+                                               options.anchor_generator.aspect_ratios[0].size());
+    for (size_t k = 0; k < feature_sizes.size(); ++k)
+      levels.push_back(torch::full({feature_sizes[k].first * feature_sizes[k].second * per_cell}, double(k)));
+    cache_ = {feature_sizes, image_size,
+              options.anchor_generator.grid_anchors(feature_sizes, image_size).to(images.device()),
+              torch::cat(levels).to(images.device())};
+  }
+  return DetectorOutput::pack(codes, logits, cache_.anchors, cache_.levels, image_size.first, image_size.second);
+}
+
+RetinaNet retinanet(RetinaNetOptions options) { return RetinaNet(std::move(options)); }
+
+RetinaNetLosses retinanet_losses(const torch::Tensor& output, const torch::Tensor& targets,
+                                 const RetinaNetLossOptions& options) {
+  const DetectorOutput out(output, "retinanet_loss");
+  const auto n = output.size(0);
+  if (targets.dim() != 3 || targets.size(0) != n || targets.size(2) != 5)
+    throw Error("retinanet_loss: expected targets [" + std::to_string(n) + ", boxes, 5] (x1 y1 x2 y2 label), got " +
+                c10::str(targets.sizes()));
+  const auto all_anchors = out.anchors(), all_codes = out.codes(), all_logits = out.logits();
+  torch::Tensor classification, box_regression;
+  for (int64_t i = 0; i < n; ++i) {
+    const auto truth = image_boxes(targets.to(output.device()), i);
+    const auto anchors = all_anchors[i], codes = all_codes[i], logits = all_logits[i];
+    const auto matched = truth.boxes.size(0) == 0
+                             ? torch::full({anchors.size(0)}, Matcher::below_low_threshold,
+                                           torch::dtype(torch::kLong).device(output.device()))
+                             : options.matcher(box_iou(truth.boxes.to(anchors.dtype()), anchors));
+    const auto foreground = torch::nonzero(matched >= 0).squeeze(1);
+    const auto boxes_of_foreground = matched.index({foreground});
+    const auto divisor = static_cast<double>(std::max<int64_t>(1, foreground.size(0)));
+
+    // Classification: a one-hot target for each matched anchor, none for the others;
+    // the anchors between the thresholds do not count.
+    auto classes = torch::zeros_like(logits);
+    classes.index_put_({foreground, truth.labels.index({boxes_of_foreground})}, 1.0);
+    const auto counted = matched != Matcher::between_thresholds;
+    const auto cls = sigmoid_focal_loss(logits.index({counted}), classes.index({counted}), options.focal_alpha,
+                                        options.focal_gamma, Reduction::sum) / divisor;
+
+    // Box regression, on the matched anchors only.
+    const auto predicted = codes.index({foreground}), anchors_fg = anchors.index({foreground});
+    const auto truth_fg = truth.boxes.to(anchors.dtype()).index({boxes_of_foreground});
+    torch::Tensor box;
+    switch (options.box_loss) {
+      case BoxLoss::l1:
+        box = F::l1_loss(predicted, options.coder.encode(truth_fg, anchors_fg), F::L1LossFuncOptions(torch::kSum));
+        break;
+      case BoxLoss::smooth_l1:
+        box = F::smooth_l1_loss(predicted, options.coder.encode(truth_fg, anchors_fg),
+                                F::SmoothL1LossFuncOptions(torch::kSum), options.smooth_l1_beta);
+        break;
+      case BoxLoss::giou:
+        box = generalized_box_iou_loss(options.coder.decode(predicted, anchors_fg), truth_fg).sum();
+        break;
+    }
+    box = box / divisor;
+    classification = i == 0 ? cls : classification + cls;
+    box_regression = i == 0 ? box : box_regression + box;
+  }
+  return {classification / n, box_regression / n};
+}
+
+Loss retinanet_loss(RetinaNetLossOptions options) {
+  return Loss([options](const torch::Tensor& output, const torch::Tensor& targets) {
+    const auto losses = retinanet_losses(output, targets, options);
+    return losses.classification + losses.box_regression;
+  });
+}
+
+std::vector<Detections> retinanet_detections(const torch::Tensor& output, const DetectionOptions& options) {
+  const DetectorOutput out(output, "retinanet_detections");
+  const auto num_classes = out.num_classes();
+  const auto height = out.image_height(), width = out.image_width();
+  // Anchors per map: runs of one level in the level column.
+  const auto counts_tensor = std::get<2>(torch::unique_consecutive(out.levels()[0].cpu(), false, true));
+  const std::vector<int64_t> counts(counts_tensor.data_ptr<int64_t>(), counts_tensor.data_ptr<int64_t>() + counts_tensor.numel());
+
+  std::vector<Detections> found;
+  for (int64_t i = 0; i < output.size(0); ++i) {
+    const auto logits = out.logits()[i].split_with_sizes(counts), codes = out.codes()[i].split_with_sizes(counts),
+               anchors = out.anchors()[i].split_with_sizes(counts);
+    std::vector<torch::Tensor> boxes, scores, labels;
+    for (size_t level = 0; level < counts.size(); ++level) {
+      auto level_scores = torch::sigmoid(logits[level]).flatten();
+      const auto passing = level_scores > options.score_threshold;
+      auto candidates = torch::nonzero(passing).squeeze(1);
+      const auto k = std::min(options.candidates_per_level, candidates.size(0));
+      auto [best, order] = level_scores.index({passing}).topk(k);
+      candidates = candidates.index({order});
+      const auto anchor = torch::div(candidates, num_classes, "floor");
+      boxes.push_back(clip_boxes_to_image(options.coder.decode(codes[level].index({anchor}), anchors[level].index({anchor})),
+                                          height, width));
+      scores.push_back(best);
+      labels.push_back(candidates % num_classes);
+    }
+    const auto all_boxes = torch::cat(boxes), all_scores = torch::cat(scores), all_labels = torch::cat(labels);
+    auto keep = batched_nms(all_boxes, all_scores, all_labels, options.nms_threshold);
+    keep = keep.narrow(0, 0, std::min(options.detections_per_image, keep.size(0)));
+    found.push_back({all_boxes.index({keep}), all_scores.index({keep}), all_labels.index({keep})});
+  }
+  return found;
+}
+
+}  // namespace fastcpp::vision
