@@ -34,7 +34,7 @@ Batch Dataset::get_batch(const std::vector<int64_t>& indices, uint64_t seed) con
       throw Error("item " + std::to_string(indices[k]) + ": " + e.what());
     }
   }
-  return collate(examples);
+  return collate_items(examples);
 }
 
 struct TensorDataset::DeviceCopies {

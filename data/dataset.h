@@ -41,6 +41,9 @@ class Dataset {
   virtual Example get(size_t index, Rng& rng) const { return get(index); }
   // Items indices[k] with streams Rng(mix_seed(seed, k)), collated. Errors name the item.
   virtual Batch get_batch(const std::vector<int64_t>& indices, uint64_t seed = 0) const;
+  // Items into a batch: stacked (collate); items of different shapes (box lists) are
+  // padded by their dataset here.
+  virtual Batch collate_items(const std::vector<Example>& examples) const { return collate(examples); }
   // The same items with their training-time random transforms acting (a validation
   // set's augmented twin, for test-time augmentation); nullptr where there are none.
   virtual std::shared_ptr<const Dataset> augmented() const { return nullptr; }

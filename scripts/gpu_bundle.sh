@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Gathers, into .gpu_bundle/ (ignored by git), what a GPU machine without Debian's
 # packages needs to build and check fastcpp with scripts/gpu_check.sh: doctest's single
-# header, CLI11's headers, Gloo's headers (c10d's Gloo backend includes them; the torch wheel ships none),
+# header, CLI11's and nlohmann's JSON headers, Gloo's headers (c10d's Gloo backend includes them; the torch wheel ships none),
 # zlib's headers, the Fashion-MNIST files, the fixtures of the fastai suite (made
 # here with the venv's fastai, which the GPU machines lack), and image_libs.tar.xz:
 # OpenCV's core and imgproc, libjpeg and libpng (headers, Debian's libraries and the
@@ -17,6 +17,7 @@ rm -rf "$bundle"
 mkdir -p "$bundle/include/doctest" "$bundle/data/fashion-mnist"
 cp /usr/include/doctest/doctest.h "$bundle/include/doctest/"
 cp -r /usr/include/gloo /usr/include/CLI "$bundle/include/"
+cp -r "$(.venv/bin/python -c 'import nlohmann_json, os; print(os.path.dirname(nlohmann_json.__file__))')/include/nlohmann" "$bundle/include/"
 cp /usr/include/zlib.h /usr/include/zconf.h "$bundle/include/"
 cp /usr/share/datasets/fashion-mnist/*.gz "$bundle/data/fashion-mnist/"
 .venv/bin/python tests/fixtures/fastai_reference.py "$bundle/fastai_fixtures"

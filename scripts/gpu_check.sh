@@ -98,7 +98,7 @@ if [[ " $stages " == *" build "* ]]; then
   [ "${auto_build:-0}" -eq 1 ] && [[ " $stages " != *" bench "* ]] && targets=(bench_train_step)  # a later step call
   start=$(now)
   { cmake -S . -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Release -DFASTCPP_PYTHON="$(command -v "$python")" \
-      "${opencv[@]}" -DFASTCPP_DOCTEST_DIR="$bundle/include" -DFASTCPP_GLOO_DIR="$bundle/include" -DFASTCPP_CLI11_DIR="$bundle/include" \
+      "${opencv[@]}" -DFASTCPP_DOCTEST_DIR="$bundle/include" -DFASTCPP_GLOO_DIR="$bundle/include" -DFASTCPP_CLI11_DIR="$bundle/include" -DFASTCPP_JSON_DIR="$bundle/include" \
       -DFASTCPP_FASTAI_FIXTURES="$bundle/fastai_fixtures" \
       "${zlib[@]}" && ninja -C "$build" -j "$(nproc)" "${targets[@]}"; } > "$out/build.log" 2>&1
   status=$?

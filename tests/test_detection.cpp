@@ -3,6 +3,8 @@
 #include "helpers.h"
 #include "vision/detection/anchors.h"
 #include "vision/detection/boxes.h"
+#include "vision/detection/coco_eval.h"
+#include "vision/detection/detection_learner.h"
 #include "vision/detection/detector_output.h"
 #include "vision/detection/retinanet.h"
 
@@ -14,6 +16,7 @@ namespace {
 const std::string kBoxes = std::string(FASTCPP_MODEL_FIXTURES) + "/boxes.pt";
 const std::string kRetinaNet = std::string(FASTCPP_MODEL_FIXTURES) + "/retinanet.pth";
 const std::string kRetinaNetIO = std::string(FASTCPP_MODEL_FIXTURES) + "/retinanet_io.pt";
+const std::string kCocoEval = std::string(FASTCPP_MODEL_FIXTURES) + "/coco_eval.pt";
 
 torch::Tensor entry(const c10::impl::GenericDict& fixtures, const std::string& key) {
   return fixtures.at(c10::IValue(key)).toTensor();
@@ -29,6 +32,23 @@ vision::RetinaNet fixture_retinanet() {
   auto model = vision::retinanet({.num_classes = 3, .arch = vision::resnet18, .fpn_channels = 32});
   load_state_dict(*model, kRetinaNet);
   return model;
+}
+
+// n images 3 x 64 x 64 of faint noise, each with one square of 24-40 pixels: red for
+// class 0, green for class 1. Targets [n, 1, 5].
+std::shared_ptr<TensorDataset> squares(int64_t n, uint64_t seed) {
+  auto gen = at::make_generator<at::CPUGeneratorImpl>(seed);
+  auto x = torch::rand({n, 3, 64, 64}, gen) * 0.1;
+  auto y = torch::zeros({n, 1, 5});
+  for (int64_t i = 0; i < n; ++i) {
+    const auto side = torch::randint(24, 41, {1}, gen).item<int64_t>();
+    const auto left = torch::randint(0, 64 - side, {1}, gen).item<int64_t>();
+    const auto top = torch::randint(0, 64 - side, {1}, gen).item<int64_t>();
+    const auto label = i % 2;
+    x[i][label].narrow(0, top, side).narrow(1, left, side).fill_(1.0);
+    y[i][0] = torch::tensor({double(left), double(top), double(left + side), double(top + side), double(label)});
+  }
+  return std::make_shared<TensorDataset>(x, y);
 }
 
 }  // namespace
@@ -185,5 +205,108 @@ TEST_SUITE("detection") {
     CHECK(error_of([] { vision::retinanet_losses(torch::zeros({2, 5, 14}), torch::zeros({2, 1, 4})); }) ==
           "retinanet_loss: expected targets [2, boxes, 5] (x1 y1 x2 y2 label), got [2, 1, 4]");
     CHECK(error_of([] { vision::retinanet({.num_classes = 0}); }) == "retinanet: num_classes must be positive, got 0");
+  }
+
+  TEST_CASE("detection_learner trains a RetinaNet: the validation loss falls; pretrained weights load and freeze the body") {
+    DataLoaders dls{DataLoader(squares(16, 1), {.bs = 4, .shuffle = true, .seed = 3}), DataLoader(squares(8, 2), {.bs = 4}),
+                    {"red", "green"}};
+    torch::manual_seed(0);
+    auto learn = vision::detection_learner(dls, vision::resnet18, {vision::metrics::coco_map50()},
+                                           {.width = 8, .fpn_channels = 16}, quiet());
+    silence(learn);
+    auto* net = dynamic_cast<vision::RetinaNetImpl*>(&learn.model.module());
+    REQUIRE(net != nullptr);
+    CHECK(net->options.num_classes == 2);
+    const auto before = learn.validate();
+    learn.fit_one_cycle(30, 3e-3);
+    const auto after = learn.validate();
+    CAPTURE(before[1]);
+    CAPTURE(after[1]);
+    CHECK(after[0] < 0.7 * before[0]);
+    CHECK(before[1] < 0.05);  // coco_map50 on the validation squares: none found at first
+    CHECK(after[1] > 0.2);
+
+    torch::manual_seed(0);
+    auto pretrained = vision::resnet18({.width = 8});
+    const auto weights = temp_path("retinanet_body.pth");
+    save_state_dict(*pretrained, weights);
+    auto tuned = vision::detection_learner(dls, vision::resnet18, {}, {.pretrained_weights = weights, .width = 8, .fpn_channels = 16},
+                                           quiet());
+    silence(tuned);
+    std::filesystem::remove(weights);
+    auto params = tuned.model.module().named_parameters();
+    CHECK(torch::equal(params["backbone.body.layer3.1.conv2.weight"], pretrained->named_parameters()["layer3.1.conv2.weight"]));
+    const auto conv_before = params["backbone.body.layer2.0.conv1.weight"].clone();
+    const auto bn_before = params["backbone.body.layer2.0.bn1.weight"].clone();
+    const auto head_before = params["head.regression_head.bbox_reg.weight"].clone();
+    tuned.fit(1, 1e-3);
+    CHECK(torch::equal(params["backbone.body.layer2.0.conv1.weight"], conv_before));  // frozen
+    CHECK(!torch::equal(params["backbone.body.layer2.0.bn1.weight"], bn_before));     // norm layers train
+    CHECK(!torch::equal(params["head.regression_head.bbox_reg.weight"], head_before));
+    const auto& groups = tuned.opt->param_groups();
+    REQUIRE(groups.size() == 3);
+    CHECK(groups[0].params.size() + groups[1].params.size() + groups[2].params.size() == params.size());
+    auto* body = dynamic_cast<vision::RetinaNetImpl*>(&tuned.model.module())->backbone->body.get();
+    const auto layers = body->named_children();
+    CHECK(groups[1].params.size() == layers["layer3"]->parameters().size() + layers["layer4"]->parameters().size());
+    CHECK(error_of([&] { vision::detection_learner(DataLoaders{dls.train, dls.valid}, vision::resnet18, {}, {}, quiet()); }) ==
+          "detection_learner: the data have no classes; give num_classes");
+  }
+
+  TEST_CASE("a RetinaNet trains on 2 CPU replicas as on one device: every weight and BatchNorm buffer, the loss") {
+    // As the U-Net's (the parallel suite): the replicas add up BatchNorm's sums in another
+    // order, so weights agree to 1e-5 with SGD and the running statistics to ten times that.
+    const auto train = [](bool parallel) {
+      DataLoaders dls{DataLoader(squares(12, 1), {.bs = 4, .shuffle = true, .seed = 3}), DataLoader(squares(4, 2), {.bs = 4}),
+                      {"red", "green"}};
+      torch::manual_seed(0);
+      auto learn = vision::detection_learner(dls, vision::resnet18, {}, {.width = 8, .fpn_channels = 16},
+                                             quiet({.opt_func = sgd({.mom = 0.9})}));
+      silence(learn);
+      if (parallel) learn.to_parallel({torch::kCPU, torch::kCPU});
+      learn.fit_one_cycle(2, 1e-2);
+      NamedTensors state;
+      for (const auto& [name, tensor] : named_state(learn.model.module())) state.emplace_back(name, tensor.detach().clone());
+      return std::make_pair(state, learn.validate()[0]);
+    };
+    const auto [single, single_loss] = train(false);
+    const auto [parallel, parallel_loss] = train(true);
+    REQUIRE(parallel.size() == single.size());
+    for (size_t i = 0; i < single.size(); ++i) {
+      const auto& [name, expected] = single[i];
+      INFO(name << ", largest difference " << (parallel[i].second - expected).abs().max().item<double>());
+      const double tolerance = name.find("running_") != std::string::npos ? 1e-4 : 1e-5;
+      if (expected.is_floating_point())
+        CHECK(torch::allclose(parallel[i].second, expected, tolerance, tolerance));
+      else
+        CHECK(torch::equal(parallel[i].second, expected));
+    }
+    CHECK(parallel_loss == doctest::Approx(single_loss).epsilon(1e-5));
+  }
+
+  TEST_CASE("COCO's AP, AP50, AP75 and per-class AP equal pycocotools' on the same detections") {
+    const auto f = read_torch_file(read_file(kCocoEval)).toGenericDict();
+    vision::CocoEvaluator evaluator(3);
+    for (int i = 0; i < 12; ++i) {
+      const auto key = std::to_string(i);
+      evaluator.add({entry(f, "dt." + key + ".boxes"), entry(f, "dt." + key + ".scores"), entry(f, "dt." + key + ".labels")},
+                    {entry(f, "gt." + key + ".boxes"), entry(f, "gt." + key + ".labels")});
+    }
+    const auto ap = evaluator.evaluate();
+    CHECK(ap.ap == doctest::Approx(entry(f, "ap").item<double>()).epsilon(1e-6));
+    CHECK(ap.ap50 == doctest::Approx(entry(f, "ap50").item<double>()).epsilon(1e-6));
+    CHECK(ap.ap75 == doctest::Approx(entry(f, "ap75").item<double>()).epsilon(1e-6));
+    const auto per_class = entry(f, "per_class");
+    REQUIRE(ap.per_class.size() == 3);
+    for (int k = 0; k < 3; ++k) CHECK(ap.per_class[k] == doctest::Approx(per_class[k].item<double>()).epsilon(1e-6));
+    CHECK(ap.per_class[1] == -1);  // no ground truth of class 1
+    CHECK(ap.ap > 0.1);
+    // Detections equal to the ground truth, scored: AP 1.
+    vision::CocoEvaluator perfect(3);
+    const auto truth = entry(f, "gt.1.boxes"), labels = entry(f, "gt.1.labels");
+    perfect.add({truth, torch::ones({truth.size(0)}), labels}, {truth, labels});
+    CHECK(perfect.evaluate().ap == doctest::Approx(1.0));
+    CHECK(error_of([&] { perfect.add({truth, torch::ones({truth.size(0)}), labels + 5}, {truth, labels}); }).rfind(
+              "CocoEvaluator: label ", 0) == 0);
   }
 }

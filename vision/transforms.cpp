@@ -35,6 +35,13 @@ void check_size(int size, const char* name) {
 
 }  // namespace
 
+std::optional<BoxMap> ImageTransform::box_map(cv::Size size, Rng& rng, bool train) const {
+  const auto p = plan(size, rng, train);
+  if (!p) return std::nullopt;
+  const double scale_x = double(p->out.width) / p->crop.width, scale_y = double(p->out.height) / p->crop.height;
+  return BoxMap{scale_x, scale_y, p->crop.x * scale_x, p->crop.y * scale_y, p->out, p->flip};
+}
+
 cv::Mat ImageTransform::apply_mask(const cv::Mat&, Rng&, bool, int) const {
   throw Error("item transform '" + spec() + "' has no form for masks (ImageTransform::apply_mask)");
 }
@@ -52,28 +59,32 @@ std::vector<std::string> transform_specs(const std::vector<ItemTransform>& tfms,
 
 Resize::Resize(int size, ResizeMethod method) : size_(size), method_(method) { check_size(size, "Resize"); }
 
-cv::Mat Resize::transform(const cv::Mat& image, Rng& rng, bool train, const Sampling& sampling) const {
-  const double w = image.cols, h = image.rows;
-  switch (method_) {
-    case ResizeMethod::Squish:
-      return resize_to(image, {size_, size_}, sampling);
-    case ResizeMethod::Crop: {
-      const double scale = size_ / std::min(w, h);
-      const cv::Size covering(std::max(size_, int(std::lround(w * scale))), std::max(size_, int(std::lround(h * scale))));
-      auto resized = resize_to(image, covering, sampling);
-      const int slack_x = resized.cols - size_, slack_y = resized.rows - size_;
-      const int x = train ? int(rng.integer(0, slack_x)) : slack_x / 2;
-      const int y = train ? int(rng.integer(0, slack_y)) : slack_y / 2;
-      return window(resized, x, y, size_, sampling);
-    }
-    case ResizeMethod::Pad: {
-      const double scale = size_ / std::max(w, h);
-      const cv::Size inside(std::max(1, int(std::lround(w * scale))), std::max(1, int(std::lround(h * scale))));
-      auto resized = resize_to(image, inside, sampling);
-      return window(resized, -(size_ - resized.cols) / 2, -(size_ - resized.rows) / 2, size_, sampling);
-    }
+Resize::Layout Resize::layout(cv::Size size, Rng& rng, bool train) const {
+  const double w = size.width, h = size.height;
+  if (method_ == ResizeMethod::Crop) {
+    const double scale = size_ / std::min(w, h);
+    const cv::Size covering(std::max(size_, int(std::lround(w * scale))), std::max(size_, int(std::lround(h * scale))));
+    const int slack_x = covering.width - size_, slack_y = covering.height - size_;
+    const int x = train ? int(rng.integer(0, slack_x)) : slack_x / 2;
+    const int y = train ? int(rng.integer(0, slack_y)) : slack_y / 2;
+    return {covering, {x, y}};
   }
-  return image;
+  const double scale = size_ / std::max(w, h);  // Pad
+  const cv::Size inside(std::max(1, int(std::lround(w * scale))), std::max(1, int(std::lround(h * scale))));
+  return {inside, {-(size_ - inside.width) / 2, -(size_ - inside.height) / 2}};
+}
+
+cv::Mat Resize::transform(const cv::Mat& image, Rng& rng, bool train, const Sampling& sampling) const {
+  if (method_ == ResizeMethod::Squish) return resize_to(image, {size_, size_}, sampling);
+  const auto [resized, corner] = layout(image.size(), rng, train);
+  return window(resize_to(image, resized, sampling), corner.x, corner.y, size_, sampling);
+}
+
+std::optional<BoxMap> Resize::box_map(cv::Size size, Rng& rng, bool train) const {
+  if (method_ == ResizeMethod::Squish) return ImageTransform::box_map(size, rng, train);
+  const auto [resized, corner] = layout(size, rng, train);
+  return BoxMap{double(resized.width) / size.width, double(resized.height) / size.height, double(corner.x),
+                double(corner.y), {size_, size_}};
 }
 
 RandomResizedCrop::RandomResizedCrop(int size, std::pair<double, double> scale, std::pair<double, double> ratio)
@@ -128,11 +139,25 @@ cv::Mat CenterCrop::transform(const cv::Mat& image, Rng&, bool, const Sampling& 
   return window(image, (image.cols - size_) / 2, (image.rows - size_) / 2, size_, sampling);
 }
 
+std::optional<BoxMap> CenterCrop::box_map(cv::Size size, Rng&, bool) const {
+  return BoxMap{1, 1, double((size.width - size_) / 2), double((size.height - size_) / 2), {size_, size_}};
+}
+
+cv::Point RandomCrop::corner(cv::Size size, Rng& rng, bool train) const {
+  if (!train) return {(size.width - size_) / 2, (size.height - size_) / 2};
+  const int x = int(rng.integer(-padding_, std::max(-padding_, size.width + padding_ - size_)));
+  const int y = int(rng.integer(-padding_, std::max(-padding_, size.height + padding_ - size_)));
+  return {x, y};
+}
+
 cv::Mat RandomCrop::transform(const cv::Mat& image, Rng& rng, bool train, const Sampling& sampling) const {
-  if (!train) return window(image, (image.cols - size_) / 2, (image.rows - size_) / 2, size_, sampling);
-  const int x = int(rng.integer(-padding_, std::max(-padding_, image.cols + padding_ - size_)));
-  const int y = int(rng.integer(-padding_, std::max(-padding_, image.rows + padding_ - size_)));
-  return window(image, x, y, size_, sampling);
+  const auto at = corner(image.size(), rng, train);
+  return window(image, at.x, at.y, size_, sampling);
+}
+
+std::optional<BoxMap> RandomCrop::box_map(cv::Size size, Rng& rng, bool train) const {
+  const auto at = corner(size, rng, train);
+  return BoxMap{1, 1, double(at.x), double(at.y), {size_, size_}};
 }
 
 std::optional<CropPlan> Resize::plan(cv::Size size, Rng&, bool) const {

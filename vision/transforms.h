@@ -32,6 +32,15 @@ struct CropPlan {
   bool flip = false;
 };
 
+// Where a transform sends the points of its input, as boxes need it: x -> x * scale_x - left,
+// y -> y * scale_y - top, into a result of size `out`, then x -> out.width - x if flipped.
+// Every built-in transform is such a map (a resize, a window, a mirror).
+struct BoxMap {
+  double scale_x = 1, scale_y = 1, left = 0, top = 0;
+  cv::Size out;
+  bool flip = false;
+};
+
 class ImageTransform {
  public:
   virtual ~ImageTransform() = default;
@@ -44,6 +53,10 @@ class ImageTransform {
   // This transform as a crop plan for an input of `size`, drawing exactly what apply
   // draws (so both give the same item); nullopt where it is not one crop and resize.
   virtual std::optional<CropPlan> plan(cv::Size size, Rng& rng, bool train) const { return std::nullopt; }
+  // The map of points for an input of `size`, drawing exactly what apply draws (give it a
+  // copy of apply's Rng): what moves an image's boxes with it. By default the plan's map
+  // where there is a plan; nullopt: the transform cannot move boxes.
+  virtual std::optional<BoxMap> box_map(cv::Size size, Rng& rng, bool train) const;
   // The shortest image side this transform needs for full quality (0: no need):
   // lets JPEG decoding skip pixels that would be thrown away.
   virtual int min_input_side() const { return 0; }
@@ -63,6 +76,7 @@ class ItemTransform {
     return impl_->apply_mask(mask, rng, train, fill);
   }
   std::optional<CropPlan> plan(cv::Size size, Rng& rng, bool train) const { return impl_->plan(size, rng, train); }
+  std::optional<BoxMap> box_map(cv::Size size, Rng& rng, bool train) const { return impl_->box_map(size, rng, train); }
   int min_input_side() const { return impl_->min_input_side(); }
   std::string spec() const { return impl_->spec(); }
 
@@ -105,10 +119,18 @@ class Resize : public GeometricTransform {
   explicit Resize(int size, ResizeMethod method = ResizeMethod::Crop);
   cv::Mat transform(const cv::Mat& pixels, Rng& rng, bool train, const Sampling& sampling) const override;
   std::optional<CropPlan> plan(cv::Size size, Rng& rng, bool train) const override;  // Squish only
+  std::optional<BoxMap> box_map(cv::Size size, Rng& rng, bool train) const override;
   int min_input_side() const override { return size_; }
   std::string spec() const override;
 
  private:
+  // Crop and Pad: the image resized to `resized`, then the size x size window at `corner`
+  // of it (negative: padding).
+  struct Layout {
+    cv::Size resized;
+    cv::Point corner;
+  };
+  Layout layout(cv::Size size, Rng& rng, bool train) const;
   int size_;
   ResizeMethod method_;
 };
@@ -136,6 +158,7 @@ class CenterCrop : public GeometricTransform {
  public:
   explicit CenterCrop(int size) : size_(size) {}
   cv::Mat transform(const cv::Mat& pixels, Rng& rng, bool train, const Sampling& sampling) const override;
+  std::optional<BoxMap> box_map(cv::Size size, Rng& rng, bool train) const override;
   std::string spec() const override;
 
  private:
@@ -146,9 +169,11 @@ class RandomCrop : public GeometricTransform {
  public:
   explicit RandomCrop(int size, int padding = 0) : size_(size), padding_(padding) {}
   cv::Mat transform(const cv::Mat& pixels, Rng& rng, bool train, const Sampling& sampling) const override;
+  std::optional<BoxMap> box_map(cv::Size size, Rng& rng, bool train) const override;
   std::string spec() const override;
 
  private:
+  cv::Point corner(cv::Size size, Rng& rng, bool train) const;  // of the window, in the unpadded image
   int size_, padding_;
 };
 

@@ -1,0 +1,161 @@
+// Detection data: boxes moved with their images by every item transform, COCO's JSON and
+// box files read into batches of padded box lists, and their errors.
+#include <opencv2/imgproc.hpp>
+
+#include <filesystem>
+#include <fstream>
+
+#include "helpers.h"
+#include "vision/datasets/coco.h"
+#include "vision/datasets/detection_data.h"
+#include "vision/image.h"
+
+using namespace fastcpp;
+using namespace fastcpp::testing;
+
+namespace {
+
+namespace fs = std::filesystem;
+
+// A black width x height picture with a white box (x1 y1 x2 y2, whole pixels).
+cv::Mat picture_with_box(int width, int height, cv::Rect box) {
+  cv::Mat image(height, width, CV_8UC3, cv::Scalar::all(0));
+  image(box).setTo(cv::Scalar::all(255));
+  return image;
+}
+
+// The bounding box (x1 y1 x2 y2) of the pixels brighter than half; empty where none are.
+torch::Tensor bright_box(const cv::Mat& image) {
+  cv::Mat gray, bright;
+  cv::cvtColor(image, gray, cv::COLOR_BGR2GRAY);
+  cv::threshold(gray, bright, 127, 255, cv::THRESH_BINARY);
+  const auto r = cv::boundingRect(bright);
+  if (r.area() == 0) return torch::zeros({0, 4});
+  return torch::tensor({{float(r.x), float(r.y), float(r.x + r.width), float(r.y + r.height)}});
+}
+
+void write_text(const std::string& path, const std::string& text) { std::ofstream(path) << text; }
+
+}  // namespace
+
+TEST_SUITE("detection") {
+  TEST_CASE("every item transform moves boxes with the image, drawing what the image's transform draws") {
+    using vision::ItemTransform;
+    const std::vector<std::pair<std::string, std::vector<ItemTransform>>> cases{
+        {"Resize squish", {vision::Resize(32, vision::ResizeMethod::Squish)}},
+        {"Resize crop", {vision::Resize(32, vision::ResizeMethod::Crop)}},
+        {"Resize pad", {vision::Resize(32, vision::ResizeMethod::Pad)}},
+        {"RandomResizedCrop", {vision::RandomResizedCrop(32, {0.5, 1.0})}},
+        {"CenterCrop", {vision::CenterCrop(40)}},
+        {"RandomCrop padded", {vision::RandomCrop(48, 6)}},
+        {"flip, then crop and resize", {vision::FlipItem(0.5), vision::Resize(36, vision::ResizeMethod::Crop)}},
+    };
+    const cv::Rect box(14, 10, 24, 18);  // in a 64 x 48 picture
+    const auto image = picture_with_box(64, 48, box);
+    const auto boxes = torch::tensor({{14.0f, 10.0f, 38.0f, 28.0f}});
+    for (const auto& [name, tfms] : cases)
+      for (const bool train : {true, false})
+        for (uint64_t seed = 0; seed < 6; ++seed) {
+          CAPTURE(name);
+          CAPTURE(train);
+          CAPTURE(seed);
+          Rng rng(seed);
+          const auto moved = vision::transform_boxes(tfms, boxes, image.size(), rng, train);
+          cv::Mat out = image;
+          for (const auto& tfm : tfms) out = tfm(out, rng, train);
+          CHECK(moved.size == out.size());
+          const auto expected = bright_box(out);
+          REQUIRE(moved.boxes.size(0) == expected.size(0));
+          if (expected.size(0)) CHECK((moved.boxes - expected).abs().max().item<double>() <= 1.0);
+        }
+    // Flipped: x mirrored; a box left outside a crop is dropped, one cut by it is clipped.
+    Rng rng(0);
+    const auto flipped = vision::transform_boxes({vision::FlipItem(1.0)}, boxes, {64, 48}, rng, true);
+    CHECK(torch::equal(flipped.boxes, torch::tensor({{26.0f, 10.0f, 50.0f, 28.0f}})));
+    const auto two = torch::tensor({{0.0f, 0.0f, 6.0f, 6.0f}, {10.0f, 10.0f, 30.0f, 30.0f}});
+    const auto cropped = vision::transform_boxes({vision::CenterCrop(40)}, two, {64, 48}, rng, false);
+    CHECK(torch::equal(cropped.kept, torch::tensor({1}, torch::kLong)));
+    CHECK(torch::equal(cropped.boxes, torch::tensor({{0.0f, 6.0f, 18.0f, 26.0f}})));
+  }
+
+  TEST_CASE("COCO's JSON: classes by category id, boxes in corners, crowds left out, batches padded with label -1") {
+    const auto root = temp_path("coco");
+    fs::create_directories(root + "/images");
+    vision::write_png(root + "/images/a.png", picture_with_box(64, 48, {10, 10, 20, 20}));
+    vision::write_png(root + "/images/b.png", picture_with_box(32, 40, {0, 0, 8, 8}));
+    write_text(root + "/instances.json", R"({
+      "images": [{"id": 7, "file_name": "a.png", "width": 64, "height": 48},
+                 {"id": 3, "file_name": "b.png", "width": 32, "height": 40}],
+      "categories": [{"id": 18, "name": "dog"}, {"id": 1, "name": "person"}],
+      "annotations": [
+        {"id": 1, "image_id": 7, "category_id": 18, "bbox": [10, 10, 20, 20], "iscrowd": 0},
+        {"id": 2, "image_id": 7, "category_id": 1, "bbox": [30.5, 5, 10, 12.5]},
+        {"id": 3, "image_id": 7, "category_id": 1, "bbox": [0, 0, 64, 48], "iscrowd": 1},
+        {"id": 4, "image_id": 3, "category_id": 1, "bbox": [2, 3, 0, 5]}]})");
+    const auto coco = vision::read_coco(root + "/instances.json", root + "/images");
+    CHECK(coco.classes == std::vector<std::string>{"person", "dog"});
+    CHECK(coco.category_ids == std::vector<int64_t>{1, 18});
+    CHECK(coco.image_ids == std::vector<int64_t>{7, 3});
+    REQUIRE(coco.images.size() == 2);
+    CHECK(coco.images[0].image == root + "/images/a.png");
+    CHECK(torch::equal(coco.images[0].boxes, torch::tensor({{10.0f, 10.0f, 30.0f, 30.0f}, {30.5f, 5.0f, 40.5f, 17.5f}})));
+    CHECK(torch::equal(coco.images[0].labels, torch::tensor({1, 0}, torch::kLong)));
+    CHECK(coco.images[1].boxes.sizes() == torch::IntArrayRef{0, 4});  // the box without width is left out
+
+    auto dls = vision::DetectionDataLoaders::from_coco(
+        root + "/instances.json", root + "/images",
+        {.bs = 2, .workers = 0, .item_tfms = {vision::Resize(32, vision::ResizeMethod::Squish)},
+         .splitter = [](const std::vector<std::string>& paths) { return Split{{0, 1}, {0, 1}}; }});
+    CHECK(dls.vocab == coco.classes);
+    auto batch = *dls.valid.begin();
+    CHECK(batch.x.sizes() == torch::IntArrayRef{2, 3, 32, 32});
+    REQUIRE(batch.y.sizes() == torch::IntArrayRef{2, 2, 5});
+    // a.png squished from 64 x 48 to 32 x 32: x halves, y times 2/3
+    CHECK(torch::allclose(batch.y[0], torch::tensor({{5.0f, 20.0f / 3, 15.0f, 20.0f, 1.0f}, {15.25f, 10.0f / 3, 20.25f, 35.0f / 3, 0.0f}})));
+    CHECK(torch::equal(batch.y[1], torch::full({2, 5}, -1.0f)));
+
+    const auto error = [&](const std::string& text) {
+      write_text(root + "/bad.json", text);
+      return error_of([&] { vision::read_coco(root + "/bad.json", root + "/images"); });
+    };
+    const std::string bad = "'" + root + "/bad.json'";
+    CHECK(error("{\"images\": [").rfind(bad + " is not JSON: ", 0) == 0);
+    CHECK(error(R"({"images": [], "annotations": []})") == bad + " is not COCO's instances format: no \"categories\" list");
+    const std::string head = R"({"images": [{"id": 1, "file_name": "a.png", "width": 64, "height": 48}],
+                                 "categories": [{"id": 1, "name": "person"}], "annotations": [)";
+    CHECK(error(head + R"({"id": 5, "image_id": 1, "category_id": 2, "bbox": [1, 1, 5, 5]}]})") ==
+          bad + ": annotation 5 names category 2, which \"categories\" lacks");
+    CHECK(error(head + R"({"id": 6, "image_id": 1, "category_id": 1, "bbox": [1, 1, -5, 5]}]})") ==
+          bad + ": annotation 6: bbox [1, 1, -5, 5] has a negative width");
+    CHECK(error(head + R"({"id": 7, "image_id": 1, "category_id": 1, "bbox": [40, 1, 30, 5]}]})") ==
+          bad + ": annotation 7: bbox [40, 1, 30, 5] leaves its image 'a.png' (64 x 48)");
+    CHECK(error(head + R"({"id": 8, "image_id": 2, "category_id": 1, "bbox": [1, 1, 5, 5]}]})") ==
+          bad + ": annotation 8 is of image 2, which \"images\" lacks");
+    CHECK(error(head + R"({"id": 9, "image_id": 1, "category_id": 1, "bbox": "wide"}]})") ==
+          bad + ": annotation 9: \"bbox\" is \"wide\", not of the expected type");
+    fs::remove_all(root);
+  }
+
+  TEST_CASE("box files: one per image, classes sorted by name, bad lines named") {
+    const auto root = temp_path("box_files");
+    fs::create_directories(root + "/images");
+    fs::create_directories(root + "/boxes");
+    vision::write_png(root + "/images/one.png", picture_with_box(40, 30, {5, 5, 10, 10}));
+    vision::write_png(root + "/images/two.png", picture_with_box(40, 30, {5, 5, 10, 10}));
+    write_text(root + "/boxes/one.txt", "square 5 5 15 15\ncircle 20 1 30 11\n");
+    write_text(root + "/boxes/two.txt", "\n");
+    auto dls = vision::DetectionDataLoaders::from_box_files(
+        root + "/images", root + "/boxes",
+        {.bs = 2, .workers = 0, .splitter = [](const std::vector<std::string>&) { return Split{{0, 1}, {0, 1}}; }});
+    CHECK(dls.vocab == std::vector<std::string>{"circle", "square"});
+    const auto batch = *dls.valid.begin();
+    CHECK(torch::equal(batch.y[0], torch::tensor({{5.0f, 5.0f, 15.0f, 15.0f, 1.0f}, {20.0f, 1.0f, 30.0f, 11.0f, 0.0f}})));
+    CHECK(torch::equal(batch.y[1], torch::full({2, 5}, -1.0f)));
+    write_text(root + "/boxes/two.txt", "circle 1 2 3\n");
+    CHECK(error_of([&] { vision::DetectionDataLoaders::from_box_files(root + "/images", root + "/boxes"); }) ==
+          "box file '" + root + "/boxes/two.txt' line 1: expected \"class x1 y1 x2 y2\", got \"circle 1 2 3\"");
+    CHECK(error_of([&] { vision::read_box_file("x.png", root + "/boxes/one.txt", {"square"}); }) ==
+          "box file '" + root + "/boxes/one.txt' box 2: unknown class 'circle'");
+    fs::remove_all(root);
+  }
+}

@@ -1,0 +1,191 @@
+#include "vision/detection/coco_eval.h"
+
+#include <algorithm>
+#include <cmath>
+#include <optional>
+
+#include "core/error.h"
+#include "learner/learner.h"
+
+namespace fastcpp::vision {
+namespace {
+
+constexpr int kThresholds = 10, kRecallPoints = 101;
+
+// numpy's linspace(start, stop, n): i * step + start, the last exactly stop.
+std::vector<double> linspace(double start, double stop, int n) {
+  std::vector<double> values(n);
+  const double step = (stop - start) / (n - 1);
+  for (int i = 0; i < n; ++i) values[i] = i * step + start;
+  values[n - 1] = stop;
+  return values;
+}
+
+// x, y, width, height in double from x1 y1 x2 y2 (pycocotools' boxes, as a COCO result
+// file would give them).
+std::vector<std::array<double, 4>> coco_boxes(const torch::Tensor& xyxy) {
+  const auto boxes = xyxy.detach().to(torch::kCPU, torch::kDouble).contiguous();
+  std::vector<std::array<double, 4>> out(boxes.size(0));
+  const auto* p = boxes.data_ptr<double>();
+  for (size_t i = 0; i < out.size(); ++i, p += 4) out[i] = {p[0], p[1], p[2] - p[0], p[3] - p[1]};
+  return out;
+}
+
+template <class T>
+std::vector<T> values_of(const torch::Tensor& t, torch::ScalarType type) {
+  const auto c = t.detach().to(torch::kCPU, type).contiguous();
+  return std::vector<T>(c.data_ptr<T>(), c.data_ptr<T>() + c.numel());
+}
+
+// pycocotools' bbIou for a non-crowd box.
+double iou(const std::array<double, 4>& d, const std::array<double, 4>& g) {
+  const double w = std::min(d[0] + d[2], g[0] + g[2]) - std::max(d[0], g[0]);
+  if (w <= 0) return 0;
+  const double h = std::min(d[1] + d[3], g[1] + g[3]) - std::max(d[1], g[1]);
+  if (h <= 0) return 0;
+  const double inter = w * h;
+  return inter / (d[2] * d[3] + g[2] * g[3] - inter);
+}
+
+// The mean of the entries above -1 (pycocotools' summarize); -1 where there are none.
+double mean_counted(const std::vector<double>& values) {
+  double sum = 0;
+  int64_t n = 0;
+  for (const auto v : values)
+    if (v > -1) {
+      sum += v;
+      ++n;
+    }
+  return n ? sum / n : -1;
+}
+
+}  // namespace
+
+CocoEvaluator::CocoEvaluator(int64_t num_classes, int64_t max_detections)
+    : num_classes_(num_classes), max_detections_(max_detections) {
+  if (num_classes < 1) throw Error("CocoEvaluator: num_classes must be positive");
+}
+
+void CocoEvaluator::add(const Detections& found, const ImageBoxes& truth) {
+  Image image{coco_boxes(found.boxes), coco_boxes(truth.boxes), values_of<double>(found.scores, torch::kDouble),
+              values_of<int64_t>(found.labels, torch::kLong), values_of<int64_t>(truth.labels, torch::kLong)};
+  for (const auto labels : {&image.found_labels, &image.truth_labels})
+    for (const auto label : *labels)
+      if (label < 0 || label >= num_classes_)
+        throw Error("CocoEvaluator: label " + std::to_string(label) + " outside [0, " + std::to_string(num_classes_) + ")");
+  images_.push_back(std::move(image));
+}
+
+CocoAP CocoEvaluator::evaluate() const {
+  const auto thresholds = linspace(0.5, 0.95, kThresholds), recall_points = linspace(0.0, 1.0, kRecallPoints);
+  // precision[t][r] of each class; -1 for a class without ground truth
+  std::vector<std::vector<double>> precision(num_classes_, std::vector<double>(kThresholds * kRecallPoints, -1));
+  for (int64_t k = 0; k < num_classes_; ++k) {
+    struct Scored {
+      double score;
+      std::array<bool, kThresholds> matched;
+    };
+    std::vector<Scored> detections;  // image by image, each image's by decreasing score
+    int64_t truths = 0;
+    for (const auto& image : images_) {
+      std::vector<size_t> found, truth;
+      for (size_t i = 0; i < image.found_labels.size(); ++i)
+        if (image.found_labels[i] == k) found.push_back(i);
+      for (size_t i = 0; i < image.truth_labels.size(); ++i)
+        if (image.truth_labels[i] == k) truth.push_back(i);
+      std::stable_sort(found.begin(), found.end(), [&](size_t a, size_t b) { return image.scores[a] > image.scores[b]; });
+      if (static_cast<int64_t>(found.size()) > max_detections_) found.resize(max_detections_);
+      truths += static_cast<int64_t>(truth.size());
+      std::vector<std::array<bool, kThresholds>> matched(found.size());
+      for (int t = 0; t < kThresholds; ++t) {
+        std::vector<bool> taken(truth.size(), false);
+        for (size_t d = 0; d < found.size(); ++d) {
+          // the best IoU at or above the threshold among the untaken; on ties the later
+          double best = std::min(thresholds[t], 1 - 1e-10);
+          int64_t match = -1;
+          for (size_t g = 0; g < truth.size(); ++g) {
+            if (taken[g]) continue;
+            const double overlap = iou(image.found[found[d]], image.truth[truth[g]]);
+            if (overlap < best) continue;
+            best = overlap;
+            match = static_cast<int64_t>(g);
+          }
+          matched[d][t] = match >= 0;
+          if (match >= 0) taken[match] = true;
+        }
+      }
+      for (size_t d = 0; d < found.size(); ++d) detections.push_back({image.scores[found[d]], matched[d]});
+    }
+    if (truths == 0) continue;
+    std::stable_sort(detections.begin(), detections.end(), [](const Scored& a, const Scored& b) { return a.score > b.score; });
+    const auto n = detections.size();
+    for (int t = 0; t < kThresholds; ++t) {
+      std::vector<double> recall(n), prec(n);
+      double tp = 0, fp = 0;
+      for (size_t i = 0; i < n; ++i) {
+        (detections[i].matched[t] ? tp : fp) += 1;
+        recall[i] = tp / truths;
+        prec[i] = tp / (fp + tp + 2.220446049250313e-16);  // numpy's spacing(1)
+      }
+      for (size_t i = n; i-- > 1;) prec[i - 1] = std::max(prec[i - 1], prec[i]);
+      auto* row = &precision[k][t * kRecallPoints];
+      for (int r = 0; r < kRecallPoints; ++r) {
+        const auto at = std::lower_bound(recall.begin(), recall.end(), recall_points[r]) - recall.begin();
+        row[r] = static_cast<size_t>(at) < n ? prec[at] : 0;
+      }
+    }
+  }
+  CocoAP result;
+  std::vector<double> all, at50, at75;
+  for (int64_t k = 0; k < num_classes_; ++k) {
+    result.per_class.push_back(mean_counted(precision[k]));
+    all.insert(all.end(), precision[k].begin(), precision[k].end());
+    at50.insert(at50.end(), precision[k].begin(), precision[k].begin() + kRecallPoints);
+    at75.insert(at75.end(), precision[k].begin() + 5 * kRecallPoints, precision[k].begin() + 6 * kRecallPoints);
+  }
+  result.ap = mean_counted(all);
+  result.ap50 = mean_counted(at50);
+  result.ap75 = mean_counted(at75);
+  return result;
+}
+
+namespace {
+
+// Detections and ground truth of every validation image, evaluated at the end.
+class CocoMetric : public Metric {
+ public:
+  CocoMetric(std::string name, bool at50, DecodeDetections decode)
+      : name_(std::move(name)), at50_(at50), decode_(decode ? std::move(decode) : [](const torch::Tensor& output) {
+          return retinanet_detections(output);
+        }) {}
+  std::string name() const override { return name_; }
+  void reset() override { evaluator_.reset(); }
+  void accumulate(const Learner& learn) override {
+    const auto output = learn.pred.detach();
+    if (!evaluator_) evaluator_.emplace(DetectorOutput(output, name_.c_str()).num_classes());
+    const auto found = decode_(output);
+    for (size_t i = 0; i < found.size(); ++i) evaluator_->add(found[i], image_boxes(learn.yb.detach(), int64_t(i)));
+  }
+  double value() const override {
+    if (!evaluator_) return std::nan("");
+    const auto ap = evaluator_->evaluate();
+    return at50_ ? ap.ap50 : ap.ap;
+  }
+
+ private:
+  std::string name_;
+  bool at50_;
+  DecodeDetections decode_;
+  std::optional<CocoEvaluator> evaluator_;
+};
+
+}  // namespace
+
+namespace metrics {
+MetricPtr coco_map(DecodeDetections decode) { return std::make_shared<CocoMetric>("coco_map", false, std::move(decode)); }
+MetricPtr coco_map50(DecodeDetections decode) {
+  return std::make_shared<CocoMetric>("coco_map50", true, std::move(decode));
+}
+}  // namespace metrics
+
+}  // namespace fastcpp::vision

@@ -1,0 +1,60 @@
+#pragma once
+// COCO's box average precision, as pycocotools' COCOeval computes it (iouType "bbox",
+// area "all", at most 100 detections an image and class): detections matched greedily by
+// score to unmatched ground truth of their class at IoU thresholds 0.5, 0.55 ... 0.95,
+// precision made monotone and read at 101 recall points, averaged over thresholds, recall
+// points and the classes that have ground truth. Equal to pycocotools' on the same boxes
+// (the `detection` suite, to 1e-6); crowd annotations are not modelled (the loaders leave
+// them out).
+//
+//   vision::CocoEvaluator eval(num_classes);
+//   eval.add(detections_of_image, truth_of_image);   // image by image
+//   auto ap = eval.evaluate();                         // ap.ap, ap.ap50, ap.ap75, ap.per_class
+//
+// As metrics the Recorder shows each epoch: metrics::coco_map(), coco_map50(), over the
+// detector outputs of the validation set.
+#include <torch/types.h>
+
+#include <array>
+#include <functional>
+#include <vector>
+
+#include "learner/metrics.h"
+#include "vision/detection/detector_output.h"
+#include "vision/detection/retinanet.h"
+
+namespace fastcpp::vision {
+
+struct CocoAP {
+  double ap = -1, ap50 = -1, ap75 = -1;  // -1: no ground truth at all
+  std::vector<double> per_class;         // AP@[.5:.95] of each class; -1 where it has no ground truth
+};
+
+class CocoEvaluator {
+ public:
+  explicit CocoEvaluator(int64_t num_classes, int64_t max_detections = 100);
+  // One image: its detections (boxes x1 y1 x2 y2, scores, labels) and ground truth.
+  void add(const Detections& found, const ImageBoxes& truth);
+  CocoAP evaluate() const;
+  void clear() { images_.clear(); }
+
+ private:
+  struct Image {
+    std::vector<std::array<double, 4>> found, truth;  // x, y, width, height: pycocotools' boxes
+    std::vector<double> scores;
+    std::vector<int64_t> found_labels, truth_labels;
+  };
+  int64_t num_classes_, max_detections_;
+  std::vector<Image> images_;
+};
+
+// Turns a batch's detector output into detections (retinanet_detections by default).
+using DecodeDetections = std::function<std::vector<Detections>(const torch::Tensor& output)>;
+
+namespace metrics {
+// AP@[.5:.95] ("coco_map") and AP@.5 ("coco_map50") over the validation set.
+MetricPtr coco_map(DecodeDetections decode = {});
+MetricPtr coco_map50(DecodeDetections decode = {});
+}  // namespace metrics
+
+}  // namespace fastcpp::vision

@@ -1,0 +1,39 @@
+#pragma once
+// detection_learner: a Learner for object detection, a RetinaNet on a ResNet (optionally
+// with ImageNet weights for its body) trained with its focal and box losses.
+//
+//   auto dls = vision::DetectionDataLoaders::from_coco("instances.json", "images/", {.bs = 8, ...});
+//   auto learn = vision::detection_learner(dls, vision::resnet50, {}, {.pretrained_weights = "resnet50.pth"});
+//   learn.fine_tune(5);
+//
+// Parameter groups, as fastai's ResNet split: the body up to layer3, layer3 and layer4, the
+// pyramid and the head; with pretrained weights the body starts frozen (its norm layers
+// stay trainable), so fine_tune trains the pyramid and head first. A splitter given in the
+// LearnerOptions replaces these.
+#include <string>
+#include <vector>
+
+#include "learner/learner.h"
+#include "vision/detection/retinanet.h"
+
+namespace fastcpp::vision {
+
+struct DetectionLearnerOptions {
+  // A state dict of `arch` (torchvision's ImageNet ResNet, or save_state_dict's) for the
+  // body; its classifier is left out. Empty: random weights.
+  std::string pretrained_weights;
+  int64_t num_classes = 0;  // default: the number of dls.vocab's classes
+  int64_t width = 64;       // the ResNet's first-stage channels
+  int64_t fpn_channels = 256;
+  RetinaNetLossOptions loss{};
+  bool normalize = true;  // ImageNet's Normalize with pretrained weights, as vision_learner's
+};
+
+// The three parameter groups of a RetinaNet (see above).
+std::vector<std::vector<torch::Tensor>> retinanet_split(torch::nn::Module& model);
+
+// `learner_options`: optimizer, callbacks, device, ... (its splitter and frozen are set here).
+Learner detection_learner(DataLoaders dls, ResNetArch arch, std::vector<MetricPtr> metrics = {},
+                          DetectionLearnerOptions options = {}, LearnerOptions learner_options = {});
+
+}  // namespace fastcpp::vision
