@@ -17,7 +17,8 @@
 // is the same without the kill (tests/multinode.sh kills whole hosts). FASTCPP_WORKER_STEP_MS
 // adds a pause after each training batch, so that a test can act mid-epoch;
 // FASTCPP_WORKER_NCCL_TIMEOUT_S shortens NCCL's watchdog timeout; FASTCPP_WORKER_MODEL=unet
-// trains a U-Net on masks instead (its metric: mean IoU).
+// trains a U-Net on masks instead (its metric: mean IoU), FASTCPP_WORKER_MODEL=retinanet a
+// RetinaNet on boxes (its metric: COCO's AP50).
 #include <fastcpp.h>
 
 #include <csignal>
@@ -33,16 +34,25 @@ namespace {
 
 constexpr int64_t kTrain = 40, kValid = 13, kLocalBs = 4;
 
-// FASTCPP_WORKER_MODEL=unet: segmentation, a U-Net on 16 px images with masks of 3 classes.
-bool unet_worker() {
+bool worker_model_is(const char* name) {
   const char* model = std::getenv("FASTCPP_WORKER_MODEL");
-  return model && std::string(model) == "unet";
+  return model && std::string(model) == name;
 }
+// FASTCPP_WORKER_MODEL=unet: segmentation, a U-Net on 16 px images with masks of 3 classes.
+bool unet_worker() { return worker_model_is("unet"); }
+// FASTCPP_WORKER_MODEL=retinanet: detection, a RetinaNet on 32 px images with a box of one
+// of 3 classes each.
+bool retinanet_worker() { return worker_model_is("retinanet"); }
 
 std::shared_ptr<TensorDataset> data(int64_t n, uint64_t seed) {
   auto gen = at::make_generator<at::CPUGeneratorImpl>(seed);
   if (unet_worker())
     return std::make_shared<TensorDataset>(torch::randn({n, 3, 16, 16}, gen), torch::randint(3, {n, 16, 16}, gen, torch::kLong));
+  if (retinanet_worker()) {
+    const auto corner = torch::rand({n, 1, 2}, gen) * 16, size = torch::rand({n, 1, 2}, gen) * 8 + 8;
+    const auto label = torch::randint(3, {n, 1, 1}, gen).to(torch::kFloat);
+    return std::make_shared<TensorDataset>(torch::randn({n, 3, 32, 32}, gen), torch::cat({corner, corner + size, label}, 2));
+  }
   return std::make_shared<TensorDataset>(torch::randn({n, 3, 8, 8}, gen), torch::randint(3, {n}, gen, torch::kLong));
 }
 
@@ -184,13 +194,19 @@ int main(int argc, char** argv) {
     };
     Model model = unet_worker() ? Model(vision::DynamicUnet(vision::unet_encoder(vision::resnet18, {.width = 8}),
                                                             {.n_out = 3, .img_size = {16, 16}}))
+                  : retinanet_worker()
+                      ? Model(vision::retinanet({.num_classes = 3, .arch = vision::resnet18, .backbone = {.width = 8},
+                                                 .fpn_channels = 16}))
                   : with_unused ? Model(WithUnused())
                                    : Model(torch::nn::Sequential(conv(3, 8, 1), torch::nn::BatchNorm2d(8),
                                                                  torch::nn::ReLU(), conv(8, 8, 2),
                                                                  torch::nn::ReLU(), torch::nn::AdaptiveAvgPool2d(1),
                                                                  torch::nn::Flatten(), torch::nn::Linear(8, 3)));
-    Learner learn(dls, model, unet_worker() ? vision::CrossEntropyLossFlat() : CrossEntropyLoss(),
-                  {unet_worker() ? vision::jaccard_coeff_multi() : metrics::accuracy()},
+    const auto loss = unet_worker() ? vision::CrossEntropyLossFlat() : retinanet_worker() ? vision::retinanet_loss() : CrossEntropyLoss();
+    const auto metric = unet_worker()        ? vision::jaccard_coeff_multi()
+                        : retinanet_worker() ? vision::metrics::coco_map50()
+                                             : metrics::accuracy();
+    Learner learn(dls, model, loss, {metric},
                   {.opt_func = with_unused ? adam() : sgd({.mom = 0.9}), .device = worker_device(), .progress = false});
     learn.logger = [](const std::string&) {};
     if (!single) {
@@ -210,7 +226,7 @@ int main(int argc, char** argv) {
     if (const char* ms = std::getenv("FASTCPP_WORKER_STEP_MS")) learn.add_cb(SlowSteps(std::atoi(ms)));
     // The U-Net at 0.05 on random masks turns the two sides' rounding (BatchNorm's sums in
     // another order) into weight differences of 4e-4; at 0.005 they stay within 1e-5.
-    learn.fit(3, unet_worker() ? 0.005 : 0.05);
+    learn.fit(3, unet_worker() || retinanet_worker() ? 0.005 : 0.05);
     const auto valid = learn.validate();
 
     c10::List<torch::Tensor> params;

@@ -35,6 +35,10 @@ TEST_SUITE("distributed") {
     check_two_ranks_equal_one_process(12, {"FASTCPP_WORKER_MODEL=unet"}, 1e-4, 1e-5);
   }
 
+  TEST_CASE("a RetinaNet on 2 ranks over Gloo (SyncBatchNorm) ends as 1 process with BatchNorm, its AP50 gathered") {
+    check_two_ranks_equal_one_process(18, {"FASTCPP_WORKER_MODEL=retinanet"}, 1e-4, 1e-5);
+  }
+
   TEST_CASE("the U-Net's 2 ranks started by fastcpp-launch and by torchrun end as 1 process") {
     const auto single_out = temp_path("unet_single");
     REQUIRE(wait_for(spawn_worker("single", single_out, {"FASTCPP_WORKER_MODEL=unet"}), 120) == 0);

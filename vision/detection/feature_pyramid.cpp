@@ -1,5 +1,7 @@
 #include "vision/detection/feature_pyramid.h"
 
+#include <ATen/autocast_mode.h>
+#include <c10/core/impl/LocalDispatchKeySet.h>
 #include <torch/nn/functional/activation.h>
 #include <torch/nn/functional/upsampling.h>
 #include <torch/nn/init.h>
@@ -30,6 +32,18 @@ torch::nn::Sequential block(torch::nn::Conv2d conv) {
 }
 
 const std::vector<std::string> kReturned{"layer2", "layer3", "layer4"};
+
+// PyTorch 2.11's bf16 convolutions on the CPU (oneDNN) give non-finite weight gradients now
+// and then for a 3x3 stride-2 conv of a 1x1 map (in Python too: 10 calls in 200, in about
+// half of the processes), which P6 and P7 meet on images of 64 pixels or less. There the
+// conv runs in float: it is one pixel.
+torch::Tensor conv_of_map(torch::nn::Conv2d& conv, const torch::Tensor& x) {
+  const bool cpu_bf16 = x.is_cpu() && at::autocast::is_autocast_enabled(at::kCPU) &&
+                        at::autocast::get_autocast_dtype(at::kCPU) == at::kBFloat16;
+  if (!cpu_bf16 || x.size(-1) != 1 || x.size(-2) != 1) return conv(x);
+  c10::impl::ExcludeDispatchKeyGuard no_autocast(c10::DispatchKey::AutocastCPU);
+  return conv(x.to(torch::kFloat));
+}
 
 }  // namespace
 
@@ -69,8 +83,8 @@ void LastLevelP6P7Impl::reset() {
 }
 
 std::vector<torch::Tensor> LastLevelP6P7Impl::forward(const torch::Tensor& x) {
-  auto top = p6(x);
-  auto more = p7(F::relu(top));
+  auto top = conv_of_map(p6, x);
+  auto more = conv_of_map(p7, F::relu(top));
   return {std::move(top), std::move(more)};
 }
 
