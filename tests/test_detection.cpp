@@ -172,6 +172,22 @@ TEST_SUITE("detection") {
     }
   }
 
+  TEST_CASE("RetinaNet in torchvision's v2 layout (P6 from C5, GroupNorm in the head, GIoU loss) equals torchvision's") {
+    const auto f = read_torch_file(read_file(kRetinaNetIO)).toGenericDict();
+    auto model = vision::retinanet(
+        {.num_classes = 3, .arch = vision::resnet18, .fpn_channels = 32, .p6_from_c5 = true, .head_group_norm = true});
+    load_state_dict(*model, std::string(FASTCPP_MODEL_FIXTURES) + "/retinanet_v2.pth");
+    model->train();
+    const auto output = model(entry(f, "input"));
+    const vision::DetectorOutput out(output, "test");
+    CHECK(close(out.logits(), entry(f, "v2.train.cls_logits"), 1e-4));
+    CHECK(close(out.codes(), entry(f, "v2.train.bbox_regression"), 1e-4));
+    const auto giou = vision::retinanet_losses(output, entry(f, "targets"), {.box_loss = vision::BoxLoss::giou});
+    CHECK(torch::allclose(giou.box_regression, entry(f, "v2.loss.giou"), 1e-5, 1e-5));
+    CHECK(error_of([] { vision::retinanet({.num_classes = 3, .fpn_channels = 48, .head_group_norm = true}); }) ==
+          "retinanet: a head with GroupNorm needs channels in multiples of 32, got 48");
+  }
+
   TEST_CASE("a RetinaNet's clone has its own copy of every tensor and draws nothing from the global generator") {
     auto model = fixture_retinanet();
     torch::manual_seed(3);
@@ -228,6 +244,17 @@ TEST_SUITE("detection") {
     CHECK(after[0] < 0.7 * before[0]);
     CHECK(before[1] < 0.05);  // coco_map50 on the validation squares: none found at first
     CHECK(after[1] > 0.2);
+    // detect: one image's detections, as the batch's decoding gives them
+    const auto image = dls.valid.dataset().get(3).x;
+    const auto found = vision::detect(learn, image, {.score_threshold = 0.01});
+    const auto expected = [&] {
+      torch::NoGradGuard no_grad;
+      return vision::retinanet_detections(learn.model(image.unsqueeze(0)), {.score_threshold = 0.01}).front();
+    }();
+    REQUIRE(found.scores.size(0) > 0);
+    CHECK(torch::equal(found.labels, expected.labels));
+    CHECK(torch::allclose(found.boxes, expected.boxes));
+    CHECK(error_of([&] { vision::detect(learn, image.unsqueeze(0)); }) == "detect: expected one image [C, H, W], got [1, 3, 64, 64]");
 
     torch::manual_seed(0);
     auto pretrained = vision::resnet18({.width = 8});

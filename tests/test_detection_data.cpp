@@ -8,7 +8,10 @@
 #include "helpers.h"
 #include "vision/datasets/coco.h"
 #include "vision/datasets/detection_data.h"
+#include "vision/detection/detection_learner.h"
 #include "vision/image.h"
+#include "vision/mask_png.h"
+#include "vision/show.h"
 
 using namespace fastcpp;
 using namespace fastcpp::testing;
@@ -157,5 +160,32 @@ TEST_SUITE("detection") {
     CHECK(error_of([&] { vision::read_box_file("x.png", root + "/boxes/one.txt", {"square"}); }) ==
           "box file '" + root + "/boxes/one.txt' box 2: unknown class 'circle'");
     fs::remove_all(root);
+  }
+
+  TEST_CASE("show_batch draws each box in its class's colour; show_results draws targets beside detections") {
+    // Two 64 x 64 grey images: a box of class 1 at (10, 20)-(50, 40) in the first, none in the second.
+    auto y = torch::full({2, 1, 5}, -1.0f);
+    y[0][0] = torch::tensor({10.0f, 20.0f, 50.0f, 40.0f, 1.0f});
+    DataLoaders dls{DataLoader(std::make_shared<TensorDataset>(torch::full({2, 3, 64, 64}, 0.5f), y), {.bs = 2}),
+                    DataLoader(std::make_shared<TensorDataset>(torch::full({2, 3, 64, 64}, 0.5f), y), {.bs = 2}),
+                    {"square", "circle"}};
+    const auto path = temp_path("show_boxes.png");
+    vision::show_batch(dls, path, {.ncols = 2});
+    const auto picture = vision::read_image(path);  // RGB
+    // 8 px margins, images enlarged twice (to at least 96 px), side by side
+    CHECK(picture.cols == 8 + 2 * (128 + 8));
+    CHECK(picture.rows == 8 + 128 + 8);
+    const auto colour = vision::class_colour(2);
+    const auto top_edge = picture.at<cv::Vec3b>(8 + 2 * 20, 8 + 2 * 30);
+    CHECK((top_edge == cv::Vec3b(colour[0], colour[1], colour[2])));
+    CHECK((picture.at<cv::Vec3b>(8 + 2 * 30, 8 + 2 * 30) == cv::Vec3b(128, 128, 128)));  // inside: the image
+    CHECK((picture.at<cv::Vec3b>(8 + 2 * 20, 8 + 136 + 2 * 30) == cv::Vec3b(128, 128, 128)));  // no box in the second
+
+    auto learn = vision::detection_learner(dls, vision::resnet18, {}, {.width = 8, .fpn_channels = 16}, quiet());
+    vision::show_results(learn, path, {.min_score = 0.0});
+    const auto results = vision::read_image(path);
+    CHECK(results.cols == 8 + 2 * (128 + 8));                  // target, prediction
+    CHECK(results.rows == 8 + 5 * 2 + 6 + 2 * (128 + 8));      // titles, two rows
+    std::filesystem::remove(path);
   }
 }

@@ -18,6 +18,11 @@ constexpr int64_t kColours = sizeof(kPalette) / sizeof(kPalette[0]);
 
 }  // namespace
 
+std::array<uint8_t, 3> class_colour(int64_t index) {
+  const auto& c = kPalette[((index % kColours) + kColours) % kColours];
+  return {c[0], c[1], c[2]};
+}
+
 torch::Tensor colour_mask(const torch::Tensor& mask, std::optional<int64_t> void_index) {
   if (mask.dim() != 2) throw Error("colour_mask: expected a mask [H, W], got " + c10::str(mask.sizes()));
   const auto palette = torch::from_blob(const_cast<uint8_t*>(&kPalette[0][0]), {kColours, 3}, torch::kByte);

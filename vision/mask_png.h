@@ -4,11 +4,15 @@
 // OpenCV).
 #include <torch/types.h>
 
+#include <array>
 #include <optional>
 #include <string>
 
 namespace fastcpp::vision {
 
+// The colour of class `index` in masks (0: black); detection boxes of object class k take
+// index k + 1's.
+std::array<uint8_t, 3> class_colour(int64_t index);
 // [H, W] class indices -> [H, W, 3] uint8 RGB.
 torch::Tensor colour_mask(const torch::Tensor& mask, std::optional<int64_t> void_index = std::nullopt);
 // Written atomically.

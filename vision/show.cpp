@@ -3,10 +3,13 @@
 #include <torch/torch.h>
 
 #include <algorithm>
+#include <cmath>
 
 #include "core/error.h"
 #include "formats/canvas.h"
 #include "learner/learner.h"
+#include "vision/detection/detector_output.h"
+#include "vision/detection/retinanet.h"
 #include "vision/mask_png.h"
 
 namespace fastcpp::vision {
@@ -67,7 +70,62 @@ void write_labelled_grid(const std::string& path, const torch::Tensor& images, c
   canvas.save_png(path);
 }
 
-bool is_mask_batch(const torch::Tensor& y) { return y.dim() == 3; }
+bool is_mask_batch(const torch::Tensor& y) { return y.dim() == 3 && !y.is_floating_point(); }
+// Detection targets: [N, boxes, 5] (x1 y1 x2 y2 label, label -1 for padding).
+bool is_box_batch(const torch::Tensor& y) { return y.dim() == 3 && y.size(2) == 5 && y.is_floating_point(); }
+
+struct ShownBoxes {
+  torch::Tensor boxes, labels, scores;  // scores undefined: ground truth
+};
+
+// Each box in its class's colour, its name (and score) above it; the image at (x, y) scaled.
+void draw_boxes(Canvas& canvas, int x, int y, const ShownBoxes& shown, int scale, const std::vector<std::string>& vocab) {
+  const auto boxes = shown.boxes.to(torch::kCPU, torch::kDouble) * scale;
+  for (int64_t i = 0; i < boxes.size(0); ++i) {
+    const auto label = shown.labels[i].item<int64_t>();
+    const auto colour = class_colour(label + 1);
+    const double x1 = x + boxes[i][0].item<double>(), y1 = y + boxes[i][1].item<double>();
+    const double x2 = x + boxes[i][2].item<double>(), y2 = y + boxes[i][3].item<double>();
+    canvas.line(x1, y1, x2, y1, colour);
+    canvas.line(x2, y1, x2, y2, colour);
+    canvas.line(x2, y2, x1, y2, colour);
+    canvas.line(x1, y2, x1, y1, colour);
+    auto text = name_of(label, vocab);
+    if (shown.scores.defined()) text += " " + std::to_string(static_cast<int>(std::lround(100 * shown.scores[i].item<double>())));
+    canvas.text(static_cast<int>(x1) + 2, static_cast<int>(std::max<double>(y, y1 - 5 * kTextScale - 2)), text, colour, kTextScale);
+  }
+}
+
+// Rows of one image in each column with that column's boxes, a title above each column;
+// one column: a grid of ncols images.
+void write_box_panels(const std::string& path, const torch::Tensor& images, const std::vector<std::vector<ShownBoxes>>& columns,
+                      const std::vector<std::string>& titles, const std::vector<std::string>& vocab, const ShowOptions& o) {
+  const int n = static_cast<int>(images.size(0)), scale = enlargement(images, o.min_side);
+  const int w = static_cast<int>(images.size(2)) * scale, h = static_cast<int>(images.size(1)) * scale;
+  const int panels = static_cast<int>(columns.size());
+  const int per_row = panels == 1 ? std::max(1, std::min(o.ncols, n)) : 1, cols = panels * per_row;
+  const int rows = (n + per_row - 1) / per_row, top = titles.empty() ? 0 : kLabelHeight;
+  Canvas canvas(cols * (w + kGap) + kGap, top + rows * (h + kGap) + kGap);
+  for (int c = 0; c < static_cast<int>(titles.size()); ++c)
+    canvas.text(kGap + c * (w + kGap), kGap, titles[static_cast<size_t>(c)], kInk, kTextScale);
+  for (int i = 0; i < n; ++i)
+    for (int p = 0; p < panels; ++p) {
+      const int column = (i % per_row) * panels + p;
+      const int x = kGap + column * (w + kGap), y = kGap + top + (i / per_row) * (h + kGap);
+      paste(canvas, x, y, images[i], scale);
+      draw_boxes(canvas, x, y, columns[static_cast<size_t>(p)][static_cast<size_t>(i)], scale, vocab);
+    }
+  canvas.save_png(path);
+}
+
+std::vector<ShownBoxes> truth_of(const torch::Tensor& targets) {
+  std::vector<ShownBoxes> shown;
+  for (int64_t i = 0; i < targets.size(0); ++i) {
+    const auto truth = image_boxes(targets, i);
+    shown.push_back({truth.boxes, truth.labels, {}});
+  }
+  return shown;
+}
 
 }  // namespace
 
@@ -103,6 +161,7 @@ void show_batch(const DataLoaders& dls, const std::string& path, ShowOptions o) 
   const auto images = decode_images(batch.x.narrow(0, 0, n), dls.train.options().batch_tfms);
   const auto y = batch.y.narrow(0, 0, n).to(torch::kCPU);
   if (!o.void_index) o.void_index = dls.void_index;
+  if (is_box_batch(y)) return write_box_panels(path, images, {truth_of(y)}, {}, dls.vocab, o);
   if (is_mask_batch(y)) return write_mask_rows(path, images, {y}, {"image", "mask"}, {}, o);
   std::vector<std::string> text;
   for (int64_t i = 0; i < n; ++i) text.push_back(y.dim() == 1 ? name_of(y[i].item<int64_t>(), dls.vocab) : "");
@@ -114,9 +173,18 @@ void show_results(Learner& learn, const std::string& path, ShowOptions o) {
   const int64_t n = std::min<int64_t>(o.max_n, batch.x.size(0));
   torch::NoGradGuard no_grad;
   learn.model.module().eval();
-  const auto decided = learn.model(batch.x.narrow(0, 0, n).to(learn.device)).argmax(1).to(torch::kCPU);
+  const auto output = learn.model(batch.x.narrow(0, 0, n).to(learn.device));
   const auto images = decode_images(batch.x.narrow(0, 0, n), learn.dls.valid.options().batch_tfms);
   const auto y = batch.y.narrow(0, 0, n).to(torch::kCPU);
+  if (is_box_batch(y)) {
+    std::vector<ShownBoxes> found;
+    for (const auto& d : retinanet_detections(output)) {
+      const auto kept = d.scores >= o.min_score;
+      found.push_back({d.boxes.index({kept}), d.labels.index({kept}), d.scores.index({kept})});
+    }
+    return write_box_panels(path, images, {truth_of(y), found}, {"target", "prediction"}, learn.dls.vocab, o);
+  }
+  const auto decided = output.argmax(1).to(torch::kCPU);
   if (!o.void_index) o.void_index = learn.dls.void_index;
   if (is_mask_batch(y)) return write_mask_rows(path, images, {y, decided}, {"image", "target", "prediction"}, {}, o);
   std::vector<std::string> text;

@@ -9,7 +9,10 @@
 // Images are decoded back from the batch transforms (Normalize, IntToFloat) and the memory
 // layout; grey images are shown grey. A classification batch gets each image's label (for
 // results "target/prediction", red where they differ); a segmentation batch gets each
-// image beside its mask (for results: image, target mask, predicted mask), a colour per class.
+// image beside its mask (for results: image, target mask, predicted mask), a colour per class;
+// a detection batch gets each image's boxes in its class's colour with the class name (for
+// results: the true boxes, then the detections scoring min_score or more, with their score
+// in percent; RetinaNet's decoding).
 #include <optional>
 #include <string>
 
@@ -27,6 +30,7 @@ struct ShowOptions {
   int ncols = 3;   // images per row (segmentation: rows of one image)
   int min_side = 96;  // images are enlarged by a whole factor to at least this many pixels
   std::optional<int64_t> void_index;  // masks: drawn white; default: the data's (DataLoaders::void_index)
+  double min_score = 0.5;             // detections: the boxes shown by show_results
 };
 
 // A batch of images back as uint8 [N, H, W, 3] RGB: the batch transforms undone in

@@ -14,6 +14,8 @@ struct AnchorGenerator {
   std::vector<std::vector<double>> sizes;          // per feature map: the anchors' sides (square roots of their areas)
   std::vector<std::vector<double>> aspect_ratios;  // per feature map: height / width
 
+  // Anchors on each cell of map k: its sizes times its aspect ratios.
+  int64_t anchors_per_cell(size_t k) const { return static_cast<int64_t>(sizes.at(k).size() * aspect_ratios.at(k).size()); }
   // The anchors of map k centred on 0, [ratios x sizes, 4], rounded to whole pixels.
   torch::Tensor cell_anchors(size_t k) const;
   // One image's anchors [sum of H * W * A over the maps, 4]: map k's cell anchors moved

@@ -168,18 +168,27 @@ class CocoMetric : public Metric {
   }
   double value() const override {
     if (!evaluator_) return std::nan("");
-    const auto ap = evaluator_->evaluate();
-    return at50_ ? ap.ap50 : ap.ap;
+    last_ = evaluator_->evaluate();
+    return at50_ ? last_->ap50 : last_->ap;
   }
+  const std::optional<CocoAP>& last() const { return last_; }
 
  private:
   std::string name_;
   bool at50_;
   DecodeDetections decode_;
   std::optional<CocoEvaluator> evaluator_;
+  mutable std::optional<CocoAP> last_;  // value()'s evaluation
 };
 
 }  // namespace
+
+CocoAP coco_ap(const Metric& metric) {
+  const auto* coco = dynamic_cast<const CocoMetric*>(&metric);
+  if (!coco) throw Error("coco_ap: metric '" + metric.name() + "' is not coco_map or coco_map50");
+  if (!coco->last()) throw Error("coco_ap: " + metric.name() + " has no value yet (no validation)");
+  return *coco->last();
+}
 
 namespace metrics {
 MetricPtr coco_map(DecodeDetections decode) { return std::make_shared<CocoMetric>("coco_map", false, std::move(decode)); }

@@ -57,4 +57,8 @@ MetricPtr coco_map(DecodeDetections decode = {});
 MetricPtr coco_map50(DecodeDetections decode = {});
 }  // namespace metrics
 
+// The whole evaluation behind a coco_map or coco_map50 metric's last value (per-class AP
+// included); a fastcpp::Error for another metric or one that has seen no batch.
+CocoAP coco_ap(const Metric& metric);
+
 }  // namespace fastcpp::vision

@@ -26,13 +26,18 @@ Learner detection_learner(DataLoaders dls, ResNetArch arch, std::vector<MetricPt
   const int64_t num_classes = o.num_classes > 0 ? o.num_classes : static_cast<int64_t>(dls.num_classes());
   if (num_classes < 1) throw Error("detection_learner: the data have no classes; give num_classes");
   auto model = retinanet({.num_classes = num_classes, .arch = arch, .backbone = {.width = o.width},
-                          .fpn_channels = o.fpn_channels});
+                          .fpn_channels = o.fpn_channels, .head_group_norm = o.head_group_norm});
   if (!o.pretrained_weights.empty())
     load_state_dict(*model->backbone->body, o.pretrained_weights, {.skip = {"fc."}});
   if (!learner_options.splitter) learner_options.splitter = retinanet_split;
   learner_options.frozen = !o.pretrained_weights.empty();
   if (o.normalize) add_pretrained_normalize(dls, o.pretrained_weights, 3);
   return Learner(std::move(dls), model, retinanet_loss(o.loss), std::move(metrics), std::move(learner_options));
+}
+
+Detections detect(Learner& learn, const torch::Tensor& image, const PostprocessOptions& options) {
+  if (image.dim() != 3) throw Error("detect: expected one image [C, H, W], got " + c10::str(image.sizes()));
+  return retinanet_detections(learn.predict(image).unsqueeze(0), options).front();
 }
 
 }  // namespace fastcpp::vision

@@ -5,6 +5,7 @@
 //   auto dls = vision::DetectionDataLoaders::from_coco("instances.json", "images/", {.bs = 8, ...});
 //   auto learn = vision::detection_learner(dls, vision::resnet50, {}, {.pretrained_weights = "resnet50.pth"});
 //   learn.fine_tune(5);
+//   auto found = vision::detect(learn, image);   // found.boxes, found.scores, found.labels
 //
 // Parameter groups, as fastai's ResNet split: the body up to layer3, layer3 and layer4, the
 // pyramid and the head; with pretrained weights the body starts frozen (its norm layers
@@ -25,6 +26,7 @@ struct DetectionLearnerOptions {
   int64_t num_classes = 0;  // default: the number of dls.vocab's classes
   int64_t width = 64;       // the ResNet's first-stage channels
   int64_t fpn_channels = 256;
+  bool head_group_norm = false;  // GroupNorm in the head (torchvision's v2): steadier from random weights
   RetinaNetLossOptions loss{};
   bool normalize = true;  // ImageNet's Normalize with pretrained weights, as vision_learner's
 };
@@ -35,5 +37,9 @@ std::vector<std::vector<torch::Tensor>> retinanet_split(torch::nn::Module& model
 // `learner_options`: optimizer, callbacks, device, ... (its splitter and frozen are set here).
 Learner detection_learner(DataLoaders dls, ResNetArch arch, std::vector<MetricPtr> metrics = {},
                           DetectionLearnerOptions options = {}, LearnerOptions learner_options = {});
+
+// The detections on one image as the data give it (uint8 or float CHW, the validation
+// loader's batch transforms applied): boxes in its pixels, scores, labels (dls.vocab's).
+Detections detect(Learner& learn, const torch::Tensor& image, const PostprocessOptions& options = {});
 
 }  // namespace fastcpp::vision

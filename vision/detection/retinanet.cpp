@@ -3,8 +3,10 @@
 #include <torch/nn/functional/loss.h>
 #include <torch/nn/init.h>
 #include <torch/nn/modules/activation.h>
+#include <torch/nn/modules/normalization.h>
 
 #include <cmath>
+#include <optional>
 
 #include "core/clone.h"
 #include "core/error.h"
@@ -15,12 +17,12 @@ namespace {
 
 namespace F = torch::nn::functional;
 
-// torchvision's head convs: weights from N(0, 0.01), the bias given.
-torch::nn::Conv2d head_conv(int64_t in, int64_t out, double bias) {
-  torch::nn::Conv2d conv(torch::nn::Conv2dOptions(in, out, 3).padding(1));
+// torchvision's head convs: weights from N(0, 0.01), the bias given (none before a norm).
+torch::nn::Conv2d head_conv(int64_t in, int64_t out, std::optional<double> bias) {
+  torch::nn::Conv2d conv(torch::nn::Conv2dOptions(in, out, 3).padding(1).bias(bias.has_value()));
   torch::NoGradGuard no_grad;
   torch::nn::init::normal_(conv->weight, 0, 0.01);
-  conv->bias.fill_(bias);
+  if (bias) conv->bias.fill_(*bias);
   return conv;
 }
 
@@ -34,18 +36,21 @@ std::vector<std::pair<int64_t, int64_t>> sizes_of(const std::vector<torch::Tenso
 }  // namespace
 
 RetinaNetBranchImpl::RetinaNetBranchImpl(int64_t channels_, int64_t anchors_, int64_t per_anchor_,
-                                         std::string final_name_, double final_bias_)
+                                         std::string final_name_, double final_bias_, bool group_norm_)
     : channels(channels_), anchors(anchors_), per_anchor(per_anchor_), final_name(std::move(final_name_)),
-      final_bias(final_bias_) {
+      final_bias(final_bias_), group_norm(group_norm_) {
+  if (group_norm && channels % 32 != 0)
+    throw Error("retinanet: a head with GroupNorm needs channels in multiples of 32, got " + std::to_string(channels));
   reset();
 }
 
 void RetinaNetBranchImpl::reset() {
   conv = register_module("conv", torch::nn::Sequential());
   for (int i = 0; i < 4; ++i) {
-    Stage layer;  // torchvision's Conv2dNormActivation without a norm
-    layer->push_back("0", head_conv(channels, channels, 0));
-    layer->push_back("1", torch::nn::ReLU(torch::nn::ReLUOptions(true)));
+    Stage layer;  // torchvision's Conv2dNormActivation: conv, [norm], ReLU
+    layer->push_back("0", head_conv(channels, channels, group_norm ? std::optional<double>() : 0.0));
+    if (group_norm) layer->push_back("1", torch::nn::GroupNorm(torch::nn::GroupNormOptions(32, channels)));
+    layer->push_back(group_norm ? "2" : "1", torch::nn::ReLU(torch::nn::ReLUOptions(true)));
     conv->push_back(layer);
   }
   final = register_module(final_name, head_conv(channels, anchors * per_anchor, final_bias));
@@ -62,8 +67,9 @@ torch::Tensor RetinaNetBranchImpl::forward(const std::vector<torch::Tensor>& map
   return torch::cat(per_map, 1);
 }
 
-RetinaNetHeadImpl::RetinaNetHeadImpl(int64_t channels_, int64_t anchors_, int64_t num_classes_, double prior)
-    : channels(channels_), anchors(anchors_), num_classes(num_classes_), prior_probability(prior) {
+RetinaNetHeadImpl::RetinaNetHeadImpl(int64_t channels_, int64_t anchors_, int64_t num_classes_, double prior,
+                                     bool group_norm_)
+    : channels(channels_), anchors(anchors_), num_classes(num_classes_), prior_probability(prior), group_norm(group_norm_) {
   reset();
 }
 
@@ -72,8 +78,9 @@ void RetinaNetHeadImpl::reset() {
   // that the many background anchors do not swamp the first steps' loss.
   const double prior_bias = -std::log((1 - prior_probability) / prior_probability);
   classification_head = register_module(
-      "classification_head", RetinaNetBranch(channels, anchors, num_classes, "cls_logits", prior_bias));
-  regression_head = register_module("regression_head", RetinaNetBranch(channels, anchors, 4, "bbox_reg", 0));
+      "classification_head", RetinaNetBranch(channels, anchors, num_classes, "cls_logits", prior_bias, group_norm));
+  regression_head =
+      register_module("regression_head", RetinaNetBranch(channels, anchors, 4, "bbox_reg", 0, group_norm));
 }
 
 RetinaNetImpl::RetinaNetImpl(RetinaNetOptions options_) : options(std::move(options_)) {
@@ -82,17 +89,16 @@ RetinaNetImpl::RetinaNetImpl(RetinaNetOptions options_) : options(std::move(opti
   if (generator.sizes.size() != 5 || generator.aspect_ratios.size() != 5)
     throw Error("retinanet: the anchor generator needs sizes and aspect ratios for each of the 5 maps");
   for (size_t k = 1; k < 5; ++k)
-    if (generator.sizes[k].size() * generator.aspect_ratios[k].size() !=
-        generator.sizes[0].size() * generator.aspect_ratios[0].size())
+    if (generator.anchors_per_cell(k) != generator.anchors_per_cell(0))
       throw Error("retinanet: the head needs as many anchors a cell on every map");
   reset();
 }
 
 void RetinaNetImpl::reset() {
-  const auto& generator = options.anchor_generator;
-  const auto anchors = static_cast<int64_t>(generator.sizes[0].size() * generator.aspect_ratios[0].size());
+  const auto anchors = options.anchor_generator.anchors_per_cell(0);
   backbone = register_module("backbone", ResNetFPN(options.arch, options.backbone, options.fpn_channels, options.p6_from_c5));
-  head = register_module("head", RetinaNetHead(options.fpn_channels, anchors, options.num_classes, options.prior_probability));
+  head = register_module("head", RetinaNetHead(options.fpn_channels, anchors, options.num_classes,
+                                               options.prior_probability, options.head_group_norm));
   cache_ = {};
 }
 
@@ -112,8 +118,7 @@ torch::Tensor RetinaNetImpl::forward(const torch::Tensor& images) {
   if (feature_sizes != cache_.feature_sizes || image_size != cache_.image_size ||
       cache_.anchors.device() != images.device()) {
     std::vector<torch::Tensor> levels;
-    const auto per_cell = static_cast<int64_t>(options.anchor_generator.sizes[0].size() *
-                                               options.anchor_generator.aspect_ratios[0].size());
+    const auto per_cell = options.anchor_generator.anchors_per_cell(0);
     for (size_t k = 0; k < feature_sizes.size(); ++k)
       levels.push_back(torch::full({feature_sizes[k].first * feature_sizes[k].second * per_cell}, double(k)));
     cache_ = {feature_sizes, image_size,
@@ -133,9 +138,10 @@ RetinaNetLosses retinanet_losses(const torch::Tensor& output, const torch::Tenso
     throw Error("retinanet_loss: expected targets [" + std::to_string(n) + ", boxes, 5] (x1 y1 x2 y2 label), got " +
                 c10::str(targets.sizes()));
   const auto all_anchors = out.anchors(), all_codes = out.codes(), all_logits = out.logits();
+  const auto all_targets = targets.to(output.device());
   torch::Tensor classification, box_regression;
   for (int64_t i = 0; i < n; ++i) {
-    const auto truth = image_boxes(targets.to(output.device()), i);
+    const auto truth = image_boxes(all_targets, i);
     const auto anchors = all_anchors[i], codes = all_codes[i], logits = all_logits[i];
     const auto matched = truth.boxes.size(0) == 0
                              ? torch::full({anchors.size(0)}, Matcher::below_low_threshold,
@@ -183,7 +189,7 @@ Loss retinanet_loss(RetinaNetLossOptions options) {
   });
 }
 
-std::vector<Detections> retinanet_detections(const torch::Tensor& output, const DetectionOptions& options) {
+std::vector<Detections> retinanet_detections(const torch::Tensor& output, const PostprocessOptions& options) {
   const DetectorOutput out(output, "retinanet_detections");
   const auto num_classes = out.num_classes();
   const auto height = out.image_height(), width = out.image_width();

@@ -30,10 +30,12 @@
 
 namespace fastcpp::vision {
 
-// One branch of the head: four 3x3 conv + ReLU, then a 3x3 conv to `per_anchor` values for
-// each of `anchors` anchors, named `final_name` (torchvision's "cls_logits" or "bbox_reg").
+// One branch of the head: four 3x3 conv + ReLU (with group_norm: conv without bias +
+// GroupNorm of 32 groups + ReLU, torchvision's v2), then a 3x3 conv to `per_anchor` values
+// for each of `anchors` anchors, named `final_name` (torchvision's "cls_logits" or "bbox_reg").
 struct RetinaNetBranchImpl : torch::nn::Cloneable<RetinaNetBranchImpl> {
-  RetinaNetBranchImpl(int64_t channels, int64_t anchors, int64_t per_anchor, std::string final_name, double final_bias);
+  RetinaNetBranchImpl(int64_t channels, int64_t anchors, int64_t per_anchor, std::string final_name, double final_bias,
+                      bool group_norm = false);
   void reset() override;
   // Each map [N, C, H, W] -> [N, H * W * anchors, per_anchor], the maps concatenated.
   torch::Tensor forward(const std::vector<torch::Tensor>& maps);
@@ -41,17 +43,20 @@ struct RetinaNetBranchImpl : torch::nn::Cloneable<RetinaNetBranchImpl> {
   int64_t channels, anchors, per_anchor;
   std::string final_name;
   double final_bias;
+  bool group_norm;
   torch::nn::Sequential conv{nullptr};
   torch::nn::Conv2d final{nullptr};
 };
 TORCH_MODULE(RetinaNetBranch);
 
 struct RetinaNetHeadImpl : torch::nn::Cloneable<RetinaNetHeadImpl> {
-  RetinaNetHeadImpl(int64_t channels, int64_t anchors, int64_t num_classes, double prior_probability = 0.01);
+  RetinaNetHeadImpl(int64_t channels, int64_t anchors, int64_t num_classes, double prior_probability = 0.01,
+                    bool group_norm = false);
   void reset() override;
 
   int64_t channels, anchors, num_classes;
   double prior_probability;
+  bool group_norm;
   RetinaNetBranch classification_head{nullptr}, regression_head{nullptr};
 };
 TORCH_MODULE(RetinaNetHead);
@@ -62,6 +67,7 @@ struct RetinaNetOptions {
   ResNetOptions backbone{};  // in_channels, width (num_classes and the stem are the detector's)
   int64_t fpn_channels = 256;
   bool p6_from_c5 = false;  // torchvision's retinanet_resnet50_fpn_v2; false: its v1
+  bool head_group_norm = false;  // GroupNorm in the head's convs, as v2 (fpn_channels a multiple of 32)
   AnchorGenerator anchor_generator = retinanet_anchor_generator();
   double prior_probability = 0.01;  // the classification bias starts at this score
 };
@@ -111,7 +117,7 @@ RetinaNetLosses retinanet_losses(const torch::Tensor& output, const torch::Tenso
 // Their sum, as a Learner's Loss.
 Loss retinanet_loss(RetinaNetLossOptions options = {});
 
-struct DetectionOptions {
+struct PostprocessOptions {
   double score_threshold = 0.05;
   double nms_threshold = 0.5;
   int64_t detections_per_image = 300;
@@ -124,6 +130,6 @@ struct Detections {
 // One Detections an image: per map, the scores above the threshold (a sigmoid a class and
 // anchor), the best candidates_per_level of them decoded and clipped to the image; then
 // NMS within each class over all maps, the best detections_per_image kept.
-std::vector<Detections> retinanet_detections(const torch::Tensor& output, const DetectionOptions& options = {});
+std::vector<Detections> retinanet_detections(const torch::Tensor& output, const PostprocessOptions& options = {});
 
 }  // namespace fastcpp::vision
