@@ -153,7 +153,7 @@ def main():
             loss.backward()
             opt.step()
             schedule.step()
-            losses.append(float(loss))
+            losses.append(loss.item())
         valid_loss, ap, ap50 = evaluate(model, valid_loader, truth, side)
         print(f"epoch {epoch} train_loss {np.mean(losses):.4f} valid_loss {valid_loss:.4f} ap {ap:.4f} ap50 {ap50:.4f} "
               f"{time.time() - epoch_start:.1f}s", flush=True)

@@ -12,16 +12,16 @@
 #     side), nothing after the fit.
 # Each side times its own training loop; the whole processes are timed too.
 #
-#   bench/detection_vs_torchvision.sh [--epochs 8] [--lr 1e-3] [--fpn 128] [--head group-norm] [--seed 42] [--threads 2] [--build DIR] [--python PY]
+#   bench/detection_vs_torchvision.sh [--epochs 4] [--lr 1e-3] [--fpn 128] [--head group-norm] [--seed 42] [--threads 2] [--build DIR] [--python PY]
 #
-# An epoch of 640 images takes about 35 s on 2 cores (fastcpp). The last lines: "AP50
+# An epoch of 640 images takes about 30 s on 2 cores (fastcpp). The last lines: "AP50
 # fastcpp A torchvision B" (percent), "whole processes: ... ratio W" and "fastcpp/torchvision
 # time ratio R" (the training loops).
 set -euo pipefail
 source "$(dirname "$0")/../scripts/command_line.sh"
 cd "$(dirname "$0")/.."
 root=$PWD
-epochs=8
+epochs=4
 lr=1e-3
 fpn=128
 head=group-norm

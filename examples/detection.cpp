@@ -5,7 +5,7 @@
 // so that any tool can read the same files (bench/detection_vs_torchvision.sh gives
 // torchvision's training loop the same set).
 //
-//   detection [--epochs 8] [--fpn 128] ...  (detection --help lists the flags)
+//   detection [--epochs 15] [--fpn 128] ...  (detection --help lists the flags)
 //
 // Prints the epoch table with COCO's AP and AP50 on the validation set, each class's AP,
 // the training loop's time and `final valid AP, AP50`; writes in detection/ (--out)
@@ -40,10 +40,10 @@ void make_set(const std::string& set, int images) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  int epochs = 8, images = 800, seed = 42, threads = static_cast<int>(std::thread::hardware_concurrency());
+  int epochs = 15, images = 800, seed = 42, threads = static_cast<int>(std::thread::hardware_concurrency());
   int workers = -1;
   int64_t bs = 16, width = 64, fpn = 128;
-  double lr = 1e-3;
+  double lr = 2e-3;
   std::string set = "detection_data", out = "detection", parallel, head = "group-norm";
   CommandLine cli("detection",
                   "Object detection: makes a set of photographs with shapes pasted at known boxes once (COCO's "
@@ -63,7 +63,7 @@ int main(int argc, char** argv) {
   cli.flag("--set", set, "the set's folder (made there when it has no instances.json)");
   cli.flag("--out", out, "the folder it writes its files in");
   cli.flag("--parallel", parallel, "to_parallel over these devices: all, or e.g. cuda:0,cuda:1 or cpu,cpu");
-  cli.example("detection --epochs 8");
+  cli.example("detection --epochs 15");
   cli.parse(argc, argv);
   torch::set_num_threads(threads);
   try {
