@@ -12,13 +12,18 @@ DetectorOutput::DetectorOutput(torch::Tensor out, const char* who) : output(std:
                 std::string(c10::toString(output.scalar_type())) + " " + c10::str(output.sizes()));
 }
 
-torch::Tensor DetectorOutput::pack(const torch::Tensor& codes, const torch::Tensor& logits, const torch::Tensor& anchors,
-                                   const torch::Tensor& levels, int64_t image_height, int64_t image_width) {
-  const auto n = codes.size(0), a = codes.size(1);
+torch::Tensor DetectorOutput::anchor_columns(const torch::Tensor& anchors, const torch::Tensor& levels,
+                                             int64_t image_height, int64_t image_width) {
   const auto options = anchors.options();
-  auto per_anchor = torch::cat({levels.to(options).unsqueeze(1), torch::tensor({double(image_height), double(image_width)}, options).expand({a, 2}), anchors}, 1);
-  const auto dtype = torch::promote_types(options.dtype().toScalarType(), logits.scalar_type());
-  return torch::cat({per_anchor.unsqueeze(0).expand({n, a, 7}).to(dtype), codes.to(dtype), logits.to(dtype)}, 2);
+  const auto size = torch::tensor({double(image_height), double(image_width)}, options).expand({anchors.size(0), 2});
+  return torch::cat({levels.to(options).unsqueeze(1), size, anchors}, 1);
+}
+
+torch::Tensor DetectorOutput::pack(const torch::Tensor& codes, const torch::Tensor& logits,
+                                   const torch::Tensor& anchor_columns) {
+  const auto n = codes.size(0), a = codes.size(1);
+  const auto dtype = torch::promote_types(anchor_columns.scalar_type(), logits.scalar_type());
+  return torch::cat({anchor_columns.unsqueeze(0).expand({n, a, 7}).to(dtype), codes.to(dtype), logits.to(dtype)}, 2);
 }
 
 int64_t DetectorOutput::image_height() const { return output.size(1) ? output[0][0][1].item<int64_t>() : 0; }

@@ -22,10 +22,11 @@ struct DetectorOutput {
 
   // Checks the layout (a fastcpp::Error names `who` otherwise).
   DetectorOutput(torch::Tensor output, const char* who);
-  // Packs head outputs: codes [N, A, 4], logits [N, A, K]; anchors [A, 4] and levels [A]
-  // the same for every image.
-  static torch::Tensor pack(const torch::Tensor& codes, const torch::Tensor& logits, const torch::Tensor& anchors,
-                            const torch::Tensor& levels, int64_t image_height, int64_t image_width);
+  // The first 7 columns, [A, 7], the same for every image of a size: made once per size.
+  static torch::Tensor anchor_columns(const torch::Tensor& anchors, const torch::Tensor& levels, int64_t image_height,
+                                      int64_t image_width);
+  // Packs head outputs: codes [N, A, 4], logits [N, A, K], with anchor_columns' [A, 7].
+  static torch::Tensor pack(const torch::Tensor& codes, const torch::Tensor& logits, const torch::Tensor& anchor_columns);
 
   torch::Tensor levels() const { return output.select(2, 0); }    // [N, A]
   torch::Tensor anchors() const { return output.narrow(2, 3, 4); }  // [N, A, 4]

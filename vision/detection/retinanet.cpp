@@ -116,16 +116,17 @@ torch::Tensor RetinaNetImpl::forward(const torch::Tensor& images) {
   const auto feature_sizes = sizes_of(maps);
   const std::pair<int64_t, int64_t> image_size{images.size(2), images.size(3)};
   if (feature_sizes != cache_.feature_sizes || image_size != cache_.image_size ||
-      cache_.anchors.device() != images.device()) {
+      cache_.columns.device() != images.device()) {
     std::vector<torch::Tensor> levels;
     const auto per_cell = options.anchor_generator.anchors_per_cell(0);
     for (size_t k = 0; k < feature_sizes.size(); ++k)
       levels.push_back(torch::full({feature_sizes[k].first * feature_sizes[k].second * per_cell}, double(k)));
+    const auto anchors = options.anchor_generator.grid_anchors(feature_sizes, image_size);
     cache_ = {feature_sizes, image_size,
-              options.anchor_generator.grid_anchors(feature_sizes, image_size).to(images.device()),
-              torch::cat(levels).to(images.device())};
+              DetectorOutput::anchor_columns(anchors, torch::cat(levels), image_size.first, image_size.second)
+                  .to(images.device())};
   }
-  return DetectorOutput::pack(codes, logits, cache_.anchors, cache_.levels, image_size.first, image_size.second);
+  return DetectorOutput::pack(codes, logits, cache_.columns);
 }
 
 RetinaNet retinanet(RetinaNetOptions options) { return RetinaNet(std::move(options)); }

@@ -85,11 +85,12 @@ struct RetinaNetImpl : torch::nn::Cloneable<RetinaNetImpl> {
   RetinaNetHead head{nullptr};
 
  private:
-  // Anchors and levels for the last maps' sizes, made again when the sizes or the device change.
+  // The output's anchor columns for the last maps' sizes, made again when the sizes or the
+  // device change.
   struct AnchorCache {
     std::vector<std::pair<int64_t, int64_t>> feature_sizes;
     std::pair<int64_t, int64_t> image_size{0, 0};
-    torch::Tensor anchors, levels;
+    torch::Tensor columns;
   } cache_;
 };
 TORCH_MODULE(RetinaNet);
