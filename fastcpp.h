@@ -57,6 +57,8 @@
 #include "vision/detection/detector_output.h"
 #include "vision/detection/feature_pyramid.h"
 #include "vision/detection/retinanet.h"
+#include "vision/detection/ssd.h"
+#include "vision/detection/postprocess.h"
 #include "vision/detection/coco_eval.h"
 #include "vision/detection/detection_learner.h"
 #include "vision/models/head.h"

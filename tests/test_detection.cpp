@@ -138,7 +138,7 @@ TEST_SUITE("detection") {
     model->train();
     const auto output = model(x);
     const vision::DetectorOutput out(output, "test");
-    CHECK(output.sizes() == torch::IntArrayRef{3, 2313, 11 + 3});
+    CHECK(output.sizes() == torch::IntArrayRef{3, 2313, 12 + 3});
     CHECK(torch::equal(out.anchors()[2], entry(f, "anchors")));
     CHECK((out.image_height() == 96 && out.image_width() == 128));
     CHECK(close(out.logits(), entry(f, "train.cls_logits"), 1e-4));
@@ -161,7 +161,7 @@ TEST_SUITE("detection") {
     const vision::DetectorOutput eval_out(evaluated, "test");
     CHECK(close(eval_out.logits(), entry(f, "eval.cls_logits"), 1e-4));
     CHECK(close(eval_out.codes(), entry(f, "eval.bbox_regression"), 1e-4));
-    const auto found = vision::retinanet_detections(evaluated, {.detections_per_image = 25, .candidates_per_level = 40});
+    const auto found = vision::retinanet_detections(evaluated, {.detections_per_image = 25, .candidates = 40});
     REQUIRE(found.size() == 3);
     for (int i = 0; i < 3; ++i) {
       CAPTURE(i);
@@ -220,8 +220,8 @@ TEST_SUITE("detection") {
     CHECK(torch::equal(first.boxes, torch::tensor({{1.0f, 2.0f, 3.0f, 4.0f}, {5.0f, 6.0f, 7.0f, 8.0f}})));
     CHECK(vision::image_boxes(targets, 1).boxes.size(0) == 0);
     CHECK(error_of([] { vision::retinanet_losses(torch::zeros({2, 5, 3}), torch::zeros({2, 1, 5})); }) ==
-          "retinanet_loss: expected a detector's output [images, anchors, 11 + classes], got Float [2, 5, 3]");
-    CHECK(error_of([] { vision::retinanet_losses(torch::zeros({2, 5, 14}), torch::zeros({2, 1, 4})); }) ==
+          "retinanet_loss: expected a detector's output [images, anchors, 12 + logits], got Float [2, 5, 3]");
+    CHECK(error_of([] { vision::retinanet_losses(torch::zeros({2, 5, 15}), torch::zeros({2, 1, 4})); }) ==
           "retinanet_loss: expected targets [2, boxes, 5] (x1 y1 x2 y2 label), got [2, 1, 4]");
     CHECK(error_of([] { vision::retinanet({.num_classes = 0}); }) == "retinanet: num_classes must be positive, got 0");
   }

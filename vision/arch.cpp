@@ -120,13 +120,13 @@ Arch Arch::named(const std::string& name) {
   throw Error("unknown architecture '" + name + "' (known: " + list + ")");
 }
 
-void add_pretrained_normalize(DataLoaders& dls, const std::string& weights, int64_t in_channels) {
+void add_pretrained_normalize(DataLoaders& dls, const std::string& weights, int64_t in_channels, const Normalize& stats) {
   if (weights.empty() || in_channels != 3) return;
   for (DataLoader* loader : {&dls.train, &dls.valid}) {
     const auto& tfms = loader->options().batch_tfms;
     const bool normalized =
         std::any_of(tfms.begin(), tfms.end(), [](const BatchTransform& t) { return t.target<Normalize>() != nullptr; });
-    if (!normalized) loader->add_batch_tfms({Normalize::imagenet()});
+    if (!normalized) loader->add_batch_tfms({stats});
   }
 }
 

@@ -75,10 +75,11 @@ class Arch {
 // conv adapted to other input channels as fastai does (summed for 1).
 Body pretrained_body(const Arch& arch, const BodyOptions& options, const std::string& weights);
 
-// With pretrained weights (ImageNet's) and 3 input channels, adds ImageNet's Normalize to
-// loaders that have no Normalize, as fastai's vision_learner and unet_learner do: the
-// weights expect inputs normalized as they were trained. Does nothing otherwise.
-void add_pretrained_normalize(DataLoaders& dls, const std::string& weights, int64_t in_channels);
+// With pretrained weights and 3 input channels, adds the Normalize they were trained with
+// (ImageNet's statistics unless `stats` says otherwise) to loaders that have no Normalize,
+// as fastai's vision_learner and unet_learner do. Does nothing otherwise.
+void add_pretrained_normalize(DataLoaders& dls, const std::string& weights, int64_t in_channels,
+                              const Normalize& stats = Normalize::imagenet());
 
 // fastai's splits of a create_vision_model model into three parameter groups:
 // resnet: [stem, layer1, layer2], [layer3, layer4], [head]; xresnet: [the stem's three

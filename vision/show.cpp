@@ -9,7 +9,7 @@
 #include "formats/canvas.h"
 #include "learner/learner.h"
 #include "vision/detection/detector_output.h"
-#include "vision/detection/retinanet.h"
+#include "vision/detection/postprocess.h"
 #include "vision/mask_png.h"
 
 namespace fastcpp::vision {
@@ -178,7 +178,7 @@ void show_results(Learner& learn, const std::string& path, ShowOptions o) {
   const auto y = batch.y.narrow(0, 0, n).to(torch::kCPU);
   if (is_box_batch(y)) {
     std::vector<ShownBoxes> found;
-    for (const auto& d : retinanet_detections(output)) {
+    for (const auto& d : detections(output)) {
       const auto kept = d.scores >= o.min_score;
       found.push_back({d.boxes.index({kept}), d.labels.index({kept}), d.scores.index({kept})});
     }

@@ -49,6 +49,43 @@ AnchorGenerator retinanet_anchor_generator() {
   return generator;
 }
 
+torch::Tensor DefaultBoxGenerator::grid_anchors(const std::vector<std::pair<int64_t, int64_t>>& feature_sizes,
+                                                 std::pair<int64_t, int64_t> image_size) const {
+  const auto maps = feature_sizes.size();
+  if (aspect_ratios.size() != maps || scales.size() != maps + 1 || (!steps.empty() && steps.size() != maps))
+    throw Error("DefaultBoxGenerator: " + std::to_string(maps) + " feature maps need as many aspect ratio lists (got " +
+                std::to_string(aspect_ratios.size()) + "), one scale more (got " + std::to_string(scales.size()) +
+                ") and as many steps or none (got " + std::to_string(steps.size()) + ")");
+  const auto [image_h, image_w] = image_size;
+  std::vector<torch::Tensor> boxes;
+  for (size_t k = 0; k < maps; ++k) {
+    // widths and heights as fractions of the image, in double as torchvision builds them
+    std::vector<double> wh{scales[k], scales[k], std::sqrt(scales[k] * scales[k + 1]), std::sqrt(scales[k] * scales[k + 1])};
+    for (const double ratio : aspect_ratios[k]) {
+      const double w = scales[k] * std::sqrt(ratio), h = scales[k] / std::sqrt(ratio);
+      wh.insert(wh.end(), {w, h, h, w});
+    }
+    auto pairs = torch::tensor(wh, torch::kFloat).view({-1, 2});
+    if (clip) pairs = pairs.clamp(0, 1);
+    const auto [rows, cols] = feature_sizes[k];
+    const double cells_x = steps.empty() ? double(cols) : double(image_w) / steps[k];
+    const double cells_y = steps.empty() ? double(rows) : double(image_h) / steps[k];
+    const auto grid = torch::meshgrid({(torch::arange(rows) + 0.5) / cells_y, (torch::arange(cols) + 0.5) / cells_x}, "ij");
+    const auto centres = torch::stack({grid[1].reshape(-1), grid[0].reshape(-1)}, 1);  // [cells, 2]: x, y
+    const auto per_cell = pairs.size(0);
+    const auto c = centres.repeat_interleave(per_cell, 0), size = pairs.repeat({rows * cols, 1});
+    const auto scale = torch::tensor({image_w, image_h});
+    boxes.push_back(torch::cat({(c - 0.5 * size) * scale, (c + 0.5 * size) * scale}, 1));
+  }
+  return torch::cat(boxes);
+}
+
+DefaultBoxGenerator ssd300_default_boxes() {
+  return {.aspect_ratios = {{2}, {2, 3}, {2, 3}, {2, 3}, {2}, {2}},
+          .scales = {0.07, 0.15, 0.33, 0.51, 0.69, 0.87, 1.05},
+          .steps = {8, 16, 32, 64, 100, 300}};
+}
+
 torch::Tensor Matcher::operator()(const torch::Tensor& quality) const {
   if (quality.dim() != 2) throw Error("Matcher: expected an IoU matrix [boxes, anchors], got " + c10::str(quality.sizes()));
   if (quality.size(0) == 0) throw Error("Matcher: an image has no ground-truth boxes");
@@ -62,6 +99,10 @@ torch::Tensor Matcher::operator()(const torch::Tensor& quality) const {
     const auto best_of_box = std::get<0>(quality.max(1));
     const auto anchors = torch::where(quality == best_of_box.unsqueeze(1))[1];
     matches.index_put_({anchors}, matches_of_best.index({anchors}));
+  }
+  if (each_box_takes_its_best_anchor) {
+    const auto best_anchor = std::get<1>(quality.max(1));
+    matches.index_put_({best_anchor}, torch::arange(quality.size(0), matches.options()));
   }
   return matches;
 }

@@ -156,7 +156,7 @@ class CocoMetric : public Metric {
  public:
   CocoMetric(std::string name, bool at50, DecodeDetections decode)
       : name_(std::move(name)), at50_(at50), decode_(decode ? std::move(decode) : [](const torch::Tensor& output) {
-          return retinanet_detections(output);
+          return detections(output);
         }) {}
   std::string name() const override { return name_; }
   void reset() override { evaluator_.reset(); }

@@ -21,7 +21,7 @@
 
 #include "learner/metrics.h"
 #include "vision/detection/detector_output.h"
-#include "vision/detection/retinanet.h"
+#include "vision/detection/postprocess.h"
 
 namespace fastcpp::vision {
 
@@ -48,7 +48,7 @@ class CocoEvaluator {
   std::vector<Image> images_;
 };
 
-// Turns a batch's detector output into detections (retinanet_detections by default).
+// Turns a batch's detector output into detections (by default `detections`: the detector's own).
 using DecodeDetections = std::function<std::vector<Detections>(const torch::Tensor& output)>;
 
 namespace metrics {

@@ -20,11 +20,20 @@ std::vector<std::vector<torch::Tensor>> retinanet_split(torch::nn::Module& model
   return groups;
 }
 
+namespace {
+
+int64_t classes_of(const DataLoaders& dls, int64_t given, const char* who) {
+  const int64_t num_classes = given > 0 ? given : static_cast<int64_t>(dls.num_classes());
+  if (num_classes < 1) throw Error(std::string(who) + ": the data have no classes; give num_classes");
+  return num_classes;
+}
+
+}  // namespace
+
 Learner detection_learner(DataLoaders dls, ResNetArch arch, std::vector<MetricPtr> metrics, DetectionLearnerOptions o,
                           LearnerOptions learner_options) {
   if (!arch) throw Error("detection_learner: no architecture given");
-  const int64_t num_classes = o.num_classes > 0 ? o.num_classes : static_cast<int64_t>(dls.num_classes());
-  if (num_classes < 1) throw Error("detection_learner: the data have no classes; give num_classes");
+  const auto num_classes = classes_of(dls, o.num_classes, "detection_learner");
   auto model = retinanet({.num_classes = num_classes, .arch = arch, .backbone = {.width = o.width},
                           .fpn_channels = o.fpn_channels, .head_group_norm = o.head_group_norm});
   if (!o.pretrained_weights.empty())
@@ -35,9 +44,30 @@ Learner detection_learner(DataLoaders dls, ResNetArch arch, std::vector<MetricPt
   return Learner(std::move(dls), model, retinanet_loss(o.loss), std::move(metrics), std::move(learner_options));
 }
 
+std::vector<std::vector<torch::Tensor>> ssd_split(torch::nn::Module& model) {
+  auto* net = dynamic_cast<SsdImpl*>(&model);
+  if (!net) throw Error("ssd_learner: the model is not an SSD");
+  std::vector<std::vector<torch::Tensor>> groups{net->backbone->features->parameters(), net->backbone->extra->parameters(),
+                                                 net->head->parameters()};
+  groups[2].push_back(net->backbone->scale_weight);
+  return groups;
+}
+
+Learner ssd_learner(DataLoaders dls, std::vector<MetricPtr> metrics, SsdLearnerOptions o, LearnerOptions learner_options) {
+  auto model = ssd300_vgg16({.num_classes = classes_of(dls, o.num_classes, "ssd_learner")});
+  if (!o.pretrained_weights.empty()) load_vgg16_features(*model->backbone, o.pretrained_weights);
+  if (!learner_options.splitter) learner_options.splitter = ssd_split;
+  learner_options.frozen = !o.pretrained_weights.empty();
+  // torchvision's VGG-16 features were trained on 0-255 pixels less their mean
+  if (o.normalize)
+    add_pretrained_normalize(dls, o.pretrained_weights, 3,
+                             Normalize{{0.48235, 0.45882, 0.40784}, {1 / 255.0, 1 / 255.0, 1 / 255.0}});
+  return Learner(std::move(dls), model, ssd_loss(o.loss), std::move(metrics), std::move(learner_options));
+}
+
 Detections detect(Learner& learn, const torch::Tensor& image, const PostprocessOptions& options) {
   if (image.dim() != 3) throw Error("detect: expected one image [C, H, W], got " + c10::str(image.sizes()));
-  return retinanet_detections(learn.predict(image).unsqueeze(0), options).front();
+  return detections(learn.predict(image).unsqueeze(0), options).front();
 }
 
 }  // namespace fastcpp::vision

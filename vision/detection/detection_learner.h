@@ -1,6 +1,7 @@
 #pragma once
-// detection_learner: a Learner for object detection, a RetinaNet on a ResNet (optionally
-// with ImageNet weights for its body) trained with its focal and box losses.
+// Learners for object detection: detection_learner, a RetinaNet on a ResNet (optionally
+// with ImageNet weights for its body) trained with its focal and box losses; ssd_learner,
+// torchvision's SSD300 on VGG-16 (optionally with its ImageNet features) with its losses.
 //
 //   auto dls = vision::DetectionDataLoaders::from_coco("instances.json", "images/", {.bs = 8, ...});
 //   auto learn = vision::detection_learner(dls, vision::resnet50, {}, {.pretrained_weights = "resnet50.pth"});
@@ -9,13 +10,16 @@
 //
 // Parameter groups, as fastai's ResNet split: the body up to layer3, layer3 and layer4, the
 // pyramid and the head; with pretrained weights the body starts frozen (its norm layers
-// stay trainable), so fine_tune trains the pyramid and head first. A splitter given in the
-// LearnerOptions replaces these.
+// stay trainable), so fine_tune trains the pyramid and head first. SSD's: VGG-16 up to
+// conv4_3, conv5 to the last extra block, the head (with conv4_3's scale). A splitter
+// given in the LearnerOptions replaces these.
 #include <string>
 #include <vector>
 
 #include "learner/learner.h"
+#include "vision/detection/postprocess.h"
 #include "vision/detection/retinanet.h"
+#include "vision/detection/ssd.h"
 
 namespace fastcpp::vision {
 
@@ -38,8 +42,24 @@ std::vector<std::vector<torch::Tensor>> retinanet_split(torch::nn::Module& model
 Learner detection_learner(DataLoaders dls, ResNetArch arch, std::vector<MetricPtr> metrics = {},
                           DetectionLearnerOptions options = {}, LearnerOptions learner_options = {});
 
+struct SsdLearnerOptions {
+  // A state dict of torchvision's vgg16 (ImageNet features) for the backbone
+  // (load_vgg16_features); its Normalize is SSD's (ssd.h). Empty: random weights.
+  std::string pretrained_weights;
+  int64_t num_classes = 0;  // default: the number of dls.vocab's classes
+  SsdLossOptions loss{};
+  bool normalize = true;
+};
+
+// The three parameter groups of an SSD (see above).
+std::vector<std::vector<torch::Tensor>> ssd_split(torch::nn::Module& model);
+
+Learner ssd_learner(DataLoaders dls, std::vector<MetricPtr> metrics = {}, SsdLearnerOptions options = {},
+                    LearnerOptions learner_options = {});
+
 // The detections on one image as the data give it (uint8 or float CHW, the validation
-// loader's batch transforms applied): boxes in its pixels, scores, labels (dls.vocab's).
+// loader's batch transforms applied), by the model's own post-processing: boxes in its
+// pixels, scores, labels (dls.vocab's).
 Detections detect(Learner& learn, const torch::Tensor& image, const PostprocessOptions& options = {});
 
 }  // namespace fastcpp::vision

@@ -8,26 +8,36 @@ namespace fastcpp::vision {
 
 DetectorOutput::DetectorOutput(torch::Tensor out, const char* who) : output(std::move(out)) {
   if (output.dim() != 3 || output.size(2) <= kPrefix || !output.is_floating_point())
-    throw Error(std::string(who) + ": expected a detector's output [images, anchors, 11 + classes], got " +
+    throw Error(std::string(who) + ": expected a detector's output [images, anchors, 12 + logits], got " +
                 std::string(c10::toString(output.scalar_type())) + " " + c10::str(output.sizes()));
 }
 
-torch::Tensor DetectorOutput::anchor_columns(const torch::Tensor& anchors, const torch::Tensor& levels,
+torch::Tensor DetectorOutput::anchor_columns(Scoring scoring, const torch::Tensor& anchors, const torch::Tensor& levels,
                                              int64_t image_height, int64_t image_width) {
   const auto options = anchors.options();
-  const auto size = torch::tensor({double(image_height), double(image_width)}, options).expand({anchors.size(0), 2});
-  return torch::cat({levels.to(options).unsqueeze(1), size, anchors}, 1);
+  const auto n = anchors.size(0);
+  const auto head = torch::tensor({double(scoring == Scoring::softmax), double(image_height), double(image_width)}, options);
+  return torch::cat({head.narrow(0, 0, 1).expand({n, 1}), levels.to(options).unsqueeze(1),
+                     head.narrow(0, 1, 2).expand({n, 2}), anchors}, 1);
 }
 
 torch::Tensor DetectorOutput::pack(const torch::Tensor& codes, const torch::Tensor& logits,
                                    const torch::Tensor& anchor_columns) {
   const auto n = codes.size(0), a = codes.size(1);
   const auto dtype = torch::promote_types(anchor_columns.scalar_type(), logits.scalar_type());
-  return torch::cat({anchor_columns.unsqueeze(0).expand({n, a, 7}).to(dtype), codes.to(dtype), logits.to(dtype)}, 2);
+  return torch::cat({anchor_columns.unsqueeze(0).expand({n, a, 8}).to(dtype), codes.to(dtype), logits.to(dtype)}, 2);
 }
 
-int64_t DetectorOutput::image_height() const { return output.size(1) ? output[0][0][1].item<int64_t>() : 0; }
-int64_t DetectorOutput::image_width() const { return output.size(1) ? output[0][0][2].item<int64_t>() : 0; }
+// The scoring and the image size are the same in every row: read from the first (none: sigmoid, 0 x 0).
+// Each read waits for the output (decoding does; the losses read none of them).
+Scoring DetectorOutput::scoring() const {
+  return output.size(0) && output.size(1) && output[0][0][0].item<double>() > 0.5 ? Scoring::softmax : Scoring::sigmoid;
+}
+int64_t DetectorOutput::num_classes() const {
+  return output.size(2) - kPrefix - (scoring() == Scoring::softmax ? 1 : 0);
+}
+int64_t DetectorOutput::image_height() const { return output.size(0) && output.size(1) ? output[0][0][2].item<int64_t>() : 0; }
+int64_t DetectorOutput::image_width() const { return output.size(0) && output.size(1) ? output[0][0][3].item<int64_t>() : 0; }
 
 ImageBoxes image_boxes(const torch::Tensor& targets, int64_t i) {
   if (targets.dim() != 3 || targets.size(2) != 5)

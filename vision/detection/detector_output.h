@@ -1,13 +1,14 @@
 #pragma once
 // What a single-shot detector (RetinaNet, SSD) returns for a batch, as one tensor, so
 // that it goes through the Learner, to_parallel and to_distributed as a classifier's
-// output does: [images, anchors, 11 + classes], each anchor's row
+// output does: [images, anchors, 12 + logits], each anchor's row
 //
-//   level | image height, width | anchor x1 y1 x2 y2 | box codes (4) | class logits
+//   scoring | level | image height, width | anchor x1 y1 x2 y2 | box codes (4) | class logits
 //
-// The level (which pyramid map the anchor is on), the image's size and the anchor make
-// the loss and the decoding functions of the output alone (the Learner's loss and
-// metrics see the output and the targets, nothing else); they cost 7 floats an anchor.
+// The scoring (how logits become scores), the level (which feature map the anchor is on),
+// the image's size and the anchor make the loss and the decoding functions of the output
+// alone (the Learner's loss and metrics see the output and the targets, nothing else);
+// they cost 8 floats an anchor.
 //
 // Targets are [images, most boxes, 5]: x1 y1 x2 y2 label per box, rows of label -1
 // filling the images with fewer boxes (box_targets makes them).
@@ -17,22 +18,31 @@
 
 namespace fastcpp::vision {
 
+// How a detector's logits become class scores.
+enum class Scoring {
+  sigmoid,  // one sigmoid a class (RetinaNet): K logits for K classes
+  softmax,  // a softmax over background and the classes (SSD): logit 0 is the background's
+};
+
 struct DetectorOutput {
-  static constexpr int64_t kPrefix = 11;  // columns before the class logits
+  static constexpr int64_t kPrefix = 12;  // columns before the class logits
 
   // Checks the layout (a fastcpp::Error names `who` otherwise).
   DetectorOutput(torch::Tensor output, const char* who);
-  // The first 7 columns, [A, 7], the same for every image of a size: made once per size.
-  static torch::Tensor anchor_columns(const torch::Tensor& anchors, const torch::Tensor& levels, int64_t image_height,
-                                      int64_t image_width);
-  // Packs head outputs: codes [N, A, 4], logits [N, A, K], with anchor_columns' [A, 7].
+  // The first 8 columns, [A, 8], the same for every image of a size: made once per size.
+  static torch::Tensor anchor_columns(Scoring scoring, const torch::Tensor& anchors, const torch::Tensor& levels,
+                                      int64_t image_height, int64_t image_width);
+  // Packs head outputs: codes [N, A, 4], logits [N, A, L], with anchor_columns' [A, 8].
   static torch::Tensor pack(const torch::Tensor& codes, const torch::Tensor& logits, const torch::Tensor& anchor_columns);
 
-  torch::Tensor levels() const { return output.select(2, 0); }    // [N, A]
-  torch::Tensor anchors() const { return output.narrow(2, 3, 4); }  // [N, A, 4]
-  torch::Tensor codes() const { return output.narrow(2, 7, 4); }    // [N, A, 4]
-  torch::Tensor logits() const { return output.narrow(2, kPrefix, num_classes()); }  // [N, A, K]
-  int64_t num_classes() const { return output.size(2) - kPrefix; }
+  Scoring scoring() const;
+  torch::Tensor levels() const { return output.select(2, 1); }    // [N, A]
+  torch::Tensor anchors() const { return output.narrow(2, 4, 4); }  // [N, A, 4]
+  torch::Tensor codes() const { return output.narrow(2, 8, 4); }    // [N, A, 4]
+  // [N, A, L]: the background's first with softmax scoring.
+  torch::Tensor logits() const { return output.narrow(2, kPrefix, output.size(2) - kPrefix); }
+  // Object classes (the background not counted).
+  int64_t num_classes() const;
   int64_t image_height() const;
   int64_t image_width() const;
 

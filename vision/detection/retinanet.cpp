@@ -123,7 +123,7 @@ torch::Tensor RetinaNetImpl::forward(const torch::Tensor& images) {
       levels.push_back(torch::full({feature_sizes[k].first * feature_sizes[k].second * per_cell}, double(k)));
     const auto anchors = options.anchor_generator.grid_anchors(feature_sizes, image_size);
     cache_ = {feature_sizes, image_size,
-              DetectorOutput::anchor_columns(anchors, torch::cat(levels), image_size.first, image_size.second)
+              DetectorOutput::anchor_columns(Scoring::sigmoid, anchors, torch::cat(levels), image_size.first, image_size.second)
                   .to(images.device())};
   }
   return DetectorOutput::pack(codes, logits, cache_.columns);
@@ -188,40 +188,6 @@ Loss retinanet_loss(RetinaNetLossOptions options) {
     const auto losses = retinanet_losses(output, targets, options);
     return losses.classification + losses.box_regression;
   });
-}
-
-std::vector<Detections> retinanet_detections(const torch::Tensor& output, const PostprocessOptions& options) {
-  const DetectorOutput out(output, "retinanet_detections");
-  const auto num_classes = out.num_classes();
-  const auto height = out.image_height(), width = out.image_width();
-  // Anchors per map: runs of one level in the level column.
-  const auto counts_tensor = std::get<2>(torch::unique_consecutive(out.levels()[0].cpu(), false, true));
-  const std::vector<int64_t> counts(counts_tensor.data_ptr<int64_t>(), counts_tensor.data_ptr<int64_t>() + counts_tensor.numel());
-
-  std::vector<Detections> found;
-  for (int64_t i = 0; i < output.size(0); ++i) {
-    const auto logits = out.logits()[i].split_with_sizes(counts), codes = out.codes()[i].split_with_sizes(counts),
-               anchors = out.anchors()[i].split_with_sizes(counts);
-    std::vector<torch::Tensor> boxes, scores, labels;
-    for (size_t level = 0; level < counts.size(); ++level) {
-      auto level_scores = torch::sigmoid(logits[level]).flatten();
-      const auto passing = level_scores > options.score_threshold;
-      auto candidates = torch::nonzero(passing).squeeze(1);
-      const auto k = std::min(options.candidates_per_level, candidates.size(0));
-      auto [best, order] = level_scores.index({passing}).topk(k);
-      candidates = candidates.index({order});
-      const auto anchor = torch::div(candidates, num_classes, "floor");
-      boxes.push_back(clip_boxes_to_image(options.coder.decode(codes[level].index({anchor}), anchors[level].index({anchor})),
-                                          height, width));
-      scores.push_back(best);
-      labels.push_back(candidates % num_classes);
-    }
-    const auto all_boxes = torch::cat(boxes), all_scores = torch::cat(scores), all_labels = torch::cat(labels);
-    auto keep = batched_nms(all_boxes, all_scores, all_labels, options.nms_threshold);
-    keep = keep.narrow(0, 0, std::min(options.detections_per_image, keep.size(0)));
-    found.push_back({all_boxes.index({keep}), all_scores.index({keep}), all_labels.index({keep})});
-  }
-  return found;
 }
 
 }  // namespace fastcpp::vision

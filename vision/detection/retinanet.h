@@ -8,7 +8,7 @@
 //
 //   auto model = vision::retinanet({.num_classes = 3, .arch = vision::resnet18});
 //   Learner learn(dls, model, vision::retinanet_loss());
-//   auto found = vision::retinanet_detections(model(x));   // boxes, scores, labels an image
+//   auto found = vision::detections(model(x));   // boxes, scores, labels an image (postprocess.h)
 //
 // Differences from torchvision's module, by design: images come in as the data pipeline
 // made them (one size, normalized: torchvision's resizing and normalization are data
@@ -75,7 +75,7 @@ struct RetinaNetOptions {
 struct RetinaNetImpl : torch::nn::Cloneable<RetinaNetImpl> {
   explicit RetinaNetImpl(RetinaNetOptions options);
   void reset() override;
-  // Images [N, C, H, W] -> the DetectorOutput [N, anchors, 11 + classes].
+  // Images [N, C, H, W] -> the DetectorOutput [N, anchors, 12 + classes], sigmoid scoring.
   torch::Tensor forward(const torch::Tensor& images);
   // A copy that leaves the global CPU generator as it was (core/clone.h).
   std::shared_ptr<torch::nn::Module> clone(const std::optional<torch::Device>& device = std::nullopt) const override;
@@ -117,20 +117,5 @@ RetinaNetLosses retinanet_losses(const torch::Tensor& output, const torch::Tenso
                                  const RetinaNetLossOptions& options = {});
 // Their sum, as a Learner's Loss.
 Loss retinanet_loss(RetinaNetLossOptions options = {});
-
-struct PostprocessOptions {
-  double score_threshold = 0.05;
-  double nms_threshold = 0.5;
-  int64_t detections_per_image = 300;
-  int64_t candidates_per_level = 1000;  // best scores of each map kept before NMS
-  BoxCoder coder{};
-};
-struct Detections {
-  torch::Tensor boxes, scores, labels;  // [n, 4] in the input's pixels, [n], [n] int64
-};
-// One Detections an image: per map, the scores above the threshold (a sigmoid a class and
-// anchor), the best candidates_per_level of them decoded and clipped to the image; then
-// NMS within each class over all maps, the best detections_per_image kept.
-std::vector<Detections> retinanet_detections(const torch::Tensor& output, const PostprocessOptions& options = {});
 
 }  // namespace fastcpp::vision

@@ -1,0 +1,159 @@
+// SSD against torchvision's ssd300_vgg16 on the same weights and inputs (fixtures from
+// tests/fixtures/torchvision_models.py): default boxes, matching, outputs, losses,
+// gradients and detections; the VGG-16 ImageNet features loading; ssd_learner's training.
+#include "helpers.h"
+#include "vision/detection/detection_learner.h"
+#include "vision/detection/detector_output.h"
+#include "vision/detection/postprocess.h"
+#include "vision/detection/ssd.h"
+
+using namespace fastcpp;
+using namespace fastcpp::testing;
+
+namespace {
+
+const std::string kSsd = std::string(FASTCPP_MODEL_FIXTURES) + "/ssd.pth";
+const std::string kSsdIO = std::string(FASTCPP_MODEL_FIXTURES) + "/ssd_io.pt";
+const std::string kVgg = std::string(FASTCPP_MODEL_FIXTURES) + "/vgg16_features.pth";
+
+torch::Tensor entry(const c10::impl::GenericDict& fixtures, const std::string& key) {
+  return fixtures.at(c10::IValue(key)).toTensor();
+}
+
+bool close(const torch::Tensor& got, const torch::Tensor& expected, double tolerance = 1e-5) {
+  REQUIRE(got.sizes() == expected.sizes());
+  return torch::allclose(got, expected, tolerance, tolerance);
+}
+
+// n images 3 x 300 x 300 of faint noise, each with one square of 80-140 pixels: red for
+// class 0, green for class 1. Targets [n, 1, 5].
+std::shared_ptr<TensorDataset> squares(int64_t n, uint64_t seed) {
+  auto gen = at::make_generator<at::CPUGeneratorImpl>(seed);
+  auto x = torch::rand({n, 3, 300, 300}, gen) * 0.1;
+  auto y = torch::zeros({n, 1, 5});
+  for (int64_t i = 0; i < n; ++i) {
+    const auto side = torch::randint(80, 141, {1}, gen).item<int64_t>();
+    const auto left = torch::randint(0, 300 - side, {1}, gen).item<int64_t>();
+    const auto top = torch::randint(0, 300 - side, {1}, gen).item<int64_t>();
+    const auto label = i % 2;
+    x[i][label].narrow(0, top, side).narrow(1, left, side).fill_(1.0);
+    y[i][0] = torch::tensor({double(left), double(top), double(left + side), double(top + side), double(label)});
+  }
+  return std::make_shared<TensorDataset>(x, y);
+}
+
+}  // namespace
+
+TEST_SUITE("detection") {
+  TEST_CASE("SSD300 loads torchvision's state dict; default boxes, matches, outputs, losses, gradients and detections equal torchvision's") {
+    const auto f = read_torch_file(read_file(kSsdIO)).toGenericDict();
+    const auto x = entry(f, "input"), targets = entry(f, "targets");
+    auto model = vision::ssd300_vgg16({.num_classes = 3});
+    load_state_dict(*model, kSsd);
+
+    model->train();
+    const auto output = model(x);
+    const vision::DetectorOutput out(output, "test");
+    CHECK(output.sizes() == torch::IntArrayRef{2, 8732, 12 + 1 + 3});
+    CHECK((out.scoring() == vision::Scoring::softmax && out.num_classes() == 3));
+    CHECK((out.image_height() == 300 && out.image_width() == 300));
+    CHECK(torch::equal(out.anchors()[1], entry(f, "anchors")));
+    const auto quality = vision::box_iou(vision::image_boxes(targets, 0).boxes, entry(f, "anchors"));
+    CHECK(torch::equal(vision::SsdLossOptions{}.matcher(quality), entry(f, "matches")));
+    CHECK(close(out.logits(), entry(f, "train.cls_logits"), 1e-4));
+    CHECK(close(out.codes(), entry(f, "train.bbox_regression"), 1e-4));
+    const auto losses = vision::ssd_losses(output, targets);
+    CHECK(torch::allclose(losses.classification, entry(f, "loss.classification"), 1e-5, 1e-5));
+    CHECK(torch::allclose(losses.box_regression, entry(f, "loss.bbox_regression"), 1e-5, 1e-5));
+    (losses.classification + losses.box_regression).backward();
+    const auto params = model->named_parameters();
+    CHECK(torch::allclose(params["head.classification_head.module_list.0.weight"].grad(), entry(f, "grad.cls0"), 1e-4, 1e-5));
+    CHECK(torch::allclose(params["backbone.features.0.weight"].grad(), entry(f, "grad.conv1_1"), 1e-4, 1e-5));
+    CHECK(torch::allclose(params["backbone.scale_weight"].grad(), entry(f, "grad.scale_weight"), 1e-4, 1e-6));
+    CHECK(vision::ssd_loss()(output.detach(), targets).item<double>() ==
+          doctest::Approx((losses.classification + losses.box_regression).item<double>()).epsilon(1e-6));
+
+    model->eval();
+    torch::NoGradGuard no_grad;
+    const auto evaluated = model(x);
+    const vision::DetectorOutput eval_out(evaluated, "test");
+    CHECK(close(eval_out.logits(), entry(f, "eval.cls_logits"), 1e-4));
+    CHECK(close(eval_out.codes(), entry(f, "eval.bbox_regression"), 1e-4));
+    const auto found = vision::detections(evaluated, {.detections_per_image = 600});
+    REQUIRE(found.size() == 2);
+    for (int i = 0; i < 2; ++i) {
+      CAPTURE(i);
+      const auto key = "detections." + std::to_string(i) + ".";
+      CHECK(torch::equal(found[i].labels + 1, entry(f, key + "labels")));  // torchvision counts the background as 0
+      CHECK(close(found[i].scores, entry(f, key + "scores")));
+      CHECK(close(found[i].boxes, entry(f, key + "boxes"), 1e-4));
+    }
+    CHECK(error_of([&] { vision::retinanet_detections(evaluated); }) ==
+          "retinanet_detections: the output is scored by softmax (ssd_detections decodes it)");
+  }
+
+  TEST_CASE("SSD's default boxes, options and bad input are named") {
+    // One map of 2 x 3 cells on a 20 x 30 image, one aspect ratio: 4 boxes a cell, in
+    // torchvision's order (s_k, sqrt(s_k s_k+1), then w/h and h/w of each ratio).
+    const vision::DefaultBoxGenerator generator{.aspect_ratios = {{4}}, .scales = {0.5, 2}, .clip = true};
+    const auto boxes = generator.grid_anchors({{2, 3}}, {20, 30});
+    REQUIRE(boxes.sizes() == torch::IntArrayRef{24, 4});
+    // cell (row 0, col 1): centre (15, 5); sides as fractions 0.5, 1 (clipped from
+    // sqrt(0.5 * 2) = 1), then 1 x 0.25 and 0.25 x 1
+    CHECK(torch::allclose(boxes.narrow(0, 4, 4), torch::tensor({{7.5f, 0.0f, 22.5f, 10.0f},
+                                                                  {0.0f, -5.0f, 30.0f, 15.0f},
+                                                                  {0.0f, 2.5f, 30.0f, 7.5f},
+                                                                  {11.25f, -5.0f, 18.75f, 15.0f}})));
+    CHECK(error_of([&] { generator.grid_anchors({{2, 3}, {1, 1}}, {20, 30}); }) ==
+          "DefaultBoxGenerator: 2 feature maps need as many aspect ratio lists (got 1), one scale more (got 2) and as many "
+          "steps or none (got 0)");
+    CHECK(error_of([] { vision::ssd300_vgg16({.num_classes = 0}); }) == "ssd: num_classes must be positive, got 0");
+    CHECK(error_of([] { vision::ssd300_vgg16({.num_classes = 2})(torch::zeros({1, 1, 300, 300})); }) ==
+          "ssd: expected images [N, 3, H, W], got [1, 1, 300, 300]");
+    CHECK(error_of([] { vision::ssd_losses(torch::zeros({2, 5, 15}), torch::zeros({3, 1, 5})); }) ==
+          "ssd_loss: expected targets [2, boxes, 5] (x1 y1 x2 y2 label), got [3, 1, 5]");
+    CHECK(error_of([] { vision::ssd_detections(torch::zeros({1, 5, 15})); }) ==
+          "ssd_detections: the output is scored by sigmoid (retinanet_detections decodes it)");
+    auto backbone = vision::SsdVggBackbone();
+    const auto bad = temp_path("not_vgg.pth");
+    save_state_dict(*tiny_model(), bad);
+    CHECK(error_of([&] { vision::load_vgg16_features(*backbone, bad); }) ==
+          "cannot read vgg16 weights '" + bad + "': its 'features.0.weight' entry is missing or of the wrong type");
+    std::filesystem::remove(bad);
+  }
+
+  TEST_CASE("ssd_learner trains an SSD300; torchvision's VGG-16 features load, freeze and bring SSD's Normalize") {
+    // two images, trained on and validated on (an SSD300 step takes seconds on a CPU)
+    DataLoaders dls{DataLoader(squares(2, 1), {.bs = 2, .shuffle = true, .seed = 3}), DataLoader(squares(2, 1), {.bs = 2}),
+                    {"red", "green"}};
+    torch::manual_seed(0);
+    auto learn = vision::ssd_learner(dls, {}, {}, quiet());
+    silence(learn);
+    const auto before = learn.validate()[0];
+    learn.fit(3, 1e-4);
+    const auto after = learn.validate()[0];
+    CAPTURE(before);
+    CAPTURE(after);
+    CHECK(after < 0.8 * before);
+    const auto& groups = learn.opt->param_groups();
+    REQUIRE(groups.size() == 3);
+    CHECK(groups[1].params.size() == 2 * (5 + 8));  // conv5_1-3, fc6, fc7, the four blocks' eight convs
+
+    auto tuned = vision::ssd_learner(dls, {}, {.pretrained_weights = kVgg}, quiet());
+    silence(tuned);
+    const auto vgg = read_state_dict(kVgg);
+    auto params = tuned.model.module().named_parameters();
+    CHECK(torch::equal(params["backbone.features.21.weight"], vgg.at("features.21.weight").toTensor()));
+    CHECK(torch::equal(params["backbone.extra.0.5.bias"], vgg.at("features.28.bias").toTensor()));
+    const auto features_before = params["backbone.features.0.weight"].clone();
+    const auto head_before = params["head.regression_head.module_list.0.weight"].clone();
+    tuned.fit(1, 1e-4);
+    CHECK(torch::equal(params["backbone.features.0.weight"], features_before));  // frozen
+    CHECK(!torch::equal(params["head.regression_head.module_list.0.weight"], head_before));
+    const auto& tfms = tuned.dls.valid.options().batch_tfms;
+    REQUIRE(!tfms.empty());
+    const auto* normalize = tfms.back().target<Normalize>();
+    REQUIRE(normalize != nullptr);
+    CHECK(normalize->mean == std::vector<double>{0.48235, 0.45882, 0.40784});
+  }
+}
