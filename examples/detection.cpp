@@ -9,7 +9,8 @@
 //
 // Prints the epoch table with COCO's AP and AP50 on the validation set, each class's AP,
 // the training loop's time and `final valid AP, AP50`; writes in detection/ (--out)
-// show_batch.png (images and their boxes) and show_results.png (true and found boxes).
+// show_batch.png (images and their boxes), show_results.png (true and found boxes) and
+// export.pt (the trained model, for the predict program: predict detection/export.pt IMAGE).
 #include <fastcpp.h>
 
 #include "output_folder.h"
@@ -90,6 +91,7 @@ int main(int argc, char** argv) {
       std::printf(" %s %.3f%s", dls.vocab[c].c_str(), per_class[c], c + 1 < per_class.size() ? "," : "\n");
     std::printf("final valid AP %.4f, AP50 %.4f\n", results[1], results[2]);
     vision::show_results(learn, output("show_results.png"), {.max_n = 8});
+    learn.export_learner(output("export.pt"));
   } catch (const Error& e) {
     std::cerr << "error: " << e.what() << "\n";
     return 1;

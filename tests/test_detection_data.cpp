@@ -9,6 +9,7 @@
 #include "vision/datasets/coco.h"
 #include "vision/datasets/detection_data.h"
 #include "vision/detection/detection_learner.h"
+#include "vision/predictor.h"
 #include "vision/image.h"
 #include "vision/mask_png.h"
 #include "vision/show.h"
@@ -71,6 +72,16 @@ TEST_SUITE("detection") {
           REQUIRE(moved.boxes.size(0) == expected.size(0));
           if (expected.size(0)) CHECK((moved.boxes - expected).abs().max().item<double>() <= 1.0);
         }
+    // The way back (a detector's boxes to the picture's pixels): the validation form's
+    // boxes return where they were.
+    const auto central = torch::tensor({{26.0f, 18.0f, 38.0f, 30.0f}});
+    for (const auto& [name, tfms] : cases) {
+      CAPTURE(name);
+      Rng any(0);
+      const auto moved = vision::transform_boxes(tfms, central, {64, 48}, any, false);
+      REQUIRE(moved.boxes.size(0) == 1);
+      CHECK(torch::allclose(vision::boxes_to_image(tfms, moved.boxes, {64, 48}), central, 1e-4, 1e-4));
+    }
     // Flipped: x mirrored; a box left outside a crop is dropped, one cut by it is clipped.
     Rng rng(0);
     const auto flipped = vision::transform_boxes({vision::FlipItem(1.0)}, boxes, {64, 48}, rng, true);
@@ -187,5 +198,43 @@ TEST_SUITE("detection") {
     CHECK(results.cols == 8 + 2 * (128 + 8));                  // target, prediction
     CHECK(results.rows == 8 + 5 * 2 + 6 + 2 * (128 + 8));      // titles, two rows
     std::filesystem::remove(path);
+  }
+
+  TEST_CASE("a detector's export: load_learner finds what the Learner finds in image files, boxes in the files' pixels") {
+    const auto root = temp_path("export_detector");
+    fs::create_directories(root + "/images");
+    fs::create_directories(root + "/boxes");
+    for (const auto* name : {"a", "b", "c"}) {
+      vision::write_png(root + "/images/" + name + ".png", picture_with_box(96, 64, {20, 10, 40, 30}));
+      write_text(root + "/boxes/" + name + ".txt", "square 20 10 60 40\n");
+    }
+    auto dls = vision::DetectionDataLoaders::from_box_files(
+        root + "/images", root + "/boxes",
+        {.bs = 2, .workers = 0, .item_tfms = {vision::Resize(64, vision::ResizeMethod::Squish)},
+         .splitter = [](const std::vector<std::string>&) { return Split{{0, 1}, {0, 1, 2}}; }});
+    torch::manual_seed(0);
+    auto learn = vision::detection_learner(dls, vision::resnet18, {}, {.width = 8, .fpn_channels = 16}, quiet());
+    const auto path = root + "/export.pt";
+    learn.export_learner(path);
+    const auto predictor = vision::load_learner(path, {.device = torch::kCPU, .detections = {.score_threshold = 0.005}});
+    const auto& valid = dynamic_cast<const vision::DetectionDataset&>(dls.valid.dataset());
+    const auto files = std::vector<std::string>{root + "/images/a.png", root + "/images/b.png", root + "/images/c.png"};
+    const auto predictions = predictor.predict(files, /*bs=*/2);
+    REQUIRE(predictions.size() == 3);
+    for (size_t i = 0; i < 3; ++i) {
+      CAPTURE(i);
+      const auto expected = vision::detect(learn, valid.get(i).x, {.score_threshold = 0.005});
+      const auto& found = predictions[i].detections;
+      REQUIRE(found.scores.size(0) > 0);
+      CHECK(torch::equal(found.labels, expected.labels));
+      CHECK(torch::allclose(found.scores, expected.scores, 1e-5, 1e-6));
+      // the item is the 96 x 64 file squished to 64 x 64: x comes back 1.5 times wider
+      auto scaled = expected.boxes.clone();
+      scaled.select(1, 0).mul_(1.5);
+      scaled.select(1, 2).mul_(1.5);
+      CHECK(torch::allclose(found.boxes, scaled, 1e-4, 1e-4));
+      CHECK(predictions[i].label == "square");
+    }
+    fs::remove_all(root);
   }
 }

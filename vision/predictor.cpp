@@ -9,7 +9,10 @@
 #include "core/error.h"
 #include "data/dataloader.h"
 #include "formats/state_dict.h"
+#include "vision/datasets/detection_data.h"
 #include "vision/datasets/image_folder.h"
+#include "vision/detection/detection_learner.h"
+#include "vision/image.h"
 #include "vision/unet_learner.h"
 #include "vision/vision_learner.h"
 
@@ -25,6 +28,7 @@ Model build_model(const ExportedModel& exported, const LoadLearnerOptions& optio
                 "give that model: load_learner(path, {.model = make_model()})");
   try {
     if (is_unet_spec(exported.spec)) return Model(create_unet_model(exported.spec, exported.source));
+    if (is_detection_spec(exported.spec)) return create_detection_model(exported.spec, exported.source);
     return Model(create_vision_model(exported.spec, exported.source));
   } catch (const Error& e) {
     throw Error(std::string("load_learner: ") + e.what());
@@ -47,7 +51,8 @@ Predictor::Predictor(ExportedModel exported, LoadLearnerOptions options)
     : exported_(std::move(exported)),
       model_(build_model(exported_, options)),
       device_(check_device(options.device.value_or(default_device()), "load_learner")),
-      workers_(options.workers) {
+      workers_(options.workers),
+      postprocess_(options.detections) {
   if (!exported_.activation.empty() && exported_.activation != "softmax" && exported_.activation != "softmax_classes" &&
       exported_.activation != "sigmoid")
     throw Error("load_learner: " + exported_.source + " names an unknown activation '" + exported_.activation + "'");
@@ -81,6 +86,11 @@ std::string Predictor::label(int64_t index) const {
 Prediction Predictor::decode(const torch::Tensor& probs, std::string path) const {
   if (probs.dim() >= 3)  // a class per pixel: [classes, H, W]
     return {std::move(path), "", 0, probs, probs.argmax(0)};
+  if (probs.dim() == 2) {  // a detector's [anchors, 12 + logits]
+    auto found = detections(probs.unsqueeze(0), postprocess_).front();
+    const auto best = found.labels.numel() ? found.labels[0].item<int64_t>() : -1;
+    return {std::move(path), best < 0 ? "" : label(best), best, probs, {}, std::move(found)};
+  }
   const auto index = probs.flatten().argmax().item<int64_t>();
   if (exported_.activation == "sigmoid") {  // several classes an item: every one above 0.5
     std::string labels;
@@ -108,6 +118,12 @@ ImageFolder Predictor::files(const std::vector<std::string>& image_paths) const 
 
 torch::Tensor Predictor::item(const std::string& image_path) const { return files({image_path}).get(0).x; }
 
+void Predictor::boxes_to_file(Prediction& prediction) const {
+  auto size = image_header_size(read_image_bytes(prediction.path));
+  if (size.area() == 0) size = read_image(prediction.path).size();  // a format without a header we read
+  prediction.detections.boxes = boxes_to_image(item_tfms_, prediction.detections.boxes, size);
+}
+
 Prediction Predictor::predict(const std::string& image_path) const { return predict(std::vector{image_path}, 1)[0]; }
 
 std::vector<Prediction> Predictor::predict(const std::vector<std::string>& image_paths, int64_t bs) const {
@@ -119,7 +135,10 @@ std::vector<Prediction> Predictor::predict(const std::vector<std::string>& image
   loader.to(device_);
   for (const auto& batch : loader) {
     const auto probs = forward(batch.x);
-    for (int64_t i = 0; i < probs.size(0); ++i) out.push_back(decode(probs[i], image_paths[out.size()]));
+    for (int64_t i = 0; i < probs.size(0); ++i) {
+      out.push_back(decode(probs[i], image_paths[out.size()]));
+      if (out.back().detections.boxes.defined()) boxes_to_file(out.back());
+    }
   }
   return out;
 }

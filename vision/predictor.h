@@ -13,10 +13,11 @@
 // predictor's device. Files are decoded on loader workers, a batch at a time.
 //
 // A segmentation model (unet_learner's) gives a class mask per image (Prediction::mask;
-// write_mask_png draws it).
+// write_mask_png draws it); a detector (detection_learner's, ssd_learner's) its boxes,
+// scores and labels (Prediction::detections), in the image file's pixels.
 //
-// The model is built again from the recorded architecture (vision_learner's and
-// unet_learner's models);
+// The model is built again from the recorded architecture (vision_learner's,
+// unet_learner's and the detection learners' models);
 // a model of the program's own is given to load_learner, which loads the weights into
 // it by name (a mismatch lists every missing, unexpected and mis-shaped key).
 #include <optional>
@@ -26,6 +27,7 @@
 #include "data/batch_transforms.h"
 #include "learner/export.h"
 #include "learner/model.h"
+#include "vision/detection/postprocess.h"
 #include "vision/transforms.h"
 
 namespace fastcpp::vision {
@@ -39,12 +41,16 @@ struct Prediction {
   int64_t index = 0;    // the most probable class
   torch::Tensor probs;  // the activated output, on the CPU ([classes, H, W] for a segmentation model)
   torch::Tensor mask;   // a segmentation model's: the most probable class of each pixel, int64 [H, W]
+  // A detector's (probs: its output for the image): boxes x1 y1 x2 y2 in the image file's
+  // pixels (an item's for a tensor), scores, labels (class indices, `label` names them).
+  Detections detections;
 };
 
 struct LoadLearnerOptions {
   std::optional<torch::Device> device;  // default: CUDA when a GPU is there, else the CPU
   std::optional<Model> model;           // for an export without an architecture: the model to load into
   int workers = 0;                      // threads decoding a batch of files (0: the caller's)
+  PostprocessOptions detections{};      // a detector's post-processing (empty fields: the detector's own)
 };
 
 class Predictor {
@@ -72,6 +78,8 @@ class Predictor {
   ImageFolder files(const std::vector<std::string>& image_paths) const;
   Prediction decode(const torch::Tensor& probs, std::string path) const;
   torch::Tensor forward(torch::Tensor batch) const;
+  // A detector's boxes from an item's pixels to the image file's.
+  void boxes_to_file(Prediction& prediction) const;
 
   ExportedModel exported_;
   Model model_;
@@ -79,6 +87,7 @@ class Predictor {
   std::vector<BatchTransform> batch_tfms_;
   std::vector<ItemTransform> item_tfms_;
   int workers_ = 0;
+  PostprocessOptions postprocess_;
 };
 
 // Reads an exported model; errors name the file.

@@ -47,6 +47,26 @@ MovedBoxes transform_boxes(const std::vector<ItemTransform>& tfms, const torch::
   return {moved.index({kept}), kept, size};
 }
 
+torch::Tensor boxes_to_image(const std::vector<ItemTransform>& tfms, const torch::Tensor& boxes, cv::Size size) {
+  std::vector<BoxMap> maps;  // the validation forms draw nothing: any Rng
+  Rng rng(0);
+  for (const auto& tfm : tfms) {
+    const auto map = tfm.box_map(maps.empty() ? size : maps.back().out, rng, false);
+    if (!map) throw Error("item transform '" + tfm.spec() + "' cannot move boxes (ImageTransform::box_map)");
+    maps.push_back(*map);
+  }
+  auto x = boxes.index({torch::indexing::Slice(), torch::indexing::Slice(0, 4, 2)}).to(torch::kFloat);
+  auto y = boxes.index({torch::indexing::Slice(), torch::indexing::Slice(1, 4, 2)}).to(torch::kFloat);
+  for (auto map = maps.rbegin(); map != maps.rend(); ++map) {
+    if (map->flip) x = map->out.width - x.flip({1});
+    x = (x + map->left) / map->scale_x;
+    y = (y + map->top) / map->scale_y;
+  }
+  x = x.clamp(0, size.width);
+  y = y.clamp(0, size.height);
+  return torch::stack({x.select(1, 0), y.select(1, 0), x.select(1, 1), y.select(1, 1)}, 1);
+}
+
 DetectionDataset::DetectionDataset(std::vector<BoxedImage> images, std::vector<std::string> classes,
                                    DetectionDataOptions options)
     : images_(std::move(images)), classes_(std::move(classes)), options_(std::move(options)) {

@@ -42,6 +42,9 @@ struct MovedBoxes {
 };
 MovedBoxes transform_boxes(const std::vector<ItemTransform>& tfms, const torch::Tensor& boxes, cv::Size size, Rng rng,
                            bool train);
+// The way back for detections: boxes [n, 4] in the pixels of an item that the validation
+// form of `tfms` made from an image of `size`, in that image's pixels (clipped to it).
+torch::Tensor boxes_to_image(const std::vector<ItemTransform>& tfms, const torch::Tensor& boxes, cv::Size size);
 
 
 struct DetectionDataOptions {

@@ -28,7 +28,51 @@ int64_t classes_of(const DataLoaders& dls, int64_t given, const char* who) {
   return num_classes;
 }
 
+const std::vector<ResNetArch> kBackbones{resnet18, resnet34, resnet50, resnet101};
+
+ResNetArch backbone_named(const std::string& name) {
+  std::string known;
+  for (const auto arch : kBackbones) {
+    if (Arch(arch).name() == name) return arch;
+    known += (known.empty() ? "" : ", ") + Arch(arch).name();
+  }
+  throw Error("unknown backbone '" + name + "' (known: " + known + ")");
+}
+
+ModelSpec retinanet_spec(const RetinaNetOptions& o) {
+  const auto backbone = Arch(o.arch).name();
+  if (backbone.empty()) return {};
+  return {{"model", std::string("retinanet")},       {"backbone", backbone},
+          {"num_classes", o.num_classes},            {"width", o.backbone.width},
+          {"fpn_channels", o.fpn_channels},          {"p6_from_c5", o.p6_from_c5},
+          {"head_group_norm", o.head_group_norm}};
+}
+
 }  // namespace
+
+bool is_detection_spec(const ModelSpec& spec) {
+  const auto it = spec.find("model");
+  return it != spec.end() && it->second.isString() &&
+         (it->second.toStringRef() == "retinanet" || it->second.toStringRef() == "ssd300_vgg16");
+}
+
+Model create_detection_model(const ModelSpec& spec, const std::string& source) {
+  auto entry = [&](const std::string& key) { return spec_entry(spec, key); };
+  try {
+    if (entry("model").toStringRef() == "ssd300_vgg16") return Model(ssd300_vgg16({.num_classes = entry("num_classes").toInt()}));
+    return Model(retinanet({.num_classes = entry("num_classes").toInt(),
+                            .arch = backbone_named(entry("backbone").toStringRef()),
+                            .backbone = {.width = entry("width").toInt()},
+                            .fpn_channels = entry("fpn_channels").toInt(),
+                            .p6_from_c5 = entry("p6_from_c5").toBool(),
+                            .head_group_norm = entry("head_group_norm").toBool()}));
+  } catch (const c10::Error& e) {
+    throw Error(source + ": an entry of its architecture record has the wrong type (" +
+                std::string(e.what_without_backtrace()).substr(0, 200) + ")");
+  } catch (const Error& e) {
+    throw Error(source + ": " + e.what());
+  }
+}
 
 Learner detection_learner(DataLoaders dls, ResNetArch arch, std::vector<MetricPtr> metrics, DetectionLearnerOptions o,
                           LearnerOptions learner_options) {
@@ -36,6 +80,7 @@ Learner detection_learner(DataLoaders dls, ResNetArch arch, std::vector<MetricPt
   const auto num_classes = classes_of(dls, o.num_classes, "detection_learner");
   auto model = retinanet({.num_classes = num_classes, .arch = arch, .backbone = {.width = o.width},
                           .fpn_channels = o.fpn_channels, .head_group_norm = o.head_group_norm});
+  learner_options.model_spec = retinanet_spec(model->options);
   if (!o.pretrained_weights.empty())
     load_state_dict(*model->backbone->body, o.pretrained_weights, {.skip = {"fc."}});
   if (!learner_options.splitter) learner_options.splitter = retinanet_split;
@@ -55,6 +100,7 @@ std::vector<std::vector<torch::Tensor>> ssd_split(torch::nn::Module& model) {
 
 Learner ssd_learner(DataLoaders dls, std::vector<MetricPtr> metrics, SsdLearnerOptions o, LearnerOptions learner_options) {
   auto model = ssd300_vgg16({.num_classes = classes_of(dls, o.num_classes, "ssd_learner")});
+  learner_options.model_spec = {{"model", std::string("ssd300_vgg16")}, {"num_classes", model->options.num_classes}};
   if (!o.pretrained_weights.empty()) load_vgg16_features(*model->backbone, o.pretrained_weights);
   if (!learner_options.splitter) learner_options.splitter = ssd_split;
   learner_options.frozen = !o.pretrained_weights.empty();

@@ -57,6 +57,12 @@ std::vector<std::vector<torch::Tensor>> ssd_split(torch::nn::Module& model);
 Learner ssd_learner(DataLoaders dls, std::vector<MetricPtr> metrics = {}, SsdLearnerOptions options = {},
                     LearnerOptions learner_options = {});
 
+// What export_learner records of these learners' models ({"model": "retinanet",
+// "backbone": "resnet50", ...} or {"model": "ssd300_vgg16", ...}), and the model built
+// again from it (load_learner).
+bool is_detection_spec(const ModelSpec& spec);
+Model create_detection_model(const ModelSpec& spec, const std::string& source);
+
 // The detections on one image as the data give it (uint8 or float CHW, the validation
 // loader's batch transforms applied), by the model's own post-processing: boxes in its
 // pixels, scores, labels (dls.vocab's).
