@@ -45,7 +45,7 @@ int main(int argc, char** argv) {
   int workers = -1;
   int64_t bs = 16, width = 64, fpn = 128;
   double lr = 2e-3;
-  std::string set = "detection_data", out = "detection", parallel, head = "group-norm";
+  std::string set = "detection_data", out = "detection", parallel, head = "group-norm", batch_aug = "none";
   CommandLine cli("detection",
                   "Object detection: makes a set of photographs with shapes pasted at known boxes once (COCO's "
                   "format, under --set), trains a RetinaNet on ResNet-18 + FPN with fit_one_cycle, prints the epoch "
@@ -58,6 +58,8 @@ int main(int argc, char** argv) {
   cli.flag("--fpn", fpn, "channels of the feature pyramid and the head (torchvision's: 256)").range(1, 4096);
   cli.flag("--head", head, "the head's convs: group-norm (torchvision's v2) or plain (its v1)")
       .choices({"group-norm", "plain"});
+  cli.flag("--batch-aug", batch_aug, "fastai: fastai's aug_transforms on each training batch, the boxes moved with "
+                                     "their images (zeros outside the image)").choices({"none", "fastai"});
   cli.flag("--threads", threads, "CPU threads").range(1, 4096);
   cli.flag("--workers", workers, "the loader's threads (-1: one per core)").range(-1, 4096);
   cli.flag("--seed", seed, "seed of the weights and the shuffle");
@@ -74,6 +76,8 @@ int main(int argc, char** argv) {
     auto dls = vision::DetectionDataLoaders::from_coco(
         (fs::path(set) / "instances.json").string(), (fs::path(set) / "images").string(),
         {.seed = static_cast<uint64_t>(seed), .bs = bs, .workers = workers,
+         .aug_tfms = batch_aug == "fastai" ? std::vector{vision::aug_transforms({.pad_mode = vision::PadMode::Zeros})}
+                                           : std::vector<BatchAugmentPtr>{},
          .splitter = FileSplitter((fs::path(set) / "valid.txt").string())});
     vision::show_batch(dls, output("show_batch.png"), {.max_n = 8});
     const auto ap = vision::metrics::coco_map(), ap50 = vision::metrics::coco_map50();

@@ -112,6 +112,44 @@ TEST_SUITE("augment") {
     CHECK(torch::equal(labelled.y, torch::arange(8)));
   }
 
+  TEST_CASE("aug_transforms moves boxes with their images: each box bounds its object's pixels, those leaving are dropped") {
+    // 6 black images of 40 x 48 with a white rectangle at (14, 10)-(34, 28); a second
+    // box row of padding.
+    auto x = torch::zeros({6, 3, 40, 48}, torch::kByte);
+    x.narrow(2, 10, 18).narrow(3, 14, 20).fill_(255);
+    auto y = torch::full({6, 2, 5}, -1.0f);
+    y.select(1, 0).copy_(torch::tensor({14.0f, 10.0f, 34.0f, 28.0f, 2.0f}).expand({6, 5}));
+    const auto bright_box = [](const torch::Tensor& image) {  // x1 y1 x2 y2 of the pixels above half
+      const auto on = image[0] > 0.5;
+      const auto rows = torch::nonzero(on.any(1)).flatten(), cols = torch::nonzero(on.any(0)).flatten();
+      return torch::stack({cols.min(), rows.min(), cols.max() + 1, rows.max() + 1}).to(torch::kFloat);
+    };
+    for (const auto size : {std::optional<std::pair<int64_t, int64_t>>{}, std::optional(std::pair<int64_t, int64_t>{32, 36})}) {
+      CAPTURE(size.has_value());
+      const vision::AugTransforms aug({.max_lighting = 0, .size = size, .pad_mode = vision::PadMode::Zeros});
+      auto draws = aug.draw(6, 5);
+      draws[0] = {.dihedral = 1};
+      draws[1] = {.rotate = 25};
+      draws[2] = {.zoom = 1.3, .zoom_col = 0.3, .zoom_row = 0.6};
+      draws[3] = {.warp_x = 0.2, .warp_y = -0.15};
+      draws[4] = {.dihedral = 5, .rotate = -15, .zoom = 1.1, .warp_x = -0.1};
+      draws[5] = {.zoom = 4, .zoom_col = 1, .zoom_row = 1};  // the bottom right corner: the rectangle leaves
+      const auto out = aug.apply_draws({x, y}, draws);
+      REQUIRE((out.y.sizes() == y.sizes()));
+      for (int i = 0; i < 5; ++i) {
+        CAPTURE(i);
+        CHECK(out.y[i][0][4].item<float>() == 2.0f);
+        const auto difference = (out.y[i][0].narrow(0, 0, 4) - bright_box(out.x[i])).abs().max().item<double>();
+        CHECK(difference <= 1.0);
+        CHECK(torch::equal(out.y[i][1], torch::full({5}, -1.0f)));  // padding stays padding
+      }
+      CHECK(out.x[5].max().item<float>() == 0.0f);
+      CHECK(torch::equal(out.y[5], torch::full({2, 5}, -1.0f)));
+      if (!size)  // a flip alone: mirrored exactly
+        CHECK(torch::allclose(out.y[0][0], torch::tensor({14.0f, 10.0f, 34.0f, 28.0f, 2.0f}), 1e-5, 1e-4));
+    }
+  }
+
   TEST_CASE("aug_transforms on validation data: nothing, or the resize alone") {
     CHECK(vision::AugTransforms().validation() == nullptr);
     CHECK(validation_forms({vision::aug_transforms()}).empty());

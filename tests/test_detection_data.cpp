@@ -200,6 +200,35 @@ TEST_SUITE("detection") {
     std::filesystem::remove(path);
   }
 
+  TEST_CASE("DetectionDataLoaders with aug_transforms: the training batches' boxes move with their images") {
+    const auto root = temp_path("boxes_augmented");
+    fs::create_directories(root + "/images");
+    fs::create_directories(root + "/boxes");
+    for (const auto* name : {"a", "b", "c", "d"}) {
+      vision::write_png(root + "/images/" + name + ".png", picture_with_box(48, 40, {14, 10, 20, 18}));
+      write_text(root + "/boxes/" + name + ".txt", "square 14 10 34 28\n");
+    }
+    auto dls = vision::DetectionDataLoaders::from_box_files(
+        root + "/images", root + "/boxes",
+        {.bs = 4, .workers = 0,
+         .aug_tfms = {vision::aug_transforms({.max_lighting = 0, .pad_mode = vision::PadMode::Zeros})},
+         .splitter = [](const std::vector<std::string>&) { return Split{{0, 1, 2, 3}, {0}}; }});
+    const auto batch = *dls.train.begin();
+    int moved = 0;
+    for (int64_t i = 0; i < 4; ++i) {
+      CAPTURE(i);
+      const auto on = batch.x[i][0] > 0.5;  // the white pixels' bounding box
+      const auto rows = torch::nonzero(on.any(1)).flatten(), cols = torch::nonzero(on.any(0)).flatten();
+      const auto expected = torch::stack({cols.min(), rows.min(), cols.max() + 1, rows.max() + 1}).to(torch::kFloat);
+      CHECK((batch.y[i][0].narrow(0, 0, 4) - expected).abs().max().item<double>() <= 1.0);
+      moved += !torch::allclose(batch.y[i][0], torch::tensor({14.0f, 10.0f, 34.0f, 28.0f, 0.0f}));
+    }
+    CHECK(moved > 0);
+    const auto valid = *dls.valid.begin();  // validation: as it was
+    CHECK(torch::equal(valid.y[0][0], torch::tensor({14.0f, 10.0f, 34.0f, 28.0f, 0.0f})));
+    fs::remove_all(root);
+  }
+
   TEST_CASE("a detector's export: load_learner finds what the Learner finds in image files, boxes in the files' pixels") {
     const auto root = temp_path("export_detector");
     fs::create_directories(root + "/images");

@@ -88,6 +88,19 @@ Mat3 item_map(const AugDraw& d, double h, double w) {
   return warp_mat(d.warp_x, d.warp_y) * affine;
 }
 
+Mat3 inverse(const Mat3& m) {
+  const double det = m[0][0] * (m[1][1] * m[2][2] - m[1][2] * m[2][1]) - m[0][1] * (m[1][0] * m[2][2] - m[1][2] * m[2][0]) +
+                     m[0][2] * (m[1][0] * m[2][1] - m[1][1] * m[2][0]);
+  Mat3 r{};
+  for (int i = 0; i < 3; ++i)
+    for (int j = 0; j < 3; ++j) {
+      // cofactor of (j, i) over the determinant
+      const int r0 = (j + 1) % 3, r1 = (j + 2) % 3, c0 = (i + 1) % 3, c1 = (i + 2) % 3;
+      r[i][j] = (m[r0][c0] * m[r1][c1] - m[r0][c1] * m[r1][c0]) / det;
+    }
+  return r;
+}
+
 bool is_identity(const Mat3& m) {
   for (int i = 0; i < 3; ++i)
     for (int j = 0; j < 3; ++j)
@@ -122,6 +135,50 @@ std::pair<double, double> coordinate_range(const std::vector<Mat3>& maps, double
 
 // The outermost pixel centre's normalized coordinate along an axis of n pixels.
 double corner(int64_t n, bool align_corners) { return align_corners && n > 1 ? 1.0 : 1.0 - 1.0 / double(n); }
+
+// Pixel coordinates (edges at whole numbers) along an axis of n pixels to the normalized
+// coordinates grid_sample reads, and back.
+torch::Tensor to_normalized(const torch::Tensor& v, int64_t n, bool align_corners) {
+  if (n == 1) return v * 0;
+  return align_corners ? (v - 0.5) * (2.0 / double(n - 1)) - 1 : v * (2.0 / double(n)) - 1;
+}
+torch::Tensor from_normalized(const torch::Tensor& u, int64_t n, bool align_corners) {
+  return align_corners ? (u + 1) * (double(n - 1) / 2) + 0.5 : (u + 1) * (double(n) / 2);
+}
+
+// Box targets [n, M, 5] (x1 y1 x2 y2 label, rows of label -1 padding) through each item's
+// map: the output boxes bounding the moved corners, clipped to the output; a box left
+// without area becomes padding.
+torch::Tensor move_boxes(const torch::Tensor& y, const std::vector<Mat3>& maps, int64_t h, int64_t w, int64_t out_h,
+                         int64_t out_w, bool align_corners) {
+  const int64_t n = y.size(0);
+  // The maps take output coordinates to input ones: the boxes go the other way.
+  auto inverses = torch::empty({n, 3, 3}, torch::kDouble);
+  auto t = inverses.accessor<double, 3>();
+  for (int64_t i = 0; i < n; ++i) {
+    const auto inv = inverse(maps[size_t(i)]);
+    for (int r = 0; r < 3; ++r)
+      for (int c = 0; c < 3; ++c) t[i][r][c] = inv[size_t(r)][size_t(c)];
+  }
+  const auto boxes = y.narrow(2, 0, 4).to(torch::kDouble);
+  const auto label = y.select(2, 4);
+  const auto x1 = boxes.select(2, 0), y1 = boxes.select(2, 1), x2 = boxes.select(2, 2), y2 = boxes.select(2, 3);
+  // the four corners [n, M, 4], normalized
+  const auto cx = to_normalized(torch::stack({x1, x2, x1, x2}, 2), w, align_corners);
+  const auto cy = to_normalized(torch::stack({y1, y1, y2, y2}, 2), h, align_corners);
+  const auto k = inverses.to(y.device(), /*non_blocking=*/true).view({n, 1, 1, 3, 3});
+  auto coordinate = [&](int r) {  // [n, M, 4]
+    const auto row = k.select(3, r);  // [n, 1, 1, 3]
+    return cx * row.select(3, 0) + cy * row.select(3, 1) + row.select(3, 2);
+  };
+  const auto z = coordinate(2);
+  const auto ox = from_normalized(coordinate(0) / z, out_w, align_corners).clamp(0, double(out_w));
+  const auto oy = from_normalized(coordinate(1) / z, out_h, align_corners).clamp(0, double(out_h));
+  auto moved = torch::stack({std::get<0>(ox.min(2)), std::get<0>(oy.min(2)), std::get<0>(ox.max(2)), std::get<0>(oy.max(2))}, 2)
+                   .to(y.scalar_type());
+  const auto kept = (label >= 0) & (moved.select(2, 2) > moved.select(2, 0)) & (moved.select(2, 3) > moved.select(2, 1));
+  return torch::where(kept.unsqueeze(2), torch::cat({moved, label.unsqueeze(2)}, 2), torch::full_like(y, -1));
+}
 
 torch::Tensor clamped_logit(const torch::Tensor& x) { return -(1 / x.clamp(1e-7, 1 - 1e-7) - 1).log(); }
 
@@ -213,6 +270,7 @@ Batch AugTransforms::apply_draws(Batch batch, const std::vector<AugDraw>& draws)
   const int64_t out_h = o.size ? o.size->first : h, out_w = o.size ? o.size->second : w;
   auto x = to_unit_float(batch.x);
   const bool masks = batch.y.defined() && batch.y.dim() == 3 && batch.y.size(1) == h && batch.y.size(2) == w;
+  const bool boxes = !masks && batch.y.defined() && batch.y.dim() == 3 && batch.y.size(2) == 5 && batch.y.is_floating_point();
 
   std::vector<Mat3> maps;
   bool moves = out_h != h || out_w != w;
@@ -262,6 +320,7 @@ Batch AugTransforms::apply_draws(Batch batch, const std::vector<AugDraw>& draws)
                                         F::GridSampleFuncOptions().mode(torch::kNearest).padding_mode(padding(o.pad_mode)).align_corners(o.align_corners));
       batch.y = moved.squeeze(1).to(batch.y.scalar_type());
     }
+    if (boxes) batch.y = move_boxes(batch.y, maps, h, w, out_h, out_w, o.align_corners);
   }
   if (o.max_lighting * o.mult > 0) {
     auto change = torch::empty({n, 2}, torch::kDouble);

@@ -141,7 +141,7 @@ DataLoaders DetectionDataLoaders::from_images(std::vector<BoxedImage> images, st
   if (split.train.empty()) throw Error("DetectionDataLoaders: the split left no training images");
   auto train = std::make_shared<DetectionDataset>(all.subset(split.train));
   auto valid = std::make_shared<DetectionDataset>(all.subset(split.valid).with_options(valid_options));
-  return image_dataloaders({train, valid, std::move(classes)}, o.batch_tfms, {},
+  return image_dataloaders({train, valid, std::move(classes)}, o.batch_tfms, o.aug_tfms,
                            {.bs = o.bs, .workers = o.workers, .seed = o.seed, .val_bs = o.val_bs});
 }
 

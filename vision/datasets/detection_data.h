@@ -85,6 +85,8 @@ struct DetectionLoadersOptions {
   int channels = 3;
   std::vector<ItemTransform> item_tfms;    // each must move boxes (ImageTransform::box_map)
   std::vector<BatchTransform> batch_tfms;  // default: IntToFloat
+  // The training batches' (aug_transforms, with PadMode::Zeros), boxes moved with their images.
+  std::vector<BatchAugmentPtr> aug_tfms;
   DataSplitter<std::string> splitter;      // of the image paths; default: RandomSplitter{valid_pct, seed}
 };
 
