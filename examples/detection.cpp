@@ -80,8 +80,9 @@ int main(int argc, char** argv) {
                                            : std::vector<BatchAugmentPtr>{},
          .splitter = FileSplitter((fs::path(set) / "valid.txt").string())});
     vision::show_batch(dls, output("show_batch.png"), {.max_n = 8});
-    const auto ap = vision::metrics::coco_map(), ap50 = vision::metrics::coco_map50();
-    auto learn = vision::detection_learner(dls, vision::resnet18, {ap, ap50}, {.width = width, .fpn_channels = fpn, .head_group_norm = head == "group-norm"});
+    const auto coco = vision::metrics::coco_maps();  // AP and AP50 from one evaluation
+    const auto& ap = coco[0];
+    auto learn = vision::detection_learner(dls, vision::resnet18, coco, {.width = width, .fpn_channels = fpn, .head_group_norm = head == "group-norm"});
     if (!parallel.empty()) learn.to_parallel(parse_devices(parallel));
     const auto start = std::chrono::steady_clock::now();
     learn.fit_one_cycle(epochs, lr);

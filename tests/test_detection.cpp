@@ -283,6 +283,31 @@ TEST_SUITE("detection") {
           "detection_learner: the data have no classes; give num_classes");
   }
 
+  TEST_CASE("coco_maps: AP and AP50 from one decoding a batch, equal to the two metrics on their own") {
+    DataLoaders dls{DataLoader(squares(8, 1), {.bs = 4}), DataLoader(squares(12, 2), {.bs = 4}), {"red", "green"}};
+    torch::manual_seed(0);
+    int decodes = 0;
+    auto shared = vision::metrics::coco_maps([&](const torch::Tensor& output) {
+      ++decodes;
+      return vision::detections(output, {.score_threshold = 0.005});
+    });
+    const auto low_threshold = [](const torch::Tensor& output) { return vision::detections(output, {.score_threshold = 0.005}); };
+    auto learn = vision::detection_learner(
+        dls, vision::resnet18,
+        {shared[0], shared[1], vision::metrics::coco_map(low_threshold), vision::metrics::coco_map50(low_threshold)},
+        {.width = 8, .fpn_channels = 16}, quiet());
+    silence(learn);
+    const auto values = learn.validate();  // loss, then the four metrics
+    REQUIRE(values.size() == 5);
+    CHECK(decodes == 3);  // one a validation batch
+    CHECK(values[1] == values[3]);
+    CHECK(values[2] == values[4]);
+    CHECK(values[2] > 0);
+    CHECK(vision::coco_ap(*shared[0]).ap50 == values[2]);
+    learn.validate();
+    CHECK(decodes == 6);
+  }
+
   TEST_CASE("a RetinaNet trains on 2 CPU replicas as on one device: every weight and BatchNorm buffer, the loss") {
     // As the U-Net's (the parallel suite): the replicas add up BatchNorm's sums in another
     // order, so weights agree to 1e-5 with SGD and the running statistics to ten times that.

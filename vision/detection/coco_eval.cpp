@@ -151,35 +151,60 @@ CocoAP CocoEvaluator::evaluate() const {
 
 namespace {
 
-// Detections and ground truth of every validation image, evaluated at the end.
+// Detections and ground truth of every validation image, decoded once a batch and
+// evaluated once a validation for all the metrics that share it.
+struct SharedEvaluation {
+  DecodeDetections decode;
+  std::optional<CocoEvaluator> evaluator;
+  std::optional<std::pair<int64_t, size_t>> last_batch;  // (epoch, iter) of the batch added last
+  mutable std::optional<CocoAP> result;                  // the evaluation of what was added
+
+  void reset() {
+    evaluator.reset();
+    last_batch.reset();
+    result.reset();
+  }
+  void accumulate(const Learner& learn, const std::string& who) {
+    const std::pair<int64_t, size_t> batch{learn.epoch, learn.iter};
+    if (last_batch == batch) return;  // another metric of this evaluation added it
+    last_batch = batch;
+    result.reset();
+    const auto output = learn.pred.detach();
+    if (!evaluator) evaluator.emplace(DetectorOutput(output, who.c_str()).num_classes());
+    const auto found = decode(output);
+    for (size_t i = 0; i < found.size(); ++i) evaluator->add(found[i], image_boxes(learn.yb.detach(), int64_t(i)));
+  }
+  const std::optional<CocoAP>& evaluate() const {
+    if (!result && evaluator) result = evaluator->evaluate();
+    return result;
+  }
+};
+
 class CocoMetric : public Metric {
  public:
-  CocoMetric(std::string name, bool at50, DecodeDetections decode)
-      : name_(std::move(name)), at50_(at50), decode_(decode ? std::move(decode) : [](const torch::Tensor& output) {
-          return detections(output);
-        }) {}
+  CocoMetric(std::string name, bool at50, std::shared_ptr<SharedEvaluation> shared)
+      : name_(std::move(name)), at50_(at50), shared_(std::move(shared)) {}
   std::string name() const override { return name_; }
-  void reset() override { evaluator_.reset(); }
-  void accumulate(const Learner& learn) override {
-    const auto output = learn.pred.detach();
-    if (!evaluator_) evaluator_.emplace(DetectorOutput(output, name_.c_str()).num_classes());
-    const auto found = decode_(output);
-    for (size_t i = 0; i < found.size(); ++i) evaluator_->add(found[i], image_boxes(learn.yb.detach(), int64_t(i)));
-  }
+  void reset() override { shared_->reset(); }
+  void accumulate(const Learner& learn) override { shared_->accumulate(learn, name_); }
   double value() const override {
-    if (!evaluator_) return std::nan("");
-    last_ = evaluator_->evaluate();
-    return at50_ ? last_->ap50 : last_->ap;
+    const auto& ap = shared_->evaluate();
+    if (!ap) return std::nan("");
+    return at50_ ? ap->ap50 : ap->ap;
   }
-  const std::optional<CocoAP>& last() const { return last_; }
+  const std::optional<CocoAP>& last() const { return shared_->evaluate(); }
 
  private:
   std::string name_;
   bool at50_;
-  DecodeDetections decode_;
-  std::optional<CocoEvaluator> evaluator_;
-  mutable std::optional<CocoAP> last_;  // value()'s evaluation
+  std::shared_ptr<SharedEvaluation> shared_;
 };
+
+std::shared_ptr<SharedEvaluation> shared_evaluation(DecodeDetections decode) {
+  auto shared = std::make_shared<SharedEvaluation>();
+  shared->decode = decode ? std::move(decode) : [](const torch::Tensor& output) { return detections(output); };
+  return shared;
+}
 
 }  // namespace
 
@@ -191,9 +216,15 @@ CocoAP coco_ap(const Metric& metric) {
 }
 
 namespace metrics {
-MetricPtr coco_map(DecodeDetections decode) { return std::make_shared<CocoMetric>("coco_map", false, std::move(decode)); }
+MetricPtr coco_map(DecodeDetections decode) {
+  return std::make_shared<CocoMetric>("coco_map", false, shared_evaluation(std::move(decode)));
+}
 MetricPtr coco_map50(DecodeDetections decode) {
-  return std::make_shared<CocoMetric>("coco_map50", true, std::move(decode));
+  return std::make_shared<CocoMetric>("coco_map50", true, shared_evaluation(std::move(decode)));
+}
+std::vector<MetricPtr> coco_maps(DecodeDetections decode) {
+  const auto shared = shared_evaluation(std::move(decode));
+  return {std::make_shared<CocoMetric>("coco_map", false, shared), std::make_shared<CocoMetric>("coco_map50", true, shared)};
 }
 }  // namespace metrics
 

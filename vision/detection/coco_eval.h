@@ -11,8 +11,8 @@
 //   eval.add(detections_of_image, truth_of_image);   // image by image
 //   auto ap = eval.evaluate();                         // ap.ap, ap.ap50, ap.ap75, ap.per_class
 //
-// As metrics the Recorder shows each epoch: metrics::coco_map(), coco_map50(), over the
-// detector outputs of the validation set.
+// As metrics the Recorder shows each epoch: metrics::coco_map(), coco_map50(), or both at
+// the cost of one (metrics::coco_maps()), over the detector outputs of the validation set.
 #include <torch/types.h>
 
 #include <array>
@@ -55,6 +55,9 @@ namespace metrics {
 // AP@[.5:.95] ("coco_map") and AP@.5 ("coco_map50") over the validation set.
 MetricPtr coco_map(DecodeDetections decode = {});
 MetricPtr coco_map50(DecodeDetections decode = {});
+// Both, {coco_map, coco_map50}, from one decoding a batch and one evaluation a validation
+// (two separate metrics would each decode and evaluate).
+std::vector<MetricPtr> coco_maps(DecodeDetections decode = {});
 }  // namespace metrics
 
 // The whole evaluation behind a coco_map or coco_map50 metric's last value (per-class AP
