@@ -6,6 +6,7 @@
 #include <string>
 
 #include "core/error.h"
+#include "vision/detection/boxes.h"
 
 namespace fastcpp::vision {
 
@@ -38,6 +39,12 @@ torch::Tensor AnchorGenerator::grid_anchors(const std::vector<std::pair<int64_t,
     anchors.push_back((shifts.view({-1, 1, 4}) + cell_anchors(k).view({1, -1, 4})).reshape({-1, 4}));
   }
   return torch::cat(anchors);
+}
+
+torch::Tensor Matcher::match(const torch::Tensor& boxes, const torch::Tensor& anchors) const {
+  if (boxes.size(0) == 0)
+    return torch::full({anchors.size(0)}, below_low_threshold, torch::dtype(torch::kLong).device(anchors.device()));
+  return (*this)(box_iou(boxes.to(anchors.dtype()), anchors));
 }
 
 AnchorGenerator retinanet_anchor_generator() {

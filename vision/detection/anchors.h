@@ -65,6 +65,9 @@ struct Matcher {
 
   // quality: [boxes, anchors] (box_iou of the boxes and the anchors); returns [anchors].
   torch::Tensor operator()(const torch::Tensor& quality) const;
+  // The same from one image's ground-truth boxes [n, 4] and anchors [A, 4]; with no boxes,
+  // every anchor below_low_threshold.
+  torch::Tensor match(const torch::Tensor& boxes, const torch::Tensor& anchors) const;
 };
 
 }  // namespace fastcpp::vision

@@ -39,6 +39,12 @@ int64_t DetectorOutput::num_classes() const {
 int64_t DetectorOutput::image_height() const { return output.size(0) && output.size(1) ? output[0][0][2].item<int64_t>() : 0; }
 int64_t DetectorOutput::image_width() const { return output.size(0) && output.size(1) ? output[0][0][3].item<int64_t>() : 0; }
 
+void check_box_targets(const torch::Tensor& targets, int64_t images, const char* who) {
+  if (targets.dim() != 3 || targets.size(0) != images || targets.size(2) != 5)
+    throw Error(std::string(who) + ": expected targets [" + std::to_string(images) +
+                ", boxes, 5] (x1 y1 x2 y2 label), got " + c10::str(targets.sizes()));
+}
+
 ImageBoxes image_boxes(const torch::Tensor& targets, int64_t i) {
   if (targets.dim() != 3 || targets.size(2) != 5)
     throw Error("detection targets: expected [images, boxes, 5] (x1 y1 x2 y2 label), got " + c10::str(targets.sizes()));

@@ -49,6 +49,8 @@ struct DetectorOutput {
   torch::Tensor output;
 };
 
+// Throws a fastcpp::Error naming `who` unless targets are [images, boxes, 5].
+void check_box_targets(const torch::Tensor& targets, int64_t images, const char* who);
 // Image i's ground truth out of targets [N, M, 5]: boxes [n, 4] and labels [n] (int64).
 struct ImageBoxes {
   torch::Tensor boxes, labels;

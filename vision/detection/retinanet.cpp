@@ -135,19 +135,14 @@ RetinaNetLosses retinanet_losses(const torch::Tensor& output, const torch::Tenso
                                  const RetinaNetLossOptions& options) {
   const DetectorOutput out(output, "retinanet_loss");
   const auto n = output.size(0);
-  if (targets.dim() != 3 || targets.size(0) != n || targets.size(2) != 5)
-    throw Error("retinanet_loss: expected targets [" + std::to_string(n) + ", boxes, 5] (x1 y1 x2 y2 label), got " +
-                c10::str(targets.sizes()));
+  check_box_targets(targets, n, "retinanet_loss");
   const auto all_anchors = out.anchors(), all_codes = out.codes(), all_logits = out.logits();
   const auto all_targets = targets.to(output.device());
   torch::Tensor classification, box_regression;
   for (int64_t i = 0; i < n; ++i) {
     const auto truth = image_boxes(all_targets, i);
     const auto anchors = all_anchors[i], codes = all_codes[i], logits = all_logits[i];
-    const auto matched = truth.boxes.size(0) == 0
-                             ? torch::full({anchors.size(0)}, Matcher::below_low_threshold,
-                                           torch::dtype(torch::kLong).device(output.device()))
-                             : options.matcher(box_iou(truth.boxes.to(anchors.dtype()), anchors));
+    const auto matched = options.matcher.match(truth.boxes, anchors);
     const auto foreground = torch::nonzero(matched >= 0).squeeze(1);
     const auto boxes_of_foreground = matched.index({foreground});
     const auto divisor = static_cast<double>(std::max<int64_t>(1, foreground.size(0)));

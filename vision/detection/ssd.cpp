@@ -187,9 +187,7 @@ void load_vgg16_features(SsdVggBackboneImpl& backbone, const std::string& path) 
 SsdLosses ssd_losses(const torch::Tensor& output, const torch::Tensor& targets, const SsdLossOptions& options) {
   const DetectorOutput out(output, "ssd_loss");
   const auto n = output.size(0);
-  if (targets.dim() != 3 || targets.size(0) != n || targets.size(2) != 5)
-    throw Error("ssd_loss: expected targets [" + std::to_string(n) + ", boxes, 5] (x1 y1 x2 y2 label), got " +
-                c10::str(targets.sizes()));
+  check_box_targets(targets, n, "ssd_loss");
   const auto all_anchors = out.anchors(), all_codes = out.codes(), logits = out.logits();
   const auto all_targets = targets.to(output.device());
   std::vector<torch::Tensor> classes;  // each anchor's class, 0 for the background
@@ -198,10 +196,7 @@ SsdLosses ssd_losses(const torch::Tensor& output, const torch::Tensor& targets, 
   for (int64_t i = 0; i < n; ++i) {
     const auto truth = image_boxes(all_targets, i);
     const auto anchors = all_anchors[i];
-    const auto matched = truth.boxes.size(0) == 0
-                             ? torch::full({anchors.size(0)}, Matcher::below_low_threshold,
-                                           torch::dtype(torch::kLong).device(output.device()))
-                             : options.matcher(box_iou(truth.boxes.to(anchors.dtype()), anchors));
+    const auto matched = options.matcher.match(truth.boxes, anchors);
     const auto foreground = torch::nonzero(matched >= 0).squeeze(1);
     const auto boxes_of_foreground = matched.index({foreground});
     matched_anchors += foreground.size(0);
