@@ -3,6 +3,7 @@
 // outputs, losses and detections, COCO's AP; and detection_learner's training, on one and two
 // devices and in bf16.
 #include "core/autocast.h"
+#include "detection_helpers.h"
 #include "helpers.h"
 #include "vision/detection/anchors.h"
 #include "vision/detection/boxes.h"
@@ -21,37 +22,11 @@ const std::string kRetinaNet = std::string(FASTCPP_MODEL_FIXTURES) + "/retinanet
 const std::string kRetinaNetIO = std::string(FASTCPP_MODEL_FIXTURES) + "/retinanet_io.pt";
 const std::string kCocoEval = std::string(FASTCPP_MODEL_FIXTURES) + "/coco_eval.pt";
 
-torch::Tensor entry(const c10::impl::GenericDict& fixtures, const std::string& key) {
-  return fixtures.at(c10::IValue(key)).toTensor();
-}
-
-bool close(const torch::Tensor& got, const torch::Tensor& expected, double tolerance = 1e-5) {
-  REQUIRE(got.sizes() == expected.sizes());
-  return torch::allclose(got, expected, tolerance, tolerance);
-}
-
 // The fixture's RetinaNet: resnet18 + an FPN of 32 channels, 3 classes, torchvision's weights.
 vision::RetinaNet fixture_retinanet() {
   auto model = vision::retinanet({.num_classes = 3, .arch = vision::resnet18, .fpn_channels = 32});
   load_state_dict(*model, kRetinaNet);
   return model;
-}
-
-// n images 3 x 64 x 64 of faint noise, each with one square of 24-40 pixels: red for
-// class 0, green for class 1. Targets [n, 1, 5].
-std::shared_ptr<TensorDataset> squares(int64_t n, uint64_t seed) {
-  auto gen = at::make_generator<at::CPUGeneratorImpl>(seed);
-  auto x = torch::rand({n, 3, 64, 64}, gen) * 0.1;
-  auto y = torch::zeros({n, 1, 5});
-  for (int64_t i = 0; i < n; ++i) {
-    const auto side = torch::randint(24, 41, {1}, gen).item<int64_t>();
-    const auto left = torch::randint(0, 64 - side, {1}, gen).item<int64_t>();
-    const auto top = torch::randint(0, 64 - side, {1}, gen).item<int64_t>();
-    const auto label = i % 2;
-    x[i][label].narrow(0, top, side).narrow(1, left, side).fill_(1.0);
-    y[i][0] = torch::tensor({double(left), double(top), double(left + side), double(top + side), double(label)});
-  }
-  return std::make_shared<TensorDataset>(x, y);
 }
 
 }  // namespace

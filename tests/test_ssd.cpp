@@ -1,6 +1,7 @@
 // SSD against torchvision's ssd300_vgg16 on the same weights and inputs (fixtures from
 // tests/fixtures/torchvision_models.py): default boxes, matching, outputs, losses,
 // gradients and detections; the VGG-16 ImageNet features loading; ssd_learner's training.
+#include "detection_helpers.h"
 #include "helpers.h"
 #include "vision/detection/detection_learner.h"
 #include "vision/detection/detector_output.h"
@@ -15,32 +16,6 @@ namespace {
 const std::string kSsd = std::string(FASTCPP_MODEL_FIXTURES) + "/ssd.pth";
 const std::string kSsdIO = std::string(FASTCPP_MODEL_FIXTURES) + "/ssd_io.pt";
 const std::string kVgg = std::string(FASTCPP_MODEL_FIXTURES) + "/vgg16_features.pth";
-
-torch::Tensor entry(const c10::impl::GenericDict& fixtures, const std::string& key) {
-  return fixtures.at(c10::IValue(key)).toTensor();
-}
-
-bool close(const torch::Tensor& got, const torch::Tensor& expected, double tolerance = 1e-5) {
-  REQUIRE(got.sizes() == expected.sizes());
-  return torch::allclose(got, expected, tolerance, tolerance);
-}
-
-// n images 3 x 300 x 300 of faint noise, each with one square of 80-140 pixels: red for
-// class 0, green for class 1. Targets [n, 1, 5].
-std::shared_ptr<TensorDataset> squares(int64_t n, uint64_t seed) {
-  auto gen = at::make_generator<at::CPUGeneratorImpl>(seed);
-  auto x = torch::rand({n, 3, 300, 300}, gen) * 0.1;
-  auto y = torch::zeros({n, 1, 5});
-  for (int64_t i = 0; i < n; ++i) {
-    const auto side = torch::randint(80, 141, {1}, gen).item<int64_t>();
-    const auto left = torch::randint(0, 300 - side, {1}, gen).item<int64_t>();
-    const auto top = torch::randint(0, 300 - side, {1}, gen).item<int64_t>();
-    const auto label = i % 2;
-    x[i][label].narrow(0, top, side).narrow(1, left, side).fill_(1.0);
-    y[i][0] = torch::tensor({double(left), double(top), double(left + side), double(top + side), double(label)});
-  }
-  return std::make_shared<TensorDataset>(x, y);
-}
 
 }  // namespace
 
@@ -124,7 +99,7 @@ TEST_SUITE("detection") {
 
   TEST_CASE("ssd_learner trains an SSD300; torchvision's VGG-16 features load, freeze and bring SSD's Normalize") {
     // two images, trained on and validated on (an SSD300 step takes seconds on a CPU)
-    DataLoaders dls{DataLoader(squares(2, 1), {.bs = 2, .shuffle = true, .seed = 3}), DataLoader(squares(2, 1), {.bs = 2}),
+    DataLoaders dls{DataLoader(squares(2, 1, 300), {.bs = 2, .shuffle = true, .seed = 3}), DataLoader(squares(2, 1, 300), {.bs = 2}),
                     {"red", "green"}};
     torch::manual_seed(0);
     auto learn = vision::ssd_learner(dls, {}, {}, quiet());
