@@ -3,6 +3,7 @@
 examples/detection in PyTorch's own training loop, on the same files.
 
   detection_torchvision.py SET [--epochs 8] [--lr 1e-3] [--bs 16] [--fpn 128] [--head group-norm] [--seed 42] [--threads 2]
+      [--device cpu|cuda]
 
 SET: bench/make_detection_set.py's folder (instances.json, images/, valid.txt). The model is
 torchvision's RetinaNet on its ResNet-18 with an FPN of --fpn channels (BackboneWithFPN on
@@ -13,7 +14,8 @@ std 1), as the example's loaders give pixels / 255. Optimizer and schedule as fa
 fit_one_cycle: AdamW (betas 0.9/0.99, eps 1e-5, weight decay 0.01), OneCycleLR (25% warm-up,
 div 25, final div 1e5, cosine, beta1 0.95 -> 0.85 -> 0.95). Each epoch: the training pass,
 then the validation loss and COCO's AP and AP50 (pycocotools) on the validation images,
-as fastai's fit runs its metrics. Loading on the main thread, batches of --bs.
+as fastai's fit runs its metrics. Loading on the main thread, batches of --bs, copied to
+--device (the model's).
 
 Prints a line per epoch and "loop_seconds=S ap=A ap50=B".
 """
@@ -74,13 +76,18 @@ def collate(batch):
     return torch.stack([b[0] for b in batch]), [b[1] for b in batch], [b[2] for b in batch]
 
 
-def evaluate(model, loader, truth, side):
+def to_device(x, targets, device):
+    return x.to(device), [{k: v.to(device) for k, v in t.items()} for t in targets]
+
+
+def evaluate(model, loader, truth, side, device):
     """Validation loss (the training-mode loss terms on eval-mode outputs, as the Learner's
     validation computes its loss) and the detections for pycocotools, from one forward."""
     model.eval()
     total, count, results = 0.0, 0, []
     with torch.no_grad():
         for x, targets, ids in loader:
+            x, targets = to_device(x, targets, device)
             features = list(model.backbone(x).values())
             head = model.head(features)
             anchors = model.anchor_generator(ImageList(x, [(side, side)] * len(x)), features)
@@ -119,6 +126,7 @@ def main():
     ap.add_argument("--head", choices=["group-norm", "plain"], default="group-norm")
     ap.add_argument("--seed", type=int, default=42)
     ap.add_argument("--threads", type=int, default=os.cpu_count())
+    ap.add_argument("--device", default="cpu")
     args = ap.parse_args()
     torch.set_num_threads(args.threads)
     torch.manual_seed(args.seed)
@@ -135,7 +143,7 @@ def main():
     norm = functools.partial(torch.nn.GroupNorm, 32) if args.head == "group-norm" else None
     head = RetinaNetHead(args.fpn, 9, classes, norm_layer=norm)
     model = RetinaNet(backbone, num_classes=classes, head=head, min_size=side, max_size=side,
-                      image_mean=[0, 0, 0], image_std=[1, 1, 1])
+                      image_mean=[0, 0, 0], image_std=[1, 1, 1]).to(args.device)
     train_loader = torch.utils.data.DataLoader(Images(train), batch_size=args.bs, shuffle=True, drop_last=True,
                                                collate_fn=collate, num_workers=0)
     valid_loader = torch.utils.data.DataLoader(Images(valid), batch_size=args.bs, collate_fn=collate, num_workers=0)
@@ -148,13 +156,14 @@ def main():
     for epoch in range(args.epochs):
         epoch_start, losses = time.time(), []
         for x, targets, _ in train_loader:
+            x, targets = to_device(x, targets, args.device)
             loss = sum(model(list(x), targets).values())
             opt.zero_grad()
             loss.backward()
             opt.step()
             schedule.step()
             losses.append(loss.item())
-        valid_loss, ap, ap50 = evaluate(model, valid_loader, truth, side)
+        valid_loss, ap, ap50 = evaluate(model, valid_loader, truth, side, args.device)
         print(f"epoch {epoch} train_loss {np.mean(losses):.4f} valid_loss {valid_loss:.4f} ap {ap:.4f} ap50 {ap50:.4f} "
               f"{time.time() - epoch_start:.1f}s", flush=True)
     print(f"loop_seconds={time.time() - start:.1f} ap={ap:.4f} ap50={ap50:.4f}")

@@ -2,7 +2,7 @@
 # Gathers, into .gpu_bundle/ (ignored by git), what a GPU machine without Debian's
 # packages needs to build and check fastcpp with scripts/gpu_check.sh: doctest's single
 # header, CLI11's and nlohmann's JSON headers, Gloo's headers (c10d's Gloo backend includes them; the torch wheel ships none),
-# zlib's headers, the Fashion-MNIST files, the fixtures of the fastai suite (made
+# zlib's headers, the Fashion-MNIST files, the detection example's set, the fixtures of the fastai suite (made
 # here with the venv's fastai, which the GPU machines lack), and image_libs.tar.xz:
 # OpenCV's core and imgproc, libjpeg and libpng (headers, Debian's libraries and the
 # libraries they load that a bare machine lacks, and a CMake config) and nvJPEG (the
@@ -20,6 +20,9 @@ cp -r /usr/include/gloo /usr/include/CLI "$bundle/include/"
 cp -r "$(.venv/bin/python -c 'import nlohmann_json, os; print(os.path.dirname(nlohmann_json.__file__))')/include/nlohmann" "$bundle/include/"
 cp /usr/include/zlib.h /usr/include/zconf.h "$bundle/include/"
 cp /usr/share/datasets/fashion-mnist/*.gz "$bundle/data/fashion-mnist/"
+# The detection example's set (800 JPEGs of 128 px and their COCO JSON, about 4 MB): its
+# maker needs scikit-image's photographs, which the GPU machines lack.
+.venv/bin/python bench/make_detection_set.py "$bundle/data/detection" > /dev/null
 .venv/bin/python tests/fixtures/fastai_reference.py "$bundle/fastai_fixtures"
 # fastai's U-Net weights (165 MB) exceed what a device call carries; that case compares
 # CPU forwards only, and CI runs it. The fastai suite skips a fixture listed here.
@@ -64,10 +67,11 @@ XZ_OPT=-T0 tar cJf "$bundle/image_libs.tar.xz" -C "$(dirname "$libs_dir")" image
 rm -rf "$(dirname "$libs_dir")"
 # fastai's wheels, the venv's versions (2 MB): the image has torch, torchvision, pandas,
 # scikit-learn, matplotlib and rich, which is all the rest fastai's vision half imports.
-# gpu_check.sh's U-Net step races fastai on the same GPU with them.
+# gpu_check.sh's U-Net step races fastai on the same GPU with them; its detection step
+# races torchvision's loop there with pycocotools (a compiled wheel for the image's Python).
 rm -rf "$bundle/wheels"
 .venv/bin/python -m pip download -q --no-deps --only-binary=:all: --python-version 3.12 --implementation cp \
   --platform manylinux_2_28_x86_64 --platform manylinux_2_17_x86_64 --platform manylinux2014_x86_64 -d "$bundle/wheels" \
   $(.venv/bin/python -m pip list --format=freeze |
-    grep -i -E '^(fastai|fastcore|fastdownload|fastprogress|fasttransform|plum-dispatch|beartype)==')
+    grep -i -E '^(fastai|fastcore|fastdownload|fastprogress|fasttransform|plum-dispatch|beartype|pycocotools)==')
 du -sh "$bundle"

@@ -94,7 +94,7 @@ if [[ " $stages " == *" build "* ]]; then
   opencv=()
   [ -n "${OpenCV_ROOT:-}" ] || opencv=(-DFASTCPP_WITH_OPENCV=OFF)  # a bundle older than the image pipeline's
   targets=()  # every target; for the goals, the ones the GPU runs
-  [ $goals -eq 1 ] && targets=(fastcpp_tests bench_train_step bench_sync_batchnorm bench_image_folder fashion_mnist segmentation)
+  [ $goals -eq 1 ] && targets=(fastcpp_tests bench_train_step bench_sync_batchnorm bench_image_folder fashion_mnist segmentation detection)
   [ "${auto_build:-0}" -eq 1 ] && [[ " $stages " != *" bench "* ]] && targets=(bench_train_step)  # a later step call
   start=$(now)
   { cmake -S . -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Release -DFASTCPP_PYTHON="$(command -v "$python")" \
@@ -233,10 +233,33 @@ unet_gpu() {
     "$scratch/unet_fastai.txt"
 }
 
+# The detection example's RetinaNet (ResNet-18 + FPN of 128, GroupNorm head) on the
+# bundle's set, 2 epochs: one replica, then to_parallel on {cuda:0, cuda:0} (SyncBatchNorm),
+# then torchvision's own loop on the same GPU and files (bench/detection_torchvision.py,
+# pycocotools from the bundle's wheels); each times its training loop.
+detection_gpu() {
+  local args=(--set "$bundle/data/detection" --epochs 2 --lr 1e-3 --fpn 128 --bs 16 --workers 8)
+  (cd "$scratch" && "$build/examples/detection" "${args[@]}" --out det_one) > "$scratch/det_one.txt" || return 1
+  (cd "$scratch" && "$build/examples/detection" "${args[@]}" --out det_two --parallel cuda:0,cuda:0) > "$scratch/det_two.txt" ||
+    return 1
+  local one two
+  one=$(awk '/training loop/ {print $3}' "$scratch/det_one.txt")
+  two=$(awk '/training loop/ {print $3}' "$scratch/det_two.txt")
+  grep -h 'final valid' "$scratch/det_one.txt" "$scratch/det_two.txt"
+  awk -v a="$one" -v b="$two" 'BEGIN {printf "RetinaNet resnet18 2 epochs batch 16, training loop: one replica %.1f s, to_parallel %.1f s (%.2fx)\n", a, b, a / b}'
+  [ -d "$bundle/wheels" ] || { echo "detection against torchvision: not run (no wheels in the bundle)"; return 0; }
+  "$python" -m pip install -q --no-index --no-deps --no-compile --target "$scratch/detection_site" "$bundle"/wheels/pycocotools*.whl ||
+    { echo "detection against torchvision: not run (no pycocotools wheel for this Python)"; return 0; }
+  PYTHONPATH="$scratch/detection_site" "$python" bench/detection_torchvision.py "$bundle/data/detection" --epochs 2 \
+    --lr 1e-3 --fpn 128 --bs 16 --threads "$(nproc)" --device cuda | tee "$scratch/det_torchvision.txt" || return 1
+  awk -v a="$one" -F'[ =]' '/^loop_seconds/ {printf "RetinaNet resnet18 fastcpp / torchvision on the same GPU, training loops: %.2fx (%.1f s vs %.1f s)\n", a / $2, a, $2}' \
+    "$scratch/det_torchvision.txt"
+}
+
 # In the scratch folder: the example writes its model and pictures where it runs.
 example() { (cd "$scratch" && "$build/examples/fashion_mnist" --data "$bundle/data/fashion-mnist" "$@"); }
 export out scratch bundle build python
-export -f now since example example_fast peer_race stream_race unet_gpu
+export -f now since example example_fast peer_race stream_race unet_gpu detection_gpu
 [[ " $stages " == *" bench "* || " $stages " == *" step "* ]] && : > "$out/bench.log"
 
 if [[ " $stages " == *" bench "* ]]; then
@@ -261,6 +284,7 @@ if [[ " $stages " == *" bench "* ]]; then
   step 90 "DDP at world size 1 on NCCL" bench/gpu_ddp_overhead.sh --build "$build"
   step 60 "Stream race stress" stream_race
   step 120 "U-Net from mask folders: one replica and to_parallel {cuda:0, cuda:0}" unet_gpu
+  step 120 "RetinaNet from JPEGs: one replica, to_parallel {cuda:0, cuda:0}, torchvision's loop" detection_gpu
   row benchmarks "done in $(since "$start") s (log: bench.log)"
 fi
 
