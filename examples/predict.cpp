@@ -56,7 +56,7 @@ int main(int argc, char** argv) {
   int64_t top = 3, bs = 64;
   int workers = 2;
   double min_score = 0.5;
-  CommandLine cli("predict", "Classifies or segments image files with an exported model (Learner::export_learner), "
+  CommandLine cli("predict", "Classifies, segments or finds objects in image files with an exported model (Learner::export_learner), "
                              "without the training data: a line per image with its top classes, with a "
                              "segmentation model each class's share of the pixels, with a detector its "
                              "detections.");
@@ -66,8 +66,8 @@ int main(int argc, char** argv) {
   cli.flag("--bs", bs, "images per batch").range(1, 1 << 20);
   cli.flag("--workers", workers, "threads decoding images").range(0, 4096);
   cli.flag("--masks", masks, "a segmentation model's masks as PNGs into this folder (a colour per class)");
-  cli.example("predict image_folder/export.pt photo.jpg more_photos/");
   cli.flag("--min-score", min_score, "a detector's detections printed: those scoring this or more").range(0.0, 1.0);
+  cli.example("predict image_folder/export.pt photo.jpg more_photos/");
   cli.example("predict segmentation/export.pt segmentation_data/images --masks masks");
   cli.example("predict detection/export.pt photo.jpg --min-score 0.3");
   cli.parse(argc, argv);

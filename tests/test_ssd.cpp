@@ -85,6 +85,9 @@ TEST_SUITE("detection") {
     CHECK(error_of([] { vision::ssd300_vgg16({.num_classes = 0}); }) == "ssd: num_classes must be positive, got 0");
     CHECK(error_of([] { vision::ssd300_vgg16({.num_classes = 2})(torch::zeros({1, 1, 300, 300})); }) ==
           "ssd: expected images [N, 3, H, W], got [1, 1, 300, 300]");
+    CHECK(error_of([] { vision::ssd300_vgg16({.num_classes = 2})(torch::zeros({1, 3, 300, 267})); }) ==
+          "ssd: images need 268 pixels a side or more (the last extra block leaves no cell below that; torchvision's "
+          "size is 300), got 300 x 267");
     CHECK(error_of([] { vision::ssd_losses(torch::zeros({2, 5, 15}), torch::zeros({3, 1, 5})); }) ==
           "ssd_loss: expected targets [2, boxes, 5] (x1 y1 x2 y2 label), got [3, 1, 5]");
     CHECK(error_of([] { vision::ssd_detections(torch::zeros({1, 5, 15})); }) ==

@@ -47,6 +47,7 @@ Stage extra_block(int64_t in, int64_t middle, int64_t out, bool halve) {
 }
 
 const std::vector<int64_t> kMapChannels{512, 1024, 512, 256, 256, 256};
+constexpr int64_t kSmallestSide = 268;  // maps of 34, 17, 9, 5, 3 and 1 cells
 
 }  // namespace
 
@@ -148,6 +149,10 @@ std::shared_ptr<torch::nn::Module> SsdImpl::clone(const std::optional<torch::Dev
 torch::Tensor SsdImpl::forward(const torch::Tensor& images) {
   if (images.dim() != 4 || images.size(1) != 3)
     throw Error("ssd: expected images [N, 3, H, W], got " + c10::str(images.sizes()));
+  if (images.size(2) < kSmallestSide || images.size(3) < kSmallestSide)
+    throw Error("ssd: images need " + std::to_string(kSmallestSide) + " pixels a side or more (the last extra block "
+                "leaves no cell below that; torchvision's size is 300), got " + std::to_string(images.size(2)) + " x " +
+                std::to_string(images.size(3)));
   const auto maps = backbone(images);
   const auto logits = head->classification_head(maps);
   const auto codes = head->regression_head(maps);

@@ -77,7 +77,7 @@ struct SsdOptions {
 struct SsdImpl : torch::nn::Cloneable<SsdImpl> {
   explicit SsdImpl(SsdOptions options);
   void reset() override;
-  // Images [N, 3, H, W] (300 x 300 as torchvision's) -> the DetectorOutput
+  // Images [N, 3, H, W] (300 x 300 as torchvision's; 268 a side at least) -> the DetectorOutput
   // [N, anchors, 12 + 1 + classes], softmax scoring.
   torch::Tensor forward(const torch::Tensor& images);
   // A copy that leaves the global CPU generator as it was (core/clone.h).
