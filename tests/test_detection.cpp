@@ -1,10 +1,11 @@
 // Detection against torchvision and pycocotools on the same inputs (fixtures from
 // tests/fixtures/torchvision_models.py): the box arithmetic, anchors and matching, RetinaNet's
 // outputs, losses and detections, COCO's AP; and detection_learner's training, on one and two
-// devices and in bf16.
+// devices and in bf16 (the same on {cuda:0, cuda:0} in the gpu suite).
 #include "core/autocast.h"
 #include "detection_helpers.h"
 #include "helpers.h"
+#include "trained_state.h"
 #include "vision/detection/anchors.h"
 #include "vision/detection/boxes.h"
 #include "vision/detection/coco_eval.h"
@@ -27,6 +28,21 @@ vision::RetinaNet fixture_retinanet() {
   auto model = vision::retinanet({.num_classes = 3, .arch = vision::resnet18, .fpn_channels = 32});
   load_state_dict(*model, kRetinaNet);
   return model;
+}
+
+// A small RetinaNet (resnet18 of width 8, FPN of 16) trained 2 epochs with SGD on squares,
+// on `device` alone or as replicas on `replicas`.
+TrainedState train_retinanet(const std::vector<torch::Device>& replicas, torch::Device device = torch::kCPU) {
+  DataLoaders dls{DataLoader(squares(12, 1), {.bs = 4, .shuffle = true, .seed = 3}), DataLoader(squares(4, 2), {.bs = 4}),
+                  {"red", "green"}};
+  torch::manual_seed(0);
+  auto options = quiet({.opt_func = sgd({.mom = 0.9})});
+  options.device = device;
+  auto learn = vision::detection_learner(dls, vision::resnet18, {}, {.width = 8, .fpn_channels = 16}, options);
+  silence(learn);
+  if (!replicas.empty()) learn.to_parallel(replicas);
+  learn.fit_one_cycle(2, 1e-2);
+  return trained_state_of(learn);
 }
 
 }  // namespace
@@ -286,32 +302,7 @@ TEST_SUITE("detection") {
   TEST_CASE("a RetinaNet trains on 2 CPU replicas as on one device: every weight and BatchNorm buffer, the loss") {
     // As the U-Net's (the parallel suite): the replicas add up BatchNorm's sums in another
     // order, so weights agree to 1e-5 with SGD and the running statistics to ten times that.
-    const auto train = [](bool parallel) {
-      DataLoaders dls{DataLoader(squares(12, 1), {.bs = 4, .shuffle = true, .seed = 3}), DataLoader(squares(4, 2), {.bs = 4}),
-                      {"red", "green"}};
-      torch::manual_seed(0);
-      auto learn = vision::detection_learner(dls, vision::resnet18, {}, {.width = 8, .fpn_channels = 16},
-                                             quiet({.opt_func = sgd({.mom = 0.9})}));
-      silence(learn);
-      if (parallel) learn.to_parallel({torch::kCPU, torch::kCPU});
-      learn.fit_one_cycle(2, 1e-2);
-      NamedTensors state;
-      for (const auto& [name, tensor] : named_state(learn.model.module())) state.emplace_back(name, tensor.detach().clone());
-      return std::make_pair(state, learn.validate()[0]);
-    };
-    const auto [single, single_loss] = train(false);
-    const auto [parallel, parallel_loss] = train(true);
-    REQUIRE(parallel.size() == single.size());
-    for (size_t i = 0; i < single.size(); ++i) {
-      const auto& [name, expected] = single[i];
-      INFO(name << ", largest difference " << (parallel[i].second - expected).abs().max().item<double>());
-      const double tolerance = name.find("running_") != std::string::npos ? 1e-4 : 1e-5;
-      if (expected.is_floating_point())
-        CHECK(torch::allclose(parallel[i].second, expected, tolerance, tolerance));
-      else
-        CHECK(torch::equal(parallel[i].second, expected));
-    }
-    CHECK(parallel_loss == doctest::Approx(single_loss).epsilon(1e-5));
+    check_trained_alike(train_retinanet({torch::kCPU, torch::kCPU}), train_retinanet({}), 1e-5);
   }
 
   TEST_CASE("COCO's AP, AP50, AP75 and per-class AP equal pycocotools' on the same detections") {
@@ -372,5 +363,13 @@ TEST_SUITE("detection") {
     const auto after = learn.validate()[0];
     CHECK(std::isfinite(after));
     CHECK(after < 0.9 * before);
+  }
+}
+
+TEST_SUITE("gpu" * doctest::skip(!torch::cuda::is_available())) {
+  TEST_CASE("a RetinaNet on {cuda:0, cuda:0} ends as on one GPU: every weight and BatchNorm buffer, the loss") {
+    const FullFp32Convolutions full_fp32;
+    const torch::Device cuda0("cuda:0");
+    check_trained_alike(train_retinanet({cuda0, cuda0}, cuda0), train_retinanet({}, cuda0), 1e-4);
   }
 }

@@ -243,7 +243,7 @@ TEST_SUITE("gpu" * doctest::skip(!torch::cuda::is_available())) {
   TEST_CASE("a RetinaNet on 2 processes sharing one GPU over Gloo (SyncBatchNorm) ends as 1 process with BatchNorm") {
     auto env = kSharedGpuEnv;
     env.push_back("FASTCPP_WORKER_MODEL=retinanet");
-    check_two_ranks_equal_one_process(42, env, 1e-4, 1e-5);
+    CHECK(check_two_ranks_equal_one_process(42, env, 1e-4, 1e-5) > 0);  // AP50
   }
 
   TEST_CASE("SyncBatchNorm on CUDA tensors equals BatchNorm on the whole batch") {

@@ -5,6 +5,7 @@
 #include "helpers.h"
 #include "operator_count.h"
 #include "parallel/replica_grads.h"
+#include "trained_state.h"
 
 #include <functional>
 #include <mutex>
@@ -129,12 +130,6 @@ void check_equal(const Run& parallel, const Run& single, double tolerance = 1e-5
 
 // A small U-Net (ResNet-18 encoder of width 8) on 3x32x32 images with masks of 3
 // classes: 21 training images in batches of 8 leave a last batch of 5.
-struct UnetRun {
-  std::vector<std::string> names;
-  std::vector<torch::Tensor> state;
-  double valid_loss = 0;
-};
-
 DataLoaders unet_dls() {
   auto make = [](int64_t n, uint64_t seed) {
     auto gen = at::make_generator<at::CPUGeneratorImpl>(seed);
@@ -144,19 +139,8 @@ DataLoaders unet_dls() {
   return {DataLoader(make(21, 1), {.bs = 8, .shuffle = true, .seed = 3}), DataLoader(make(6, 2), {.bs = 4})};
 }
 
-// Every weight and buffer by name, on the CPU, and the validation loss.
-UnetRun unet_run_of(Learner& learn) {
-  UnetRun run;
-  for (const auto& [name, tensor] : named_state(learn.model.module())) {
-    run.names.push_back(name);
-    run.state.push_back(tensor.detach().cpu().clone());
-  }
-  run.valid_loss = learn.validate()[0];
-  return run;
-}
-
-UnetRun train_unet(const std::vector<torch::Device>& devices, const OptFunc& opt_func, torch::Device device = torch::kCPU,
-                   const std::function<void(Learner&)>& setup = {}) {
+TrainedState train_unet(const std::vector<torch::Device>& devices, const OptFunc& opt_func, torch::Device device = torch::kCPU,
+                        const std::function<void(Learner&)>& setup = {}) {
   const auto dls = unet_dls();
   torch::manual_seed(0);
   auto unet = vision::DynamicUnet(vision::unet_encoder(vision::resnet18, {.width = 8}), {.n_out = 3, .img_size = {32, 32}});
@@ -170,50 +154,19 @@ UnetRun train_unet(const std::vector<torch::Device>& devices, const OptFunc& opt
   if (setup) setup(learn);
   if (!devices.empty()) learn.to_parallel(devices);
   learn.fit_one_cycle(2, 1e-3);
-  return unet_run_of(learn);
+  return trained_state_of(learn);
 }
 
 // unet_learner's fine_tune: an epoch with the encoder frozen, then one with everything.
-UnetRun fine_tune_unet(const std::vector<torch::Device>& devices) {
+TrainedState fine_tune_unet(const std::vector<torch::Device>& devices) {
   torch::manual_seed(0);
   auto learn = vision::unet_learner(unet_dls(), vision::resnet18, {}, {.n_out = 3, .width = 8},
                                     quiet({.opt_func = sgd({.mom = 0.9})}));
   silence(learn);
   if (!devices.empty()) learn.to_parallel(devices);
   learn.fine_tune(1, {.base_lr = 1e-3});
-  return unet_run_of(learn);
+  return trained_state_of(learn);
 }
-
-// The relative tolerance of a U-Net's tensor: a BatchNorm running statistic carries the
-// differences of every layer below it, ten times the weights'.
-double running_tolerance(const std::string& name, double tolerance) {
-  return name.find("running_") != std::string::npos ? 10 * tolerance : tolerance;
-}
-
-// Every weight and buffer of `parallel` as `single`'s; the integer buffers (batches
-// tracked: each global batch once) exactly.
-void check_unet_equal(const UnetRun& parallel, const UnetRun& single, double tolerance) {
-  REQUIRE(parallel.state.size() == single.state.size());
-  for (size_t i = 0; i < single.state.size(); ++i) {
-    INFO(single.names[i] << ", largest difference " << (parallel.state[i] - single.state[i]).abs().max().item<double>());
-    if (single.state[i].is_floating_point())
-      CHECK(torch::allclose(parallel.state[i], single.state[i], running_tolerance(single.names[i], tolerance), tolerance));
-    else
-      CHECK(torch::equal(parallel.state[i], single.state[i]));
-  }
-}
-
-// cuDNN's fp32 convolutions round their inputs to TF32 (10-bit mantissas) by default, so
-// half a batch and the whole batch differ at 1e-3 whatever to_parallel does: the fp32
-// comparisons of replicas with one GPU run in full fp32 while this lives.
-class FullFp32Convolutions {
- public:
-  FullFp32Convolutions() : was_(at::globalContext().allowTF32CuDNN()) { at::globalContext().setAllowTF32CuDNN(false); }
-  ~FullFp32Convolutions() { at::globalContext().setAllowTF32CuDNN(was_); }
-
- private:
-  bool was_;
-};
 
 }  // namespace
 
@@ -234,16 +187,14 @@ TEST_SUITE("parallel") {
         CAPTURE(name);
         CAPTURE(devices.size());
         const auto parallel = train_unet(devices, opt_func);
-        check_unet_equal(parallel, single, tolerance);
-        CHECK(parallel.valid_loss == doctest::Approx(single.valid_loss).epsilon(tolerance));
+        check_trained_alike(parallel, single, tolerance);
       }
     }
   }
 
   TEST_CASE("unet_learner's fine_tune (frozen, then unfrozen) on 2 CPU replicas ends as on one device") {
     const auto single = fine_tune_unet({}), parallel = fine_tune_unet(kTwoCpus);
-    check_unet_equal(parallel, single, 1e-5);
-    CHECK(parallel.valid_loss == doctest::Approx(single.valid_loss).epsilon(1e-5));
+    check_trained_alike(parallel, single, 1e-5);
   }
 
   TEST_CASE("a U-Net in bf16 autocast and channels-last on 2 CPU replicas ends as on one CPU in the same setting") {
@@ -254,9 +205,8 @@ TEST_SUITE("parallel") {
     const double tolerance = 2e-2;  // bf16 rounds half a batch otherwise than a whole one
     const auto single = train_unet({}, sgd({.mom = 0.9}), torch::kCPU, setup);
     const auto parallel = train_unet(kTwoCpus, sgd({.mom = 0.9}), torch::kCPU, setup);
-    check_unet_equal(parallel, single, tolerance);
+    check_trained_alike(parallel, single, tolerance);
     CHECK(std::isfinite(single.valid_loss));
-    CHECK(parallel.valid_loss == doctest::Approx(single.valid_loss).epsilon(tolerance));
   }
 
   TEST_CASE("2 and 3 CPU replicas end with the weights and BatchNorm statistics of one device, SGD and Adam") {
@@ -505,7 +455,7 @@ TEST_SUITE("gpu" * doctest::skip(!torch::cuda::is_available())) {
       CAPTURE(name);
       const auto single = train_unet({}, sgd({.mom = 0.9}), cuda0, setup);
       const auto parallel = train_unet({cuda0, cuda0}, sgd({.mom = 0.9}), cuda0, setup);
-      check_unet_equal(parallel, single, tolerance);
+      check_trained_alike(parallel, single, tolerance);
     }
   }
 

@@ -1,8 +1,9 @@
 // SSD against torchvision's ssd300_vgg16 on the same weights and inputs (fixtures from
 // tests/fixtures/torchvision_models.py): default boxes, matching, outputs, losses,
-// gradients and detections; the VGG-16 ImageNet features loading; ssd_learner's training.
+// gradients and detections; the VGG-16 ImageNet features loading; ssd_learner's training, on one device and on two.
 #include "detection_helpers.h"
 #include "helpers.h"
+#include "trained_state.h"
 #include "vision/detection/detection_learner.h"
 #include "vision/detection/detector_output.h"
 #include "vision/detection/postprocess.h"
@@ -16,6 +17,19 @@ namespace {
 const std::string kSsd = std::string(FASTCPP_MODEL_FIXTURES) + "/ssd.pth";
 const std::string kSsdIO = std::string(FASTCPP_MODEL_FIXTURES) + "/ssd_io.pt";
 const std::string kVgg = std::string(FASTCPP_MODEL_FIXTURES) + "/vgg16_features.pth";
+
+// An SSD300 trained one epoch with SGD on 6 squares in batches of 4 (a last batch of 2),
+// on the CPU alone or as replicas on `replicas`.
+TrainedState train_ssd(const std::vector<torch::Device>& replicas) {
+  DataLoaders dls{DataLoader(squares(6, 1, 300), {.bs = 4, .shuffle = true, .seed = 3}), DataLoader(squares(2, 2, 300), {.bs = 2}),
+                  {"red", "green"}};
+  torch::manual_seed(0);
+  auto learn = vision::ssd_learner(dls, {}, {}, quiet({.opt_func = sgd({.mom = 0.9})}));
+  silence(learn);
+  if (!replicas.empty()) learn.to_parallel(replicas);
+  learn.fit_one_cycle(1, 1e-3);
+  return trained_state_of(learn);
+}
 
 }  // namespace
 
@@ -133,5 +147,11 @@ TEST_SUITE("detection") {
     const auto* normalize = tfms.back().target<Normalize>();
     REQUIRE(normalize != nullptr);
     CHECK(normalize->mean == std::vector<double>{0.48235, 0.45882, 0.40784});
+  }
+
+  TEST_CASE("an SSD300 trains on 2 CPU replicas as on one device: every weight, the loss") {
+    // No BatchNorm in VGG-16: the replicas' gradients differ from one device's only in the
+    // order of their sums.
+    check_trained_alike(train_ssd({torch::kCPU, torch::kCPU}), train_ssd({}), 1e-5);
   }
 }

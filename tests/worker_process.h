@@ -103,9 +103,10 @@ inline std::vector<std::string> run_two_ranks(const std::string& mode, int port_
 }
 
 // dist_worker's 2 ranks x batch 4 end with the weights and validation metrics of 1 process
-// x batch 8 (both with `extra_env`: a device, a backend).
-inline void check_two_ranks_equal_one_process(int port_offset, const std::vector<std::string>& extra_env = {},
-                                              double rtol = 1e-5, double atol = 1e-6) {
+// x batch 8 (both with `extra_env`: a device, a backend). Returns the single process's
+// validation metric.
+inline double check_two_ranks_equal_one_process(int port_offset, const std::vector<std::string>& extra_env = {},
+                                                double rtol = 1e-5, double atol = 1e-6) {
   const auto single_out = temp_path("single");
   REQUIRE(wait_for(spawn_worker("single", single_out, extra_env), 120) == 0);
   const auto outs = run_two_ranks("ddp", port_offset, extra_env);
@@ -120,6 +121,7 @@ inline void check_two_ranks_equal_one_process(int port_offset, const std::vector
   check_same_params(outs[0], outs[1], rtol, atol);
   for (const auto& out : outs) std::filesystem::remove(out);
   std::filesystem::remove(single_out);
+  return single.get(1).toDoubleList().get(1);
 }
 
 // SyncBatchNorm on dist_worker's shards of 3 and 5 samples equals BatchNorm on the 8:

@@ -12,13 +12,20 @@ DetectorOutput::DetectorOutput(torch::Tensor out, const char* who) : output(std:
                 std::string(c10::toString(output.scalar_type())) + " " + c10::str(output.sizes()));
 }
 
-torch::Tensor DetectorOutput::anchor_columns(Scoring scoring, const torch::Tensor& anchors, const torch::Tensor& levels,
-                                             int64_t image_height, int64_t image_width) {
-  const auto options = anchors.options();
+void AnchorColumns::remake(const torch::Tensor& anchors, const std::vector<int64_t>& per_cell,
+                           const std::vector<std::pair<int64_t, int64_t>>& feature_sizes,
+                           std::pair<int64_t, int64_t> image_size, torch::Device device) {
+  std::vector<torch::Tensor> levels;
+  for (size_t k = 0; k < feature_sizes.size(); ++k)
+    levels.push_back(torch::full({feature_sizes[k].first * feature_sizes[k].second * per_cell[k]}, double(k)));
   const auto n = anchors.size(0);
-  const auto head = torch::tensor({double(scoring == Scoring::softmax), double(image_height), double(image_width)}, options);
-  return torch::cat({head.narrow(0, 0, 1).expand({n, 1}), levels.to(options).unsqueeze(1),
-                     head.narrow(0, 1, 2).expand({n, 2}), anchors}, 1);
+  const auto head = torch::tensor({double(scoring_ == Scoring::softmax), double(image_size.first), double(image_size.second)},
+                                  anchors.options());
+  columns_ = torch::cat({head.narrow(0, 0, 1).expand({n, 1}), torch::cat(levels).to(anchors.options()).unsqueeze(1),
+                         head.narrow(0, 1, 2).expand({n, 2}), anchors}, 1)
+                 .to(device);
+  feature_sizes_ = feature_sizes;
+  image_size_ = image_size;
 }
 
 torch::Tensor DetectorOutput::pack(const torch::Tensor& codes, const torch::Tensor& logits,

@@ -14,6 +14,7 @@
 // filling the images with fewer boxes (box_targets makes them).
 #include <torch/types.h>
 
+#include <utility>
 #include <vector>
 
 namespace fastcpp::vision {
@@ -29,10 +30,7 @@ struct DetectorOutput {
 
   // Checks the layout (a fastcpp::Error names `who` otherwise).
   DetectorOutput(torch::Tensor output, const char* who);
-  // The first 8 columns, [A, 8], the same for every image of a size: made once per size.
-  static torch::Tensor anchor_columns(Scoring scoring, const torch::Tensor& anchors, const torch::Tensor& levels,
-                                      int64_t image_height, int64_t image_width);
-  // Packs head outputs: codes [N, A, 4], logits [N, A, L], with anchor_columns' [A, 8].
+  // Packs head outputs: codes [N, A, 4], logits [N, A, L], with AnchorColumns' [A, 8].
   static torch::Tensor pack(const torch::Tensor& codes, const torch::Tensor& logits, const torch::Tensor& anchor_columns);
 
   Scoring scoring() const;
@@ -47,6 +45,41 @@ struct DetectorOutput {
   int64_t image_width() const;
 
   torch::Tensor output;
+};
+
+// The first 8 columns of a detector's output, [A, 8]: the same for every batch of one
+// image size, so they are made again only when the maps' sizes, the image's size or the
+// device change.
+class AnchorColumns {
+ public:
+  explicit AnchorColumns(Scoring scoring) : scoring_(scoring) {}
+
+  // `generator`: the detector's AnchorGenerator or DefaultBoxGenerator.
+  template <class Generator>
+  const torch::Tensor& of(const Generator& generator, const std::vector<torch::Tensor>& maps, const torch::Tensor& images) {
+    std::vector<std::pair<int64_t, int64_t>> feature_sizes;
+    std::vector<int64_t> per_cell;
+    for (size_t k = 0; k < maps.size(); ++k) {
+      feature_sizes.emplace_back(maps[k].size(2), maps[k].size(3));
+      per_cell.push_back(generator.anchors_per_cell(k));
+    }
+    const std::pair<int64_t, int64_t> image_size{images.size(2), images.size(3)};
+    if (!columns_.defined() || feature_sizes != feature_sizes_ || image_size != image_size_ ||
+        columns_.device() != images.device())
+      remake(generator.grid_anchors(feature_sizes, image_size), per_cell, feature_sizes, image_size, images.device());
+    return columns_;
+  }
+  void clear() { columns_ = torch::Tensor(); }
+
+ private:
+  void remake(const torch::Tensor& anchors, const std::vector<int64_t>& per_cell,
+              const std::vector<std::pair<int64_t, int64_t>>& feature_sizes, std::pair<int64_t, int64_t> image_size,
+              torch::Device device);
+
+  Scoring scoring_;
+  std::vector<std::pair<int64_t, int64_t>> feature_sizes_;
+  std::pair<int64_t, int64_t> image_size_{0, 0};
+  torch::Tensor columns_;
 };
 
 // Throws a fastcpp::Error naming `who` unless targets are [images, boxes, 5].

@@ -26,13 +26,6 @@ torch::nn::Conv2d head_conv(int64_t in, int64_t out, std::optional<double> bias)
   return conv;
 }
 
-// The sizes {H, W} of each map.
-std::vector<std::pair<int64_t, int64_t>> sizes_of(const std::vector<torch::Tensor>& maps) {
-  std::vector<std::pair<int64_t, int64_t>> sizes;
-  for (const auto& map : maps) sizes.emplace_back(map.size(-2), map.size(-1));
-  return sizes;
-}
-
 }  // namespace
 
 RetinaNetBranchImpl::RetinaNetBranchImpl(int64_t channels_, int64_t anchors_, int64_t per_anchor_,
@@ -99,7 +92,7 @@ void RetinaNetImpl::reset() {
   backbone = register_module("backbone", ResNetFPN(options.arch, options.backbone, options.fpn_channels, options.p6_from_c5));
   head = register_module("head", RetinaNetHead(options.fpn_channels, anchors, options.num_classes,
                                                options.prior_probability, options.head_group_norm));
-  cache_ = {};
+  anchor_columns_.clear();
 }
 
 std::shared_ptr<torch::nn::Module> RetinaNetImpl::clone(const std::optional<torch::Device>& device) const {
@@ -112,21 +105,7 @@ torch::Tensor RetinaNetImpl::forward(const torch::Tensor& images) {
   const auto maps = backbone(images);
   const auto logits = head->classification_head(maps);
   const auto codes = head->regression_head(maps);
-
-  const auto feature_sizes = sizes_of(maps);
-  const std::pair<int64_t, int64_t> image_size{images.size(2), images.size(3)};
-  if (feature_sizes != cache_.feature_sizes || image_size != cache_.image_size ||
-      cache_.columns.device() != images.device()) {
-    std::vector<torch::Tensor> levels;
-    const auto per_cell = options.anchor_generator.anchors_per_cell(0);
-    for (size_t k = 0; k < feature_sizes.size(); ++k)
-      levels.push_back(torch::full({feature_sizes[k].first * feature_sizes[k].second * per_cell}, double(k)));
-    const auto anchors = options.anchor_generator.grid_anchors(feature_sizes, image_size);
-    cache_ = {feature_sizes, image_size,
-              DetectorOutput::anchor_columns(Scoring::sigmoid, anchors, torch::cat(levels), image_size.first, image_size.second)
-                  .to(images.device())};
-  }
-  return DetectorOutput::pack(codes, logits, cache_.columns);
+  return DetectorOutput::pack(codes, logits, anchor_columns_.of(options.anchor_generator, maps, images));
 }
 
 RetinaNet retinanet(RetinaNetOptions options) { return RetinaNet(std::move(options)); }

@@ -26,6 +26,7 @@
 #include "learner/loss.h"
 #include "vision/detection/anchors.h"
 #include "vision/detection/boxes.h"
+#include "vision/detection/detector_output.h"
 #include "vision/detection/feature_pyramid.h"
 
 namespace fastcpp::vision {
@@ -85,13 +86,7 @@ struct RetinaNetImpl : torch::nn::Cloneable<RetinaNetImpl> {
   RetinaNetHead head{nullptr};
 
  private:
-  // The output's anchor columns for the last maps' sizes, made again when the sizes or the
-  // device change.
-  struct AnchorCache {
-    std::vector<std::pair<int64_t, int64_t>> feature_sizes;
-    std::pair<int64_t, int64_t> image_size{0, 0};
-    torch::Tensor columns;
-  } cache_;
+  AnchorColumns anchor_columns_{Scoring::sigmoid};
 };
 TORCH_MODULE(RetinaNet);
 

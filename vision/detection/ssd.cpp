@@ -139,7 +139,7 @@ void SsdImpl::reset() {
   for (size_t k = 0; k < kMapChannels.size(); ++k) anchors.push_back(options.anchor_generator.anchors_per_cell(k));
   backbone = register_module("backbone", SsdVggBackbone());
   head = register_module("head", SsdHead(kMapChannels, anchors, options.num_classes));
-  cache_ = {};
+  anchor_columns_.clear();
 }
 
 std::shared_ptr<torch::nn::Module> SsdImpl::clone(const std::optional<torch::Device>& device) const {
@@ -156,22 +156,7 @@ torch::Tensor SsdImpl::forward(const torch::Tensor& images) {
   const auto maps = backbone(images);
   const auto logits = head->classification_head(maps);
   const auto codes = head->regression_head(maps);
-
-  const std::pair<int64_t, int64_t> image_size{images.size(2), images.size(3)};
-  if (image_size != cache_.image_size || cache_.columns.device() != images.device()) {
-    std::vector<std::pair<int64_t, int64_t>> feature_sizes;
-    std::vector<torch::Tensor> levels;
-    for (size_t k = 0; k < maps.size(); ++k) {
-      feature_sizes.emplace_back(maps[k].size(2), maps[k].size(3));
-      levels.push_back(torch::full({maps[k].size(2) * maps[k].size(3) * options.anchor_generator.anchors_per_cell(k)},
-                                   double(k)));
-    }
-    const auto anchors = options.anchor_generator.grid_anchors(feature_sizes, image_size);
-    cache_ = {image_size, DetectorOutput::anchor_columns(Scoring::softmax, anchors, torch::cat(levels), image_size.first,
-                                                         image_size.second)
-                              .to(images.device())};
-  }
-  return DetectorOutput::pack(codes, logits, cache_.columns);
+  return DetectorOutput::pack(codes, logits, anchor_columns_.of(options.anchor_generator, maps, images));
 }
 
 Ssd ssd300_vgg16(SsdOptions options) { return Ssd(std::move(options)); }

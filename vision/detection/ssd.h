@@ -28,6 +28,7 @@
 #include "learner/loss.h"
 #include "vision/detection/anchors.h"
 #include "vision/detection/boxes.h"
+#include "vision/detection/detector_output.h"
 
 namespace fastcpp::vision {
 
@@ -88,10 +89,7 @@ struct SsdImpl : torch::nn::Cloneable<SsdImpl> {
   SsdHead head{nullptr};
 
  private:
-  struct AnchorCache {  // the output's anchor columns for the last image size and device
-    std::pair<int64_t, int64_t> image_size{0, 0};
-    torch::Tensor columns;
-  } cache_;
+  AnchorColumns anchor_columns_{Scoring::softmax};
 };
 TORCH_MODULE(Ssd);
 
