@@ -29,12 +29,15 @@ torch::Tensor check_class_targets(const torch::Tensor& pred, const torch::Tensor
   const int64_t n_classes = pred.size(1);
   const auto labels = target.to(torch::kLong);
   if (labels.numel() == 0) return labels;  // nothing to check (argmax below needs an element)
-  const auto bad = (labels < 0).logical_or_(labels >= n_classes);
-  if (labels.is_cpu()) {
-    if (!bad.any().item<bool>()) return labels;
-    const int64_t position = bad.nonzero()[0][0].item<int64_t>();
-    throw Error(label_error(labels[position].item<int64_t>(), position, "the batch", n_classes));
+  if (labels.is_cpu()) {  // read in place: no operator dispatched per batch
+    const auto contiguous = labels.contiguous();
+    const auto* label = contiguous.data_ptr<int64_t>();
+    for (int64_t position = 0; position < contiguous.numel(); ++position)
+      if (label[position] < 0 || label[position] >= n_classes)
+        throw Error(label_error(label[position], position, "the batch", n_classes));
+    return labels;
   }
+  const auto bad = (labels < 0).logical_or_(labels >= n_classes);
   // On the device: the first bad label and its position, read later; meanwhile the
   // kernel sees labels in range (a bad one would be a device-side assert, the end of
   // the CUDA context).

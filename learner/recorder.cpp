@@ -21,6 +21,11 @@ std::string format_value(double value) {
   return text;
 }
 
+// A running average over `count` batches without its bias towards 0 (fastai's smoothing).
+double debiased(double smooth, int64_t count, double beta) {
+  return smooth / (1 - std::pow(beta, static_cast<double>(count)));
+}
+
 }  // namespace
 
 std::string format_time(double seconds) {
@@ -72,10 +77,13 @@ void Recorder::after_batch() {
   auto& l = learn();
   if (!l.loss.defined()) return;
   if (l.training) {
-    auto batch_loss = l.loss.detach().mean().to(torch::kFloat);
+    // The Learner's loss is usually a detached float scalar: used as it is, no operator
+    // per batch (on a small model each costs about as much as one of its kernels).
+    const bool scalar = l.loss.dim() == 0 && l.loss.scalar_type() == torch::kFloat && !l.loss.requires_grad();
+    const auto batch_loss = scalar ? l.loss : l.loss.detach().mean().to(torch::kFloat);
     smooth_ = smooth_.defined() ? torch::lerp(batch_loss, smooth_, beta_) : batch_loss * (1 - beta_);
     ++smooth_count_;
-    pending_losses_.push_back(smooth_ / (1 - std::pow(beta_, static_cast<double>(smooth_count_))));
+    pending_losses_.push_back(smooth_);  // a new tensor each batch; debiased when read
     const auto& hypers = l.opt->param_groups().back().hypers;
     lrs.push_back(hypers.lr);
     moms.push_back(hypers.mom);
@@ -90,8 +98,10 @@ void Recorder::after_batch() {
 
 void Recorder::flush_losses() {
   if (pending_losses_.empty()) return;
-  auto all = torch::stack(pending_losses_).to(torch::kCPU, torch::kDouble).contiguous();
-  losses.insert(losses.end(), all.data_ptr<double>(), all.data_ptr<double>() + all.numel());
+  const auto all = torch::stack(pending_losses_).to(torch::kCPU, torch::kDouble).contiguous();
+  const auto* smooth = all.data_ptr<double>();
+  const auto first_count = smooth_count_ - all.numel() + 1;
+  for (int64_t i = 0; i < all.numel(); ++i) losses.push_back(debiased(smooth[i], first_count + i, beta_));
   pending_losses_.clear();
 }
 
@@ -100,6 +110,7 @@ void Recorder::after_train() { flush_losses(); }
 struct Recorder::LaggedRead {
   torch::Tensor host;  // pinned
   std::optional<c10::Event> copied;
+  int64_t count = 0;  // the copy's batches averaged
   double value = std::nan("");
 };
 
@@ -109,14 +120,15 @@ double Recorder::smooth_loss_lagged() {
   auto& read = *lagged_;
   if (read.copied) {
     if (!read.copied->query()) return read.value;  // the last copy is still on its way
-    read.value = read.host.item<double>();
+    read.value = debiased(read.host.item<double>(), read.count, beta_);
     read.copied.reset();
   }
   if (pending_losses_.empty()) return read.value;  // between epochs
-  const auto& latest = pending_losses_.back();  // debiased, on the device
+  const auto& latest = pending_losses_.back();  // on the device
   if (!read.host.defined() || read.host.scalar_type() != latest.scalar_type())
     read.host = torch::empty({}, latest.options().device(torch::kCPU).pinned_memory(true));
   read.host.copy_(latest, /*non_blocking=*/true);
+  read.count = smooth_count_;
   read.copied.emplace(latest.device().type());
   read.copied->record(c10::impl::getDeviceGuardImpl(latest.device().type())->getStream(latest.device()));
   return read.value;
@@ -124,7 +136,7 @@ double Recorder::smooth_loss_lagged() {
 
 double Recorder::smooth_loss() const {
   if (!smooth_.defined()) return std::nan("");
-  return smooth_.item<double>() / (1 - std::pow(beta_, static_cast<double>(smooth_count_)));
+  return debiased(smooth_.item<double>(), smooth_count_, beta_);
 }
 
 void Recorder::before_validate() {

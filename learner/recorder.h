@@ -68,7 +68,7 @@ class Recorder : public Callback {
   double beta_;
   torch::Tensor smooth_;         // biased running average, on the device
   int64_t smooth_count_ = 0;
-  std::vector<torch::Tensor> pending_losses_;  // debiased, this epoch
+  std::vector<torch::Tensor> pending_losses_;  // smooth_ after each batch this epoch, biased
   torch::Tensor valid_loss_sum_;
   int64_t valid_count_ = 0;
   std::vector<double> valid_values_;
