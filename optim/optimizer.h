@@ -71,7 +71,7 @@ class Optimizer {
   virtual void update(torch::Tensor& param, const torch::Tensor& grad, ParamState& state,
                       const Hypers& hypers, bool do_wd) = 0;
   // The same update for a whole group in a few kernel launches, where the optimizer can
-  // (SGD and Adam on a GPU: ATen's fused kernels); false leaves it to update().
+  // (SGD and Adam: ATen's fused kernels); false leaves it to update().
   virtual bool update_group(GroupTensors& group, const Hypers& hypers) { return false; }
 
  private:

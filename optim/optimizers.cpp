@@ -53,13 +53,13 @@ void SGD::update(torch::Tensor& param, const torch::Tensor& grad, ParamState& st
 }
 
 bool SGD::update_group(GroupTensors& group, const Hypers& hypers) {
-  if (!group.params.front().is_cuda() || !fusable(group)) return false;
+  if (!fusable(group)) return false;
   fused_sgd_update(group, hypers);
   return true;
 }
 
 bool Adam::update_group(GroupTensors& group, const Hypers& hypers) {
-  if (!group.params.front().is_cuda() || !fusable(group)) return false;
+  if (!fusable(group)) return false;
   fused_adam_update(group, hypers);
   return true;
 }
