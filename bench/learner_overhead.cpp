@@ -161,7 +161,7 @@ void account(const Workload& w, int repeats, int epochs) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  int threads = 2, repeats = 5, epochs = 2;
+  int threads = 2, repeats = 5, epochs = 6;
   bool account_mlp = false;
   CommandLine cli("bench_learner_overhead", "The Learner's cost over a bare libtorch loop on the same data and "
                                             "model (a small CNN, and an MLP as the worst case), interleaved runs, "

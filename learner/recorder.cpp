@@ -21,6 +21,13 @@ std::string format_value(double value) {
   return text;
 }
 
+// A batch's loss as a float scalar. The Learner's is one already, detached: used as it
+// is, no operator per batch (on a small model each costs about as much as its kernels).
+torch::Tensor scalar_loss(const torch::Tensor& loss) {
+  if (loss.dim() == 0 && loss.scalar_type() == torch::kFloat && !loss.requires_grad()) return loss;
+  return loss.detach().mean().to(torch::kFloat);
+}
+
 // A running average over `count` batches without its bias towards 0 (fastai's smoothing).
 double debiased(double smooth, int64_t count, double beta) {
   return smooth / (1 - std::pow(beta, static_cast<double>(count)));
@@ -77,10 +84,7 @@ void Recorder::after_batch() {
   auto& l = learn();
   if (!l.loss.defined()) return;
   if (l.training) {
-    // The Learner's loss is usually a detached float scalar: used as it is, no operator
-    // per batch (on a small model each costs about as much as one of its kernels).
-    const bool scalar = l.loss.dim() == 0 && l.loss.scalar_type() == torch::kFloat && !l.loss.requires_grad();
-    const auto batch_loss = scalar ? l.loss : l.loss.detach().mean().to(torch::kFloat);
+    const auto batch_loss = scalar_loss(l.loss);
     smooth_ = smooth_.defined() ? torch::lerp(batch_loss, smooth_, beta_) : batch_loss * (1 - beta_);
     ++smooth_count_;
     pending_losses_.push_back(smooth_);  // a new tensor each batch; debiased when read
@@ -90,8 +94,9 @@ void Recorder::after_batch() {
     return;
   }
   const int64_t bs = l.yb.defined() ? l.yb.size(0) : l.xb.size(0);
-  auto batch_loss = l.loss.detach().mean().to(torch::kDouble) * static_cast<double>(bs);
-  valid_loss_sum_ = valid_loss_sum_.defined() ? valid_loss_sum_ + batch_loss : batch_loss;
+  const auto batch_loss = scalar_loss(l.loss);
+  if (!valid_loss_sum_.defined()) valid_loss_sum_ = torch::zeros({}, batch_loss.options().dtype(torch::kDouble));
+  valid_loss_sum_.add_(batch_loss, static_cast<double>(bs));  // summed in double
   valid_count_ += bs;
   for (const auto& metric : l.metrics) metric->accumulate(l);
 }
