@@ -2,6 +2,7 @@
 // fastcpp: one include for a training program.
 #include <torch/torch.h>
 
+#include "callbacks/cuda_graphs.h"
 #include "callbacks/fp16.h"
 #include "callbacks/logging.h"
 #include "callbacks/memory.h"

@@ -8,6 +8,7 @@
 #                                    [--seeds 42,1,2]   (both sides, one run each; default 42)
 #                                    [--resident on|off]  (both sides: the data on the GPU once, or
 #                                     batches copied from the host; the PyTorch peer only)
+#                                    [--graphs on|off]  (the example's training step as a CUDA graph)
 #
 # Defaults: Debian's Fashion-MNIST, build/, the project's .venv (or $FASTCPP_PYTHON), and
 # each side's own default memory layout (the example's is channels-last, PyTorch's and
@@ -25,6 +26,7 @@ build=build
 python=${FASTCPP_PYTHON:-$PWD/.venv/bin/python}
 peer=pytorch
 both=()  # flags given to both sides
+ours=()  # flags given to the example only
 seeds=42
 while [ $# -gt 0 ]; do
   case "$1" in
@@ -38,6 +40,7 @@ while [ $# -gt 0 ]; do
     --memory-format) need_value "$@"; both+=(--memory-format "$2"); shift 2 ;;
     --seeds) need_value "$@"; seeds=$2; shift 2 ;;
     --resident) need_value "$@"; both+=(--resident "$2"); shift 2 ;;
+    --graphs) need_value "$@"; ours+=(--graphs "$2"); shift 2 ;;
     *) other_flag "$@" ;;
   esac
 done
@@ -56,7 +59,7 @@ trap 'rm -rf "$log"' EXIT
 summary=()
 for seed in ${seeds//,/ }; do
   start=$(now)
-  (cd "$log" && "$build/examples/fashion_mnist" --epochs "$epochs" --threads "$threads" --data "$data" --seed "$seed" "${both[@]}") | tee "$log/cpp.txt"
+  (cd "$log" && "$build/examples/fashion_mnist" --epochs "$epochs" --threads "$threads" --data "$data" --seed "$seed" "${both[@]}" ${ours[@]+"${ours[@]}"}) | tee "$log/cpp.txt"
   cpp_seconds=$(seconds_since "$start")
   start=$(now)
   "$python" "$peer_script" --epochs "$epochs" --threads "$threads" --data "$data" --seed "$seed" "${both[@]}" | tee "$log/py.txt"

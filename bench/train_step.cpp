@@ -6,6 +6,7 @@
 //
 //   bench_train_step [--arch resnet18|resnet50|all] [--precision fp32|tf32|fp16|bf16|all]
 //                    [--memory-format contiguous|channels-last|all] [--warmup 5] [--steps 20]
+//                    [--graphs]        (learn.to_graphs(): the step recorded as a CUDA graph and replayed)
 //                    [--distributed]   (to_distributed: run it under a launcher, e.g. world 1 on NCCL)
 //                    [--parallel all|DEVICE,DEVICE...]  (to_parallel over these devices)
 //                    [--profile TRACE.json]  (PyTorch's profiler over the timed steps: the
@@ -91,7 +92,7 @@ struct Cell {
 const std::vector<std::string> kArchs{"resnet18", "resnet50"}, kPrecisions{"fp32", "tf32", "fp16", "bf16"},
     kLayouts{"contiguous", "channels-last"};
 
-std::string run(const Cell& cell, int warmup, int steps, bool distributed, const std::string& parallel,
+std::string run(const Cell& cell, int warmup, int steps, bool graphs, bool distributed, const std::string& parallel,
                 const std::string& trace) {
   const torch::Device device(torch::kCUDA, 0);
   const bool tf32 = cell.precision == "tf32";
@@ -114,6 +115,7 @@ std::string run(const Cell& cell, int warmup, int steps, bool distributed, const
   if (cell.precision == "fp16") learn.to_fp16();
   if (cell.precision == "bf16") learn.to_bf16();
   if (cell.layout == "channels-last") learn.to_channels_last();
+  if (graphs) learn.to_graphs();
   if (distributed) learn.to_distributed();
   if (!parallel.empty()) learn.to_parallel(parse_devices(parallel));
   auto timer = learn.add_cb(StepTimer(warmup, steps, trace));
@@ -162,7 +164,7 @@ std::vector<std::string> choices(const std::string& value, std::vector<std::stri
 int main(int argc, char** argv) {
   std::string arch = "all", precision = "all", layout = "all", parallel, trace;
   int warmup = 5, steps = 20;
-  bool distributed = false, list = false, serve = false;
+  bool graphs = false, distributed = false, list = false, serve = false;
   CommandLine cli("bench_train_step", "Training-step throughput of the full Learner on a GPU: ResNet-18 (batch 256) "
                                       "and ResNet-50 (batch 128) on synthetic 224 px images resident there. One line "
                                       "per cell: arch, batch, precision, layout, img/s, peak MiB.");
@@ -171,6 +173,7 @@ int main(int argc, char** argv) {
   cli.flag("--memory-format", layout, "one memory layout, or all").choices({"contiguous", "channels-last", "all"});
   cli.flag("--warmup", warmup, "steps before the timed ones").range(0, 100000);
   cli.flag("--steps", steps, "timed steps").range(1, 100000);
+  cli.option("--graphs", graphs, "learn.to_graphs(): each step after the first warm-up ones replayed as a CUDA graph");
   cli.option("--distributed", distributed, "to_distributed (run it under a launcher, e.g. world 1 on NCCL)");
   cli.flag("--parallel", parallel, "to_parallel over these devices: all, or DEVICE,DEVICE...");
   cli.flag("--profile", trace, "PyTorch's profiler over the timed steps: the trace here, the top kernels printed");
@@ -195,7 +198,7 @@ int main(int argc, char** argv) {
   // Each cell gives its cached GPU memory back before it answers, so that a server
   // alternating with the eager peer's leaves the GPU to it.
   const auto answer = [&](const Cell& cell) {
-    const auto line = run(cell, warmup, steps, distributed, parallel, trace);
+    const auto line = run(cell, warmup, steps, graphs, distributed, parallel, trace);
     c10::cuda::CUDACachingAllocator::emptyCache();
     std::cout << line << std::endl;
   };

@@ -5,6 +5,7 @@
 #include <sstream>
 
 #include "core/autocast.h"
+#include "core/device.h"
 #include "core/error.h"
 #include "learner/learner.h"
 
@@ -12,6 +13,7 @@ namespace fastcpp {
 
 MixedPrecision::MixedPrecision(MixedPrecisionOptions options) : options_(options) {
   order = 10;
+  capturable = true;
   if (options.dtype != torch::kHalf && options.dtype != torch::kBFloat16)
     throw Error(std::string("MixedPrecision: dtype must be Half or BFloat16, got ") + c10::toString(options.dtype));
 }
@@ -55,6 +57,10 @@ std::string MixedPrecision::scale_history() const {
 void MixedPrecision::before_step() {
   auto& l = learn();
   if (!scaling()) return;
+  if (recording_cuda_graph(l.device)) {  // each replay skips on the device, without a host read
+    l.opt->skip_next_step_if(l.scaler->unscale_on_device(*l.opt));
+    return;
+  }
   if (!l.scaler->unscale_(*l.opt)) {
     skipped_in_row_ = 0;
     return;

@@ -7,7 +7,9 @@
 //   before_backward  loss_grad *= scale
 //   before_step      unscale the gradients in place; inf/nan: skip the step
 //                    (CancelStep), so GradientClip (order 11) sees unscaled gradients
-//                    and GradientAccumulation (order 6) unscales only at the real step
+//                    and GradientAccumulation (order 6) unscales only at the real step;
+//                    in a step recorded as a CUDA graph the verdict stays on the device
+//                    and the optimizer skips there (callbacks/cuda_graphs.h)
 //   after_step       update the scale (after a skipped step too)
 // A loss that is itself nan/inf, or too many overflowing steps in a row, stops the
 // fit with an error that shows the loss-scale history, instead of training on garbage.

@@ -29,6 +29,7 @@ void GradientAccumulation::before_step() {
 
 GradientClip::GradientClip(double max_norm, double norm_type) : max_norm_(max_norm), norm_type_(norm_type) {
   order = 11;
+  capturable = true;  // the norm and the factor stay on the device
 }
 
 void GradientClip::before_step() {

@@ -9,6 +9,7 @@
 #if FASTCPP_HAS_CUDA
 #include <ATen/cuda/CUDAContext.h>
 #include <c10/cuda/CUDAFunctions.h>
+#include <c10/cuda/CUDAGraphsC10Utils.h>
 #endif
 
 #include "core/error.h"
@@ -51,6 +52,13 @@ c10::Device default_device() {
 at::Tensor to_device_async(const at::Tensor& host, const c10::Device& device) {
   if (!device.is_cuda() || host.device() == device) return host.to(device);
   return host.pin_memory().to(device, /*non_blocking=*/true);
+}
+
+bool recording_cuda_graph(const c10::Device& device) {
+#if FASTCPP_HAS_CUDA
+  if (device.is_cuda()) return c10::cuda::currentStreamCaptureStatusMayInitCtx() != c10::cuda::CaptureStatus::None;
+#endif
+  return false;
 }
 
 int64_t device_memory_bytes(const c10::Device& device) {

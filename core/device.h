@@ -34,6 +34,10 @@ c10::Device check_device(const c10::Device& device, const std::string& who);
 // would wait for the GPU's queue.
 at::Tensor to_device_async(const at::Tensor& host, const c10::Device& device);
 
+// Whether the current stream of `device` is being recorded into a CUDA graph: work
+// queued now runs only when the graph is replayed, and the host may not wait for it.
+bool recording_cuda_graph(const c10::Device& device);
+
 // The memory of a CUDA device in bytes; 0 for any other device.
 int64_t device_memory_bytes(const c10::Device& device);
 

@@ -4,6 +4,9 @@
 #include <c10/core/Event.h>
 #include <c10/core/impl/VirtualGuardImpl.h>
 
+#include <utility>
+
+#include "core/device.h"
 #include "core/error.h"
 
 namespace fastcpp {
@@ -35,6 +38,11 @@ struct DeviceCheck::Pending {
 void DeviceCheck::post(const at::Tensor& values, Message message) {
   const auto flat = values.detach().flatten();
   if (flat.is_cpu()) return throw_if_failed(values_of(flat), message);
+  if (recording_cuda_graph(flat.device())) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    recorded_.push_back({flat, std::move(message)});
+    return;
+  }
   auto host = at::empty(flat.sizes(), flat.options().device(at::kCPU).pinned_memory(true));
   host.copy_(flat, /*non_blocking=*/true);
   auto pending = std::make_shared<Pending>(std::move(host), flat.device().type(), std::move(message));
@@ -45,6 +53,11 @@ void DeviceCheck::post(const at::Tensor& values, Message message) {
     pending_.push_back(std::move(pending));
   }
   poll();
+}
+
+std::vector<DeviceCheck::Recorded> DeviceCheck::take_recorded() {
+  std::lock_guard<std::mutex> lock(mutex_);
+  return std::exchange(recorded_, {});
 }
 
 void DeviceCheck::poll() { drain(/*wait=*/false); }

@@ -27,12 +27,22 @@ class DeviceCheck {
   // Waits for every check posted, then throws for the oldest that failed.
   void finish();
 
+  // A check posted while its stream is recorded into a CUDA graph cannot wait on an
+  // event: it is kept instead, its values being the graph's own tensor, rewritten at each
+  // replay. Whoever replays the graph takes them once and posts them after each replay.
+  struct Recorded {
+    at::Tensor values;
+    Message message;
+  };
+  std::vector<Recorded> take_recorded();
+
  private:
   struct Pending;
   void drain(bool wait);
 
   std::mutex mutex_;
   std::deque<std::shared_ptr<Pending>> pending_;
+  std::vector<Recorded> recorded_;
 };
 
 }  // namespace fastcpp

@@ -36,7 +36,13 @@ void Callback::handle(Event event) {
   dispatch(event);
 }
 
+std::optional<bool> Callback::overrides(Event event) const {
+  if (!(dispatched_ & bit(event))) return std::nullopt;
+  return !(defaults_ran_ & bit(event));
+}
+
 void Callback::dispatch(Event event) {
+  dispatched_ |= bit(event);
   switch (event) {
     case Event::after_create: return after_create();
     case Event::before_fit: return before_fit();

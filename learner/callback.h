@@ -7,7 +7,9 @@
 // run_train     false: skip the batch-loop events while training
 // run_valid     false: skip the batch-loop events while validating
 // run           false: skip every event until after_fit (set back to true then)
+#include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
 
 #include "learner/events.h"
@@ -29,14 +31,14 @@ class Callback {
   virtual void before_epoch() {}
   virtual void before_train() {}
   virtual void before_batch() {}
-  virtual void after_pred() {}
-  virtual void after_loss() {}
-  virtual void before_backward() {}
-  virtual void after_cancel_backward() {}
-  virtual void after_backward() {}
-  virtual void before_step() {}
-  virtual void after_cancel_step() {}
-  virtual void after_step() {}
+  virtual void after_pred() { ran_default(Event::after_pred); }
+  virtual void after_loss() { ran_default(Event::after_loss); }
+  virtual void before_backward() { ran_default(Event::before_backward); }
+  virtual void after_cancel_backward() { ran_default(Event::after_cancel_backward); }
+  virtual void after_backward() { ran_default(Event::after_backward); }
+  virtual void before_step() { ran_default(Event::before_step); }
+  virtual void after_cancel_step() { ran_default(Event::after_cancel_step); }
+  virtual void after_step() { ran_default(Event::after_step); }
   virtual void after_cancel_batch() {}
   virtual void after_batch() {}
   virtual void after_cancel_train() {}
@@ -60,9 +62,21 @@ class Callback {
   bool run_train = true;
   bool run_valid = true;
   bool run = true;
+  // Its events inside a training step (after_pred to after_step) only queue work on the
+  // device, so that learn.to_graphs() may record them once and replay them
+  // (callbacks/cuda_graphs.h). A callback with its own such events that leaves this
+  // false makes to_graphs train eagerly, saying why.
+  bool capturable = false;
+
+  // Whether this callback has its own method for a step event (after_pred to after_step):
+  // known once the event has reached it, as the base's empty methods note that they ran.
+  std::optional<bool> overrides(Event event) const;
 
  private:
   void dispatch(Event event);
+  void ran_default(Event event) { defaults_ran_ |= bit(event); }
+  static uint32_t bit(Event event) { return 1u << static_cast<unsigned>(event); }
+  uint32_t dispatched_ = 0, defaults_ran_ = 0;
   friend class Learner;
   Learner* learn_ = nullptr;
   const Learner* created_for_ = nullptr;  // the Learner whose after_create it had

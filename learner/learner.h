@@ -178,6 +178,9 @@ class Learner {
   void to_bf16();                               // CUDA or CPU
   void to_fp32();
   void to_channels_last();
+  // The training step recorded as a CUDA graph per batch shape and replayed: small models
+  // train at the GPU's speed (callbacks/cuda_graphs.h, which says when it trains eagerly).
+  void to_graphs();
   // Moves the model, the loaders and the optimizer's state to `device`.
   void to(torch::Device device);
   // One process per device, launched by fastcpp-launch, torchrun, Slurm or mpirun
@@ -244,6 +247,7 @@ class Learner {
   std::function<void(const std::string&)> logger;
 
  private:
+  friend class CudaGraphs;  // records do_one_batch
   template <class Cancel, class Body>
   void with_events(Body&& body, Event before, Event after_cancel, Event after);
   void do_fit();

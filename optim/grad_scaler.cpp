@@ -6,6 +6,7 @@
 #include <map>
 #include <utility>
 
+#include "core/device.h"
 #include "core/error.h"
 #include "optim/optimizer.h"
 #include "formats/state_dict.h"
@@ -41,6 +42,17 @@ torch::Tensor GradScaler::scale(const torch::Tensor& loss) {
 
 bool GradScaler::unscale_(Optimizer& opt) {
   if (unscaled_) return skip_step_;
+  unscale_grads(opt);
+  skip_step_ = found_inf_.item<float>() > 0;  // one synchronization, as PyTorch's step
+  return skip_step_;
+}
+
+torch::Tensor GradScaler::unscale_on_device(Optimizer& opt) {
+  if (!unscaled_) unscale_grads(opt);
+  return found_inf_;
+}
+
+void GradScaler::unscale_grads(Optimizer& opt) {
   // The kernel wants the gradients of one device and dtype per call; found_inf is per device.
   std::map<std::pair<std::string, c10::ScalarType>, std::vector<torch::Tensor>> grads;
   for (auto& group : opt.param_groups())
@@ -59,8 +71,6 @@ bool GradScaler::unscale_(Optimizer& opt) {
   found_inf_ = torch::zeros({1}, scale_.options());
   for (auto& [device, found] : found_per_device) found_inf_ += found.to(scale_.device(), /*non_blocking=*/true);
   unscaled_ = true;
-  skip_step_ = found_inf_.item<float>() > 0;  // one synchronization, as PyTorch's step
-  return skip_step_;
 }
 
 std::vector<double> GradScaler::history() const {
@@ -79,6 +89,9 @@ void GradScaler::update() {
   if (!unscaled_) throw Error("GradScaler::update: no gradients were unscaled in this step");
   at::_amp_update_scale_(scale_, growth_tracker_, found_inf_, options_.growth_factor, options_.backoff_factor,
                          options_.growth_interval);
+  unscaled_ = false;
+  // A graph would write the same entry at every replay.
+  if (recording_cuda_graph(scale_.device())) return;
   // Kept on the scale's device and read back when asked: no host sync per step.
   if (history_size_ == history_.numel()) {
     auto grown = torch::empty({std::max<int64_t>(64, 2 * history_size_)}, scale_.options());
@@ -86,7 +99,6 @@ void GradScaler::update() {
     history_ = grown;
   }
   history_.narrow(0, history_size_++, 1).copy_(scale_);
-  unscaled_ = false;
 }
 
 c10::impl::GenericDict GradScaler::state_dict() const {

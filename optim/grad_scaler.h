@@ -39,6 +39,10 @@ class GradScaler {
   torch::Tensor scale(const torch::Tensor& loss);
   // Divides every gradient by the scale, once per step; true if any was inf/nan.
   bool unscale_(Optimizer& opt);
+  // Divides every gradient by the scale and gives the verdict as a device tensor (float
+  // [1], 1 if any was inf/nan) without reading it: for a step recorded into a CUDA graph,
+  // which then skips on the device (Optimizer::skip_next_step_if).
+  torch::Tensor unscale_on_device(Optimizer& opt);
   // Unscales if not done yet, then steps unless a gradient was inf/nan. True if it stepped.
   bool step(Optimizer& opt);
   // Updates the scale from this step's verdict (call after every unscaled step).
@@ -46,7 +50,8 @@ class GradScaler {
 
   double get_scale() const { return scale_.item<double>(); }
   int64_t growth_tracker() const { return growth_tracker_.item<int64_t>(); }
-  // The scale after each update of this scaler, for diagnostics (read from the device).
+  // The scale after each update of this scaler, for diagnostics (read from the device);
+  // updates recorded into a CUDA graph are not in it.
   std::vector<double> history() const;
 
   c10::impl::GenericDict state_dict() const;
@@ -68,6 +73,7 @@ class GradScaler {
   void place_on(const torch::Device& device);
 
  private:
+  void unscale_grads(Optimizer& opt);  // sets found_inf_
   GradScalerOptions options_;
   torch::Tensor scale_;           // float32, shape [1]
   torch::Tensor growth_tracker_;  // int32, shape [1]

@@ -3,9 +3,14 @@
 #include <torch/torch.h>
 
 #include <map>
+#include <utility>
 
+#include <c10/util/Type.h>
+
+#include "core/device.h"
 #include "core/error.h"
 #include "formats/state_dict.h"
+#include "optim/device_step.h"
 
 namespace fastcpp {
 
@@ -25,8 +30,15 @@ torch::Tensor& state_buffer(ParamState& state, const char* name, const torch::Te
   return tensor;
 }
 
+std::string Optimizer::name() const {
+  const auto full = c10::demangle(typeid(*this).name());
+  const auto colon = full.rfind("::");
+  return colon == std::string::npos ? full : full.substr(colon + 2);
+}
+
 void Optimizer::step() {
   torch::NoGradGuard no_grad;
+  const auto found_inf = std::exchange(found_inf_, torch::Tensor());
   for (size_t g = 0; g < groups_.size(); ++g) {
     auto& group = groups_[g];
     GroupTensors with_grads;
@@ -37,10 +49,64 @@ void Optimizer::step() {
       with_grads.states.push_back(&state_[g][i]);
       with_grads.do_wd.push_back(group.do_wd[i]);
     }
-    if (with_grads.params.empty() || update_group(with_grads, group.hypers)) continue;
+    if (with_grads.params.empty()) continue;
+    if (device_step_) {
+      step_on_device(g, with_grads, found_inf);
+      continue;
+    }
+    if (update_group(with_grads, group.hypers)) continue;
     for (size_t i = 0; i < with_grads.params.size(); ++i)
       update(with_grads.params[i], with_grads.grads[i], *with_grads.states[i], group.hypers, with_grads.do_wd[i]);
   }
+}
+
+void Optimizer::step_on_device(size_t g, GroupTensors& group, const torch::Tensor& found_inf) {
+  if (!device_steppable(group))
+    throw Error("the optimizer's step on the device needs the params of a group on one device, with dense "
+                "floating-point gradients (group " + std::to_string(g) + ")");
+  auto& hypers = *device_hypers_[g];
+  if (!recording_cuda_graph(hypers.values.device())) hypers.refresh(groups_[g].hypers);
+  update_on_device(group, hypers, found_inf.defined() ? found_inf.to(hypers.values.device()) : found_inf);
+}
+
+void Optimizer::set_device_step(bool on) {
+  if (on == device_step_) return;
+  if (on && !has_device_step())
+    throw Error("set_device_step: " + name() + " has no step on the device (SGD and Adam have)");
+  torch::NoGradGuard no_grad;
+  if (!on) {
+    for (size_t g = 0; g < groups_.size(); ++g)
+      for (size_t i = 0; i < state_[g].size(); ++i) state_[g][i].step = host_step(g, i);
+    device_hypers_.clear();
+    device_step_ = false;
+    return;
+  }
+  for (size_t g = 0; g < groups_.size(); ++g) {
+    const auto& params = groups_[g].params;
+    if (params.empty()) {
+      device_hypers_.push_back(nullptr);
+      continue;
+    }
+    // One count per group, as the fused updates keep it: the first param's.
+    device_hypers_.push_back(std::make_shared<DeviceHypers>(params.front().device(), groups_[g].hypers,
+                                                            state_[g].front().step));
+    // Made now, not inside a recorded step, where their zeroing would replay every time.
+    for (size_t i = 0; i < params.size(); ++i)
+      if (params[i].requires_grad())
+        for (const char* name : device_buffers()) state_buffer(state_[g][i], name, params[i]);
+  }
+  device_step_ = true;
+}
+
+void Optimizer::refresh_device_hypers() {
+  for (size_t g = 0; g < device_hypers_.size(); ++g)
+    if (device_hypers_[g]) device_hypers_[g]->refresh(groups_[g].hypers);
+}
+
+int64_t Optimizer::host_step(size_t g, size_t i) const {
+  const auto& state = state_[g][i];
+  if (!device_step_ || !device_hypers_[g] || state.buffers.empty()) return state.step;
+  return static_cast<int64_t>(device_hypers_[g]->step.item<float>());
 }
 
 void Optimizer::zero_grad() {
@@ -51,6 +117,11 @@ void Optimizer::zero_grad() {
 void Optimizer::clear_state() {
   for (auto& group_state : state_)
     for (auto& state : group_state) state = ParamState();
+  if (device_step_) {  // made again, at step 0
+    device_step_ = false;
+    device_hypers_.clear();
+    set_device_step(true);
+  }
 }
 
 void Optimizer::set_hyper(const std::string& name, double value) {
@@ -82,7 +153,7 @@ c10::impl::GenericDict Optimizer::state_dict() const {
     for (size_t i = 0; i < state_[g].size(); ++i) {
       const auto& state = state_[g][i];
       const auto param_prefix = prefix + std::to_string(i) + ".";
-      dict.insert(param_prefix + "step", state.step);
+      dict.insert(param_prefix + "step", host_step(g, i));
       for (const auto& [name, buffer] : state.buffers) dict.insert(param_prefix + name, buffer.to(torch::kCPU, /*non_blocking=*/false, /*copy=*/true));
     }
   }
@@ -133,6 +204,11 @@ void Optimizer::load_state_dict(const c10::impl::GenericDict& dict, const std::s
   for (size_t g = 0; g < groups_.size(); ++g) {
     for (const auto& [name, value] : hypers[g]) groups_[g].hypers.at(name) = value;
     state_[g] = std::move(states[g]);
+  }
+  if (device_step_) {  // the device's counts and buffers from the loaded state
+    device_step_ = false;
+    device_hypers_.clear();
+    set_device_step(true);
   }
 }
 

@@ -25,6 +25,8 @@ struct ParamGroup {
   Hypers hypers;
 };
 
+struct DeviceHypers;
+
 struct ParamState {
   std::map<std::string, torch::Tensor> buffers;  // e.g. grad_avg, sqr_avg
   int64_t step = 0;
@@ -44,6 +46,9 @@ class Optimizer {
  public:
   explicit Optimizer(std::vector<ParamGroup> groups);
   virtual ~Optimizer() = default;
+
+  // The class's name ("Adam"), for messages.
+  std::string name() const;
 
   // One update of every param that has a gradient, without autograd recording.
   void step();
@@ -66,6 +71,20 @@ class Optimizer {
   c10::impl::GenericDict state_dict() const;
   void load_state_dict(const c10::impl::GenericDict& state, const std::string& source);
 
+  // ---- the step on the device (optim/device_step.h), which a CUDA graph can record
+  // On: each group's hyper-parameters and step count live on its params' device, the
+  // state buffers exist before the first step, and a step reads nothing back to the host.
+  // Off again: the step counts come back to the host. Throws for an optimizer without it.
+  void set_device_step(bool on);
+  bool device_step() const { return device_step_; }
+  // SGD and Adam (and their options); not RAdam, QHAdam, LARC/LARS, LAMB or Lookahead.
+  bool has_device_step() const { return !device_buffers().empty(); }
+  // Copies the hyper-parameters the host set to the device without waiting. step() does
+  // it itself, except while a CUDA graph records it: then call it before each replay.
+  void refresh_device_hypers();
+  // The next step (on the device) is skipped wherever found_inf, GradScaler's verdict, is set.
+  void skip_next_step_if(torch::Tensor found_inf) { found_inf_ = std::move(found_inf); }
+
  protected:
   friend class Lookahead;  // runs the update of the optimizer it wraps
   virtual void update(torch::Tensor& param, const torch::Tensor& grad, ParamState& state,
@@ -73,10 +92,20 @@ class Optimizer {
   // The same update for a whole group in a few kernel launches, where the optimizer can
   // (SGD and Adam: ATen's fused kernels); false leaves it to update().
   virtual bool update_group(GroupTensors& group, const Hypers& hypers) { return false; }
+  // The state buffers the device step keeps per param (none: it has no device step).
+  virtual std::vector<const char*> device_buffers() const { return {}; }
+  virtual void update_on_device(GroupTensors& group, DeviceHypers& hypers, const torch::Tensor& found_inf) {}
 
  private:
+  void step_on_device(size_t g, GroupTensors& group, const torch::Tensor& found_inf);
+  // The group's step count as the host keeps it: the device's while the device step is on.
+  int64_t host_step(size_t g, size_t i) const;
+
   std::vector<ParamGroup> groups_;
   std::vector<std::vector<ParamState>> state_;  // aligned with groups_[g].params
+  bool device_step_ = false;
+  std::vector<std::shared_ptr<DeviceHypers>> device_hypers_;  // per group, while device_step_
+  torch::Tensor found_inf_;
 };
 
 // An empty dictionary with string keys and values of any type.

@@ -4,6 +4,7 @@
 
 #include <cmath>
 
+#include "optim/device_step.h"
 #include "optim/fused_updates.h"
 
 namespace fastcpp {
@@ -62,6 +63,14 @@ bool Adam::update_group(GroupTensors& group, const Hypers& hypers) {
   if (!fusable(group)) return false;
   fused_adam_update(group, hypers);
   return true;
+}
+
+void SGD::update_on_device(GroupTensors& group, DeviceHypers& hypers, const torch::Tensor& found_inf) {
+  device_sgd_update(group, hypers, found_inf);
+}
+
+void Adam::update_on_device(GroupTensors& group, DeviceHypers& hypers, const torch::Tensor& found_inf) {
+  device_adam_update(group, hypers, found_inf);
 }
 
 void Adam::update(torch::Tensor& param, const torch::Tensor& grad, ParamState& state, const Hypers& hypers,

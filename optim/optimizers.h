@@ -31,7 +31,10 @@ class SGD : public Optimizer {
 
  protected:
   void update(torch::Tensor& param, const torch::Tensor& grad, ParamState& state, const Hypers& hypers,
-              bool do_wd) override;  bool update_group(GroupTensors& group, const Hypers& hypers) override;
+              bool do_wd) override;
+  bool update_group(GroupTensors& group, const Hypers& hypers) override;
+  std::vector<const char*> device_buffers() const override { return {"grad_avg"}; }
+  void update_on_device(GroupTensors& group, DeviceHypers& hypers, const torch::Tensor& found_inf) override;
 };
 
 class Adam : public Optimizer {
@@ -40,7 +43,10 @@ class Adam : public Optimizer {
 
  protected:
   void update(torch::Tensor& param, const torch::Tensor& grad, ParamState& state, const Hypers& hypers,
-              bool do_wd) override;  bool update_group(GroupTensors& group, const Hypers& hypers) override;
+              bool do_wd) override;
+  bool update_group(GroupTensors& group, const Hypers& hypers) override;
+  std::vector<const char*> device_buffers() const override { return {"grad_avg", "sqr_avg"}; }
+  void update_on_device(GroupTensors& group, DeviceHypers& hypers, const torch::Tensor& found_inf) override;
 };
 
 class RAdam : public Optimizer {

@@ -173,6 +173,24 @@ example_fast() {
   awk '/final test accuracy/ {printf "example, 5 epochs bf16 batch 512: accuracy %.2f%% (goal: >= 93%%)\n", $4 * 100}' "$scratch/example_fast.txt"
 }
 
+# The same with each training step replayed as a CUDA graph (learn.to_graphs()): the
+# training loop's own time is the goal; its line says if it trained eagerly, and why.
+example_graphs() {
+  example --epochs 5 --precision bf16 --bs 512 --lr 2e-2 --resident on --graphs on | tee "$scratch/example_graphs.txt" ||
+    return 1
+  awk '/training time/ {printf "example with to_graphs, 5 epochs bf16 batch 512 data on the GPU, training: %.2f s (goal: <= 2.0 s)\n", $3}
+       /final test accuracy/ {printf "example with to_graphs, 5 epochs bf16 batch 512: accuracy %.2f%% (goal: >= 93%%)\n", $4 * 100}' \
+    "$scratch/example_graphs.txt"
+}
+
+# The PyTorch race below with the example's step as a CUDA graph (the peer stays eager).
+peer_race_graphs() {
+  bench/fashion_mnist_vs_python.sh --epochs 5 --data "$bundle/data/fashion-mnist" --build "$build" --python "$python" \
+    --memory-format contiguous --resident on --graphs on | tee "$scratch/peer_race_graphs.txt" || return 1
+  awk '/training-time ratio/ {printf "example with to_graphs / PyTorch loop, batch 128 fp32 contiguous, data on the GPU, training time: %sx (goal: <= 0.4x)\n", $4}' \
+    "$scratch/peer_race_graphs.txt"
+}
+
 # The example against the PyTorch peer's loop (batch 128, fp32, data on the GPU): the
 # goal is the training loops' time (each side times its own); the whole processes'
 # ratio, start-ups included, is printed too.
@@ -259,7 +277,7 @@ detection_gpu() {
 # In the scratch folder: the example writes its model and pictures where it runs.
 example() { (cd "$scratch" && "$build/examples/fashion_mnist" --data "$bundle/data/fashion-mnist" "$@"); }
 export out scratch bundle build python
-export -f now since example example_fast peer_race stream_race unet_gpu detection_gpu
+export -f now since example example_fast example_graphs peer_race peer_race_graphs stream_race unet_gpu detection_gpu
 [[ " $stages " == *" bench "* || " $stages " == *" step "* ]] && : > "$out/bench.log"
 
 if [[ " $stages " == *" bench "* ]]; then
@@ -268,7 +286,9 @@ if [[ " $stages " == *" bench "* ]]; then
   step 60 "Fashion-MNIST example, time split (5 epochs, bf16, batch 512, data on the GPU)" example_fast
   # Contiguous only: its ratio is the goal's, and both layouts would outrun the call
   # (bench/fashion_mnist_vs_python.sh --memory-format channels-last runs the other).
+  step 60 "Fashion-MNIST example with to_graphs (5 epochs, bf16, batch 512, data on the GPU)" example_graphs
   step 120 "Fashion-MNIST example vs the PyTorch peer (5 epochs, both contiguous, data on the GPU)" peer_race
+  step 120 "Fashion-MNIST example with to_graphs vs the PyTorch peer (the same)" peer_race_graphs
   # Its own 150 s: the step stage's cells get what is left of the call.
   step 150 "Image folder: the CPU pipeline, GPU decode and the resident ceiling, against PyTorch's loaders" \
     bench/gpu_image_folder.sh --build "$build" --python "$python" --folder "$scratch/image_folder"
@@ -289,6 +309,11 @@ if [[ " $stages " == *" bench "* ]]; then
 fi
 
 if [[ " $stages " == *" step "* ]]; then
+  # The step recorded as a CUDA graph, against the same eager peer: the cells of the goal
+  # (ResNet-18 and -50, bf16 channels-last), first, as the full table may fill the call.
+  step 150 "Training step with to_graphs, fastcpp Learner vs PyTorch eager (bf16 channels-last)" \
+    env FASTCPP_BENCH_ROUNDS=1 bench/gpu_train_step.sh --build "$build" --python "$python" --graphs -- --steps "$steps" \
+    --precision bf16 --memory-format channels-last
   # The table is printed again after each round: a step cut by its limit still leaves
   # the medians of the rounds it finished.
   step 540 "Training step, fastcpp Learner vs PyTorch eager (${steps} timed steps, alternating cell by cell)" \
@@ -317,13 +342,17 @@ if [ -s "$out/bench.log" ]; then
     [[ " $stages " == *" bench "* ]] && expected+=(
       "example, 5 epochs bf16 batch 512 data on the GPU" "example, 5 epochs bf16 batch 512: accuracy"
       "example / PyTorch loop, batch 128 fp32 contiguous, data on the GPU, training time"
+      "example with to_graphs, 5 epochs bf16 batch 512 data on the GPU, training"
+      "example with to_graphs, 5 epochs bf16 batch 512: accuracy"
+      "example with to_graphs / PyTorch loop, batch 128 fp32 contiguous"
       "SyncBatchNorm's synced path on" "to_parallel {cuda:0, cuda:0} resnet18 fp32 contiguous"
       "to_parallel {cuda:0, cuda:0} resnet50 fp16 channels-last" "DDP overhead at world size 1 (NCCL)"
       "image folder resnet50 fp16 channels-last, fastcpp best / resident ceiling"
       "image folder resnet18 bf16 channels-last, fastcpp best / resident ceiling"
       "image folder resnet18 bf16 channels-last, fastcpp best / PyTorch best"
       "to_parallel {cuda:0, cuda:0} U-Net resnet18 fp32")
-    [[ " $stages " == *" step "* ]] && expected+=("slowest cell, fastcpp / eager" "largest peak memory, fastcpp over eager")
+    [[ " $stages " == *" step "* ]] && expected+=("slowest cell, fastcpp / eager" "largest peak memory, fastcpp over eager"
+      "with to_graphs, slowest cell, fastcpp / eager" "with to_graphs, largest peak memory, fastcpp over eager")
     for goal in "${expected[@]}"; do
       grep -F "$goal" "$out/bench.log" | grep -q goal || echo "| $goal ...: not measured (its step printed no figure: see bench.log) | | NOT met |"
     done

@@ -295,7 +295,8 @@ TEST_SUITE("callbacks") {
         {"ResumeFromCheckpoint", ResumeFromCheckpoint("checkpoint.pt").order},
         {"ReduceLROnPlateau", ReduceLROnPlateau().order},
         {"EarlyStopping", EarlyStopping().order},
-        {"ShowGraph", ShowGraph().order}};
+        {"ShowGraph", ShowGraph().order},
+        {"CudaGraphs", CudaGraphs().order}};
     // Rows "| `A`, `B` | order | ...": each name in the first cell has the second's order.
     std::ifstream doc(std::string(FASTCPP_FIXTURES) + "/../../docs/callbacks.md");
     REQUIRE(doc);
