@@ -2,6 +2,8 @@
 
 #include <torch/torch.h>
 
+#include <array>
+#include <cstdint>
 #include <sstream>
 
 #if FASTCPP_HAS_CUDA
@@ -28,6 +30,13 @@ std::string shape_key(const torch::Tensor& x, const torch::Tensor& y) {
   std::ostringstream key;
   for (const auto* t : {&x, &y}) key << t->sizes() << t->strides() << t->scalar_type() << ';';
   return key.str();
+}
+
+// What the recorded graphs depend on beyond the batch's shape: the optimizer's and the
+// scaler's tensors.
+std::array<uint64_t, 3> state_of(const Learner& learn) {
+  return {learn.opt->state_generation(), reinterpret_cast<uintptr_t>(learn.scaler.get()),
+          learn.scaler ? learn.scaler->generation() : 0};
 }
 
 }  // namespace
@@ -63,7 +72,7 @@ std::string CudaGraphs::fallback_reason(const Learner& learn) {
 std::optional<std::string> CudaGraphs::host_step_callbacks(const Learner& learn) {
   std::string found;
   for (const auto& cb : learn.cbs()) {
-    if (cb->capturable || !cb->run_train) continue;
+    if (cb->capturable || !cb->run_train || !cb->run) continue;  // the last two: no step events this fit
     std::string events;
     for (const Event event : kStepEvents) {
       const auto own = cb->overrides(event);
@@ -97,6 +106,13 @@ void CudaGraphs::after_fit() {
 void CudaGraphs::before_batch() {
   auto& l = learn();
   if (!eager_reason_.empty() || !l.yb.defined()) return;
+  // A callback that froze groups or loaded a state replaced tensors the graphs hold.
+  const auto state = state_of(l);
+  if (state != recorded_state_) {
+    graphs_.clear();
+    seen_.clear();
+    recorded_state_ = state;
+  }
   const auto shape = shape_key(l.xb, l.yb);
   if (auto graph = graphs_.find(shape); graph != graphs_.end()) {
     replay(*graph->second);
@@ -135,6 +151,7 @@ void CudaGraphs::record(const std::string& shape) {
     try {
       l.do_one_batch();
     } catch (...) {
+      l.opt->skip_next_step_if({});  // a verdict of the abandoned recording
       try {
         graph->graph.capture_end();
       } catch (const c10::Error&) {
@@ -143,7 +160,7 @@ void CudaGraphs::record(const std::string& shape) {
     }
     graph->graph.capture_end();
   }
-  graph->pred = l.pred;
+  graph->pred = l.pred.detach();  // not its autograd graph, whose nodes name the recording's stream
   graph->loss = l.loss;
   if (const auto& checks = l.loss_func.checks()) graph->checks = checks->take_recorded();
   run(*(graphs_[shape] = std::move(graph)));

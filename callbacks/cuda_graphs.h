@@ -14,8 +14,9 @@
 //                 once for this batch. A batch of a recorded shape is copied into the
 //                 graph's inputs and replayed. Either way the eager step is skipped
 //                 (CancelBatch), and after_batch sees learn.loss and learn.pred as usual.
-//   after_fit     drops the graphs (freezing or loading a state changes what they hold)
-//                 and turns the device step off.
+//   after_fit     drops the graphs and turns the device step off. Graphs go too, and
+//                 shapes warm up again, when a callback replaces the optimizer's or the
+//                 scaler's tensors mid-fit (a freeze, a loaded state).
 //
 // A replayed step runs no host code: a callback's step events (after_pred..after_step)
 // ran once, at the recording. Trains eagerly, saying why, where that would be wrong: not
@@ -27,6 +28,8 @@
 // each replay as after an eager step. A replayed fp16 step does not tell an overflow from
 // a diverged loss (MixedPrecision reads that on the host: TerminateOnNaN still stops a fit
 // whose loss is nan), and its scale updates are not in GradScaler::history().
+#include <array>
+#include <cstdint>
 #include <map>
 #include <memory>
 #include <optional>
@@ -74,6 +77,7 @@ class CudaGraphs : public Callback {
   std::set<std::string> said_;  // each reason once
   std::map<std::string, int> seen_;  // eager steps per batch shape
   std::map<std::string, std::unique_ptr<Graph>> graphs_;
+  std::array<uint64_t, 3> recorded_state_{};  // state_of(learn) the graphs were recorded with
   int64_t replays_ = 0;
 };
 

@@ -14,10 +14,10 @@ torch::Tensor host_values(const Hypers& h) {
 struct Skip {
   explicit Skip(GroupTensors& group, const torch::Tensor& found_inf) {
     if (!found_inf.defined()) return;
-    const auto found = found_inf.reshape({}).gt(0);
+    const auto found = found_inf.reshape({}).gt(0);  // a sum of verdicts: 0, or 1 or more
     // Overflowed gradients hold inf or nan, which times 0 is still nan.
     for (auto& grad : group.grads) grad.masked_fill_(found, 0);
-    keep = 1 - found_inf.reshape({});
+    keep = found.logical_not().to(torch::kFloat);
   }
   torch::Tensor kept(const torch::Tensor& value) const { return keep.defined() ? value * keep : value; }
   void count(torch::Tensor& step) const { keep.defined() ? step.add_(keep) : step.add_(1); }

@@ -5,7 +5,7 @@
 // lr and mom on the host before each batch; refresh() copies them into `values` without
 // waiting, and the recorded kernels read them from there at replay.
 //
-// found_inf (GradScaler's verdict, float [1], 0 or 1) skips the step on the device: the
+// found_inf (GradScaler's verdict, float [1], nonzero for an overflow) skips the step on the device: the
 // gradients are zeroed where it is set, and lr and 1 - mom (1 - sqr_mom) are multiplied
 // by 1 - found_inf, so that the params, the averages and the step count stay as they were.
 // Without a scaler it is a zero tensor. The update equals the host one (optimizers.h) to

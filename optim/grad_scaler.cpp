@@ -30,6 +30,7 @@ GradScaler::GradScaler(GradScalerOptions options)
 
 void GradScaler::place_on(const torch::Device& device) {
   if (scale_.device() == device) return;
+  ++generation_;
   scale_ = scale_.to(device);
   growth_tracker_ = growth_tracker_.to(device);
   if (history_.defined()) history_ = history_.to(device);

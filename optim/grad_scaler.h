@@ -71,6 +71,9 @@ class GradScaler {
   // The scale and growth tracker moved to `device` (where the gradients and loss are);
   // done on first use if not before.
   void place_on(const torch::Device& device);
+  // Changes when the scale's tensors are replaced (place_on a new device): a recorded
+  // CUDA graph that holds the old ones is then stale.
+  uint64_t generation() const { return generation_; }
 
  private:
   void unscale_grads(Optimizer& opt);  // sets found_inf_
@@ -82,6 +85,7 @@ class GradScaler {
   bool skip_step_ = false;        // found_inf_ read back once, for a second unscale_ call
   torch::Tensor history_;         // float32 on scale_'s device, the first history_size_ used
   int64_t history_size_ = 0;
+  uint64_t generation_ = 0;
 };
 
 }  // namespace fastcpp

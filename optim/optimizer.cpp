@@ -2,6 +2,7 @@
 
 #include <torch/torch.h>
 
+#include <algorithm>
 #include <map>
 #include <utility>
 
@@ -71,6 +72,7 @@ void Optimizer::step_on_device(size_t g, GroupTensors& group, const torch::Tenso
 
 void Optimizer::set_device_step(bool on) {
   if (on == device_step_) return;
+  ++state_generation_;
   if (on && !has_device_step())
     throw Error("set_device_step: " + name() + " has no step on the device (SGD and Adam have)");
   torch::NoGradGuard no_grad;
@@ -87,9 +89,11 @@ void Optimizer::set_device_step(bool on) {
       device_hypers_.push_back(nullptr);
       continue;
     }
-    // One count per group, as the fused updates keep it: the first param's.
-    device_hypers_.push_back(std::make_shared<DeviceHypers>(params.front().device(), groups_[g].hypers,
-                                                            state_[g].front().step));
+    // One count per group, as the fused updates keep it: the most any param has taken
+    // (a param frozen since has fewer).
+    int64_t step = 0;
+    for (const auto& state : state_[g]) step = std::max(step, state.step);
+    device_hypers_.push_back(std::make_shared<DeviceHypers>(params.front().device(), groups_[g].hypers, step));
     // Made now, not inside a recorded step, where their zeroing would replay every time.
     for (size_t i = 0; i < params.size(); ++i)
       if (params[i].requires_grad())
@@ -115,6 +119,7 @@ void Optimizer::zero_grad() {
 }
 
 void Optimizer::clear_state() {
+  ++state_generation_;
   for (auto& group_state : state_)
     for (auto& state : group_state) state = ParamState();
   if (device_step_) {  // made again, at step 0
@@ -205,6 +210,7 @@ void Optimizer::load_state_dict(const c10::impl::GenericDict& dict, const std::s
     for (const auto& [name, value] : hypers[g]) groups_[g].hypers.at(name) = value;
     state_[g] = std::move(states[g]);
   }
+  ++state_generation_;
   if (device_step_) {  // the device's counts and buffers from the loaded state
     device_step_ = false;
     device_hypers_.clear();

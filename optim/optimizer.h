@@ -84,6 +84,9 @@ class Optimizer {
   void refresh_device_hypers();
   // The next step (on the device) is skipped wherever found_inf, GradScaler's verdict, is set.
   void skip_next_step_if(torch::Tensor found_inf) { found_inf_ = std::move(found_inf); }
+  // Changes whenever the state tensors are replaced (clear_state, load_state_dict,
+  // set_device_step): a recorded CUDA graph that holds the old ones is then stale.
+  uint64_t state_generation() const { return state_generation_; }
 
  protected:
   friend class Lookahead;  // runs the update of the optimizer it wraps
@@ -104,6 +107,7 @@ class Optimizer {
   std::vector<ParamGroup> groups_;
   std::vector<std::vector<ParamState>> state_;  // aligned with groups_[g].params
   bool device_step_ = false;
+  uint64_t state_generation_ = 0;
   std::vector<std::shared_ptr<DeviceHypers>> device_hypers_;  // per group, while device_step_
   torch::Tensor found_inf_;
 };
