@@ -72,13 +72,15 @@ void Optimizer::step_on_device(size_t g, GroupTensors& group, const torch::Tenso
 
 void Optimizer::set_device_step(bool on) {
   if (on == device_step_) return;
-  ++state_generation_;
   if (on && !has_device_step())
     throw Error("set_device_step: " + name() + " has no step on the device (SGD and Adam have)");
+  ++state_generation_;
   torch::NoGradGuard no_grad;
   if (!on) {
+    const auto counts = device_step_counts();
     for (size_t g = 0; g < groups_.size(); ++g)
-      for (size_t i = 0; i < state_[g].size(); ++i) state_[g][i].step = host_step(g, i);
+      for (auto& state : state_[g])
+        if (counts[g] >= 0 && !state.buffers.empty()) state.step = counts[g];
     device_hypers_.clear();
     device_step_ = false;
     return;
@@ -107,10 +109,24 @@ void Optimizer::refresh_device_hypers() {
     if (device_hypers_[g]) device_hypers_[g]->refresh(groups_[g].hypers);
 }
 
-int64_t Optimizer::host_step(size_t g, size_t i) const {
-  const auto& state = state_[g][i];
-  if (!device_step_ || !device_hypers_[g] || state.buffers.empty()) return state.step;
-  return static_cast<int64_t>(device_hypers_[g]->step.item<float>());
+std::vector<int64_t> Optimizer::device_step_counts() const {
+  std::vector<int64_t> counts(groups_.size(), -1);
+  std::vector<size_t> on_device;
+  std::vector<torch::Tensor> steps;
+  for (size_t g = 0; g < device_hypers_.size(); ++g)
+    if (device_hypers_[g]) {
+      on_device.push_back(g);
+      steps.push_back(device_hypers_[g]->step.to(torch::kCPU));
+    }
+  for (size_t k = 0; k < on_device.size(); ++k) counts[on_device[k]] = static_cast<int64_t>(steps[k].item<float>());
+  return counts;
+}
+
+void Optimizer::remake_device_state() {
+  if (!device_step_) return;
+  device_step_ = false;
+  device_hypers_.clear();
+  set_device_step(true);
 }
 
 void Optimizer::zero_grad() {
@@ -122,11 +138,7 @@ void Optimizer::clear_state() {
   ++state_generation_;
   for (auto& group_state : state_)
     for (auto& state : group_state) state = ParamState();
-  if (device_step_) {  // made again, at step 0
-    device_step_ = false;
-    device_hypers_.clear();
-    set_device_step(true);
-  }
+  remake_device_state();  // at step 0
 }
 
 void Optimizer::set_hyper(const std::string& name, double value) {
@@ -151,6 +163,7 @@ c10::impl::GenericDict string_dict() { return c10::impl::GenericDict(c10::String
 c10::impl::GenericDict Optimizer::state_dict() const {
   auto dict = string_dict();
   dict.insert("n_groups", static_cast<int64_t>(groups_.size()));
+  const auto counts = device_step_counts();
   for (size_t g = 0; g < groups_.size(); ++g) {
     const auto prefix = std::to_string(g) + ".";
     dict.insert(prefix + "n_params", static_cast<int64_t>(groups_[g].params.size()));
@@ -158,7 +171,7 @@ c10::impl::GenericDict Optimizer::state_dict() const {
     for (size_t i = 0; i < state_[g].size(); ++i) {
       const auto& state = state_[g][i];
       const auto param_prefix = prefix + std::to_string(i) + ".";
-      dict.insert(param_prefix + "step", host_step(g, i));
+      dict.insert(param_prefix + "step", counts[g] >= 0 && !state.buffers.empty() ? counts[g] : state.step);
       for (const auto& [name, buffer] : state.buffers) dict.insert(param_prefix + name, buffer.to(torch::kCPU, /*non_blocking=*/false, /*copy=*/true));
     }
   }
@@ -211,11 +224,7 @@ void Optimizer::load_state_dict(const c10::impl::GenericDict& dict, const std::s
     state_[g] = std::move(states[g]);
   }
   ++state_generation_;
-  if (device_step_) {  // the device's counts and buffers from the loaded state
-    device_step_ = false;
-    device_hypers_.clear();
-    set_device_step(true);
-  }
+  remake_device_state();
 }
 
 }  // namespace fastcpp

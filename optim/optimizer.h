@@ -101,8 +101,10 @@ class Optimizer {
 
  private:
   void step_on_device(size_t g, GroupTensors& group, const torch::Tensor& found_inf);
-  // The group's step count as the host keeps it: the device's while the device step is on.
-  int64_t host_step(size_t g, size_t i) const;
+  // Each group's step count on the device, read back (-1: none there).
+  std::vector<int64_t> device_step_counts() const;
+  // The device's counts and buffers made again from the host's state (after it was replaced).
+  void remake_device_state();
 
   std::vector<ParamGroup> groups_;
   std::vector<std::vector<ParamState>> state_;  // aligned with groups_[g].params
