@@ -8,6 +8,7 @@
 #include "callbacks/memory.h"
 #include "callbacks/mixup.h"
 #include "callbacks/lr_finder.h"
+#include "callbacks/profiler.h"
 #include "callbacks/progress.h"
 #include "callbacks/resume.h"
 #include "callbacks/schedule.h"

@@ -37,6 +37,13 @@ class Files(torchvision.datasets.ImageFolder):
         return read_file(path), label
 
 
+def packed(items):
+    """A batch's files as one byte tensor and their lengths: a worker hands over two shared
+    tensors a batch, not one per file (hundreds of file descriptors a batch run out)."""
+    files = [b for b, _ in items]
+    return torch.cat(files), torch.tensor([len(b) for b in files]), torch.tensor([label for _, label in items])
+
+
 def crop_on_gpu(images, crop):
     return torch.stack([crop(image) for image in images])
 
@@ -63,7 +70,7 @@ def main():
         collate = None
     else:
         data = Files(args.folder)
-        collate = lambda items: ([b for b, _ in items], torch.tensor([label for _, label in items]))  # noqa: E731
+        collate = packed
     loader = torch.utils.data.DataLoader(data, batch_size=args.bs, shuffle=True, num_workers=args.workers,
                                          pin_memory=True, drop_last=True, collate_fn=collate, persistent_workers=True)
     model = getattr(torchvision.models, args.arch)(num_classes=len(data.classes)).to(device)
@@ -76,9 +83,12 @@ def main():
 
     def batches():
         while True:  # as many epochs as the steps need
-            for x, y in loader:
+            for batch in loader:
                 if args.source == "gpu-decode":
-                    x = crop_on_gpu(decode_jpeg(x, device=device), crop)
+                    files, lengths, y = batch
+                    x = crop_on_gpu(decode_jpeg(list(files.split(lengths.tolist())), device=device), crop)
+                else:
+                    x, y = batch
                 yield x.to(device, non_blocking=True), y.to(device, non_blocking=True)
 
     start = None

@@ -17,8 +17,6 @@
 
 #include <torch/cuda.h>
 
-#include "profile_window.h"
-
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -156,10 +154,12 @@ int main(int argc, char** argv) {
       // The GPU time of one pass of each: against the wall times above it tells whether a
       // path waits on the host (launches, collectives) or on its kernels.
       auto gpu_ms = [&](const char* name, auto forward) {
-        bench::ProfileWindow window;
+        ProfileWindow window(/*gpu=*/true);
         window.start();
         time_passes(layers, 1, forward);
-        return window.stop(trace_dir + "/sync_batchnorm_" + name + ".json", 1, 6);
+        const auto summary = window.stop(trace_dir + "/sync_batchnorm_" + name + ".json", 1, 6);
+        std::printf("%s\n", summary.text().c_str());
+        return summary.ms_per_step;
       };
       const double plain_gpu = gpu_ms("batchnorm", plain), synced_gpu = gpu_ms("synced", synced),
                    arithmetic_gpu = gpu_ms("arithmetic", arithmetic);

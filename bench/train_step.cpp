@@ -16,12 +16,11 @@
 //
 // One line per cell: "<arch> <bs> <precision> <layout> <images/s> img/s peak <MiB> MiB"
 // (peak: the caching allocator's max allocated bytes over the timed steps, as
-// torch.cuda.max_memory_allocated after reset_peak_memory_stats). --serve keeps one
+// torch.cuda.max_memory_allocated after reset_peak_memory_stats; with --graphs, what stays
+// reserved after emptying the cache where that is more: the graphs' pools). --serve keeps one
 // process, and so cuDNN's plans, over many cells: bench/gpu_train_step.sh alternates two
 // such servers, this one and the eager peer's, cell by cell.
 #include <fastcpp.h>
-
-#include "profile_window.h"
 
 #include <c10/cuda/CUDACachingAllocator.h>
 #include <torch/cuda.h>
@@ -55,7 +54,8 @@ class RepeatSampler : public Sampler {
 // Times the training batches after `warmup`, over `steps`, then ends the fit.
 class StepTimer : public Callback {
  public:
-  StepTimer(int warmup, int steps, std::string trace) : warmup_(warmup), steps_(steps), trace_(std::move(trace)) {
+  StepTimer(int warmup, int steps, bool graphs, std::string trace)
+      : warmup_(warmup), steps_(steps), graphs_(graphs), trace_(std::move(trace)) {
     order = 200;
   }
   void before_batch() override {
@@ -69,18 +69,26 @@ class StepTimer : public Callback {
     if (!learn().training || ++seen_ < warmup_ + steps_) return;
     torch::cuda::synchronize();
     seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start_).count();
-    if (!trace_.empty()) profile_.stop(trace_, steps_);
-    peak_mib = static_cast<double>(
-                   c10::cuda::CUDACachingAllocator::getDeviceStats(learn().device.index()).allocated_bytes[0].peak) /
-               (1024.0 * 1024.0);
+    if (!trace_.empty()) std::printf("%s\n", profile_.stop(trace_, steps_).text().c_str());
+    const auto device = learn().device.index();
+    auto peak = c10::cuda::CUDACachingAllocator::getDeviceStats(device).allocated_bytes[0].peak;
+    if (graphs_) {
+      // A graph's activations live in its private pool, reserved since the recording and
+      // not counted as allocated by its replays: count what stays reserved once the
+      // cache has given back every block not in use, the pools included.
+      c10::cuda::CUDACachingAllocator::emptyCache();
+      peak = std::max(peak, c10::cuda::CUDACachingAllocator::getDeviceStats(device).reserved_bytes[0].current);
+    }
+    peak_mib = static_cast<double>(peak) / (1024.0 * 1024.0);
     throw CancelFitException();
   }
   double seconds = 0, peak_mib = 0;
 
  private:
   int warmup_, steps_, seen_ = 0;
+  bool graphs_;
   std::string trace_;
-  bench::ProfileWindow profile_;
+  ProfileWindow profile_{/*gpu=*/true};
   std::chrono::steady_clock::time_point start_;
 };
 
@@ -118,7 +126,7 @@ std::string run(const Cell& cell, int warmup, int steps, bool graphs, bool distr
   if (graphs) learn.to_graphs();
   if (distributed) learn.to_distributed();
   if (!parallel.empty()) learn.to_parallel(parse_devices(parallel));
-  auto timer = learn.add_cb(StepTimer(warmup, steps, trace));
+  auto timer = learn.add_cb(StepTimer(warmup, steps, graphs, trace));
   learn.fit(1, 0.01);
   if (timer->seconds <= 0)
     throw Error("the training epoch (" + std::to_string(learn.dls.train.size()) + " batches) ended before " +

@@ -66,7 +66,7 @@ int main(int argc, char** argv) {
   int64_t bs = 128;
   double lr = 1e-2;
   std::string data = vision::fashion_mnist_dir(), precision = "fp32", parallel, memory_format = "channels-last";
-  std::string resident = "auto", time_split = "off", graphs = "off", out = "fashion_mnist";
+  std::string resident = "auto", time_split = "off", graphs = "off", profile = "off", out = "fashion_mnist";
   bool deterministic = false;
   CommandLine cli("fashion_mnist", "Trains a small residual net on Fashion-MNIST with the one-cycle policy; prints "
                                    "the epoch table and the test accuracy, writes model.pt, loss.png, "
@@ -86,6 +86,9 @@ int main(int argc, char** argv) {
   cli.flag("--graphs", graphs, "on a GPU, each training step replayed as a CUDA graph (learn.to_graphs())")
       .choices({"on", "off"});
   cli.flag("--time-split", time_split, "per epoch: data wait, training steps, validation").choices({"on", "off"});
+  cli.flag("--profile", profile, "PyTorch's profiler over training steps 20-29: their kernels (or operators) "
+                                  "summed, and profile.json in --out")
+      .choices({"on", "off"});
   cli.flag("--out", out, "the folder it writes its files in");
   cli.option("--deterministic", deterministic, "cuDNN's deterministic algorithms: a GPU run repeats bitwise");
   cli.example("fashion_mnist --epochs 1");
@@ -121,6 +124,7 @@ int main(int argc, char** argv) {
     if (!parallel.empty()) learn.to_parallel(parse_devices(parallel));
     if (graphs == "on") learn.to_graphs();
     if (time_split == "on") learn.add_cb(std::make_shared<TimeSplit>());
+    if (profile == "on") learn.add_cb(ProfileSteps({.skip = 20, .steps = 10, .trace = output("profile.json")}));
     const auto fit_start = std::chrono::steady_clock::now();
     learn.fit_one_cycle(epochs, lr);
     // The training loop's own time, validation included: what a peer's loop times.

@@ -21,7 +21,9 @@
 # build-gpu), FASTCPP_BENCH_STEPS (timed steps per benchmark cell, default 20),
 # FASTCPP_CALL_SECONDS (default 530: the tests' and every bench step's limit shrinks to
 # what is left of them, so that the call ends within 9 minutes), FASTCPP_STEP_ARGS
-# (more options of the step's cells, e.g. "--arch resnet50": one architecture a call).
+# (more options of the step's cells, e.g. "--arch resnet50": one architecture a call),
+# FASTCPP_SKIP_STEPS (an extended regular expression: the bench steps whose titles match
+# are skipped, e.g. the figures of code that has not changed since the last run).
 #
 # A device machine is handed back soon after a call: a later call may find a fresh one.
 # Then bench and step build first (about 3 minutes of the call).
@@ -134,6 +136,10 @@ step() {
   local limit=$1 title=$2 left
   shift 2
   left=$((call_seconds - $(since "$call_start")))
+  if [ -n "${FASTCPP_SKIP_STEPS:-}" ] && [[ "$title" =~ $FASTCPP_SKIP_STEPS ]]; then
+    row "$title" "skipped (FASTCPP_SKIP_STEPS)"
+    return
+  fi
   if [ "$left" -lt 20 ]; then
     row "$title" "not run: the call's $call_seconds s are spent"
     return
@@ -176,11 +182,24 @@ example_fast() {
 # The same with each training step replayed as a CUDA graph (learn.to_graphs()): the
 # training loop's own time is the goal; its line says if it trained eagerly, and why.
 example_graphs() {
-  example --epochs 5 --precision bf16 --bs 512 --lr 2e-2 --resident on --graphs on | tee "$scratch/example_graphs.txt" ||
+  example --epochs 5 --precision bf16 --bs 512 --lr 2e-2 --resident on --graphs on --time-split on |
+    tee "$scratch/example_graphs.txt" ||
     return 1
   awk '/training time/ {printf "example with to_graphs, 5 epochs bf16 batch 512 data on the GPU, training: %.2f s (goal: <= 2.0 s)\n", $3}
        /final test accuracy/ {printf "example with to_graphs, 5 epochs bf16 batch 512: accuracy %.2f%% (goal: >= 93%%)\n", $4 * 100}' \
     "$scratch/example_graphs.txt"
+}
+
+# Where a step of the example goes, eager and as a CUDA graph: PyTorch's profiler over
+# training steps 20-29 of one epoch (the kernels a step launches and their GPU time,
+# against the step's wall time in the time split).
+example_profiles() {
+  local mode
+  for mode in off on; do
+    echo "### --graphs $mode"
+    example --epochs 1 --precision bf16 --bs 512 --lr 2e-2 --resident on --graphs "$mode" --profile on --time-split on \
+      --out "profile_graphs_$mode" | grep -vE '^[0-9]+ ' || return 1
+  done
 }
 
 # The PyTorch race below with the example's step as a CUDA graph (the peer stays eager).
@@ -230,7 +249,10 @@ unet_gpu() {
               --lr 3e-3 --workers 8 --top-losses 0 --export '')
   (cd "$scratch" && "$build/examples/segmentation" "${args[@]}" --epochs 0 > /dev/null) || return 1  # the folders, once
   ls "$scratch/segmentation_data/images" | sort | awk 'NR % 5 == 0' > "$scratch/valid.txt"
-  args+=(--epochs 2 --valid-list "$scratch/valid.txt")
+  # 4 epochs: at 2 (1.7 s on one replica, 2026-11-27) the first steps' kernel loading and
+  # cuDNN's plan search made a third of the loop.
+  local epochs=4
+  args+=(--epochs "$epochs" --valid-list "$scratch/valid.txt")
   (cd "$scratch" && "$build/examples/segmentation" "${args[@]}") > "$scratch/unet_one.txt" || return 1
   (cd "$scratch" && "$build/examples/segmentation" "${args[@]}" --parallel cuda:0,cuda:0) > "$scratch/unet_two.txt" ||
     return 1
@@ -238,12 +260,12 @@ unet_gpu() {
   one=$(awk '/training loop/ {print $3}' "$scratch/unet_one.txt")
   two=$(awk '/training loop/ {print $3}' "$scratch/unet_two.txt")
   grep -h 'final valid' "$scratch/unet_one.txt" "$scratch/unet_two.txt"
-  awk -v a="$one" -v b="$two" 'BEGIN {printf "U-Net resnet18 2 epochs batch 32, training loop: one replica %.1f s, to_parallel %.1f s\n", a, b
+  awk -v a="$one" -v b="$two" -v epochs="$epochs" 'BEGIN {printf "U-Net resnet18 %d epochs batch 32, training loop: one replica %.1f s, to_parallel %.1f s\n", epochs, a, b
     printf "to_parallel {cuda:0, cuda:0} U-Net resnet18 fp32 / one replica: %.2fx (goal: >= 0.85x)\n", a / b}'
   [ -d "$bundle/wheels" ] || { echo "U-Net against fastai: not run (no wheels in the bundle: scripts/gpu_bundle.sh)"; return 0; }
   "$python" -m pip install -q --no-index --no-deps --no-compile --target "$scratch/site" "$bundle"/wheels/*.whl || return 1
   local script=$PWD/bench/segmentation_fastai.py
-  (cd "$scratch" && PYTHONPATH="$scratch/site" "$python" "$script" --epochs 2 --bs 32 \
+  (cd "$scratch" && PYTHONPATH="$scratch/site" "$python" "$script" --epochs "$epochs" --bs 32 \
      --lr 3e-3 --workers 8 --device cuda --threads "$(nproc)" --valid-list valid.txt) | tee "$scratch/unet_fastai.txt" ||
     return 1
   awk -v a="$one" -v iou="$(grep -o 'mean IoU [0-9.]*' "$scratch/unet_one.txt" | awk '{print $3}')" -F'[ =]' \
@@ -277,7 +299,7 @@ detection_gpu() {
 # In the scratch folder: the example writes its model and pictures where it runs.
 example() { (cd "$scratch" && "$build/examples/fashion_mnist" --data "$bundle/data/fashion-mnist" "$@"); }
 export out scratch bundle build python
-export -f now since example example_fast example_graphs peer_race peer_race_graphs stream_race unet_gpu detection_gpu
+export -f now since example example_fast example_graphs example_profiles peer_race peer_race_graphs stream_race unet_gpu detection_gpu
 [[ " $stages " == *" bench "* || " $stages " == *" step "* ]] && : > "$out/bench.log"
 
 if [[ " $stages " == *" bench "* ]]; then
@@ -287,6 +309,7 @@ if [[ " $stages " == *" bench "* ]]; then
   # Contiguous only: its ratio is the goal's, and both layouts would outrun the call
   # (bench/fashion_mnist_vs_python.sh --memory-format channels-last runs the other).
   step 60 "Fashion-MNIST example with to_graphs (5 epochs, bf16, batch 512, data on the GPU)" example_graphs
+  step 60 "Fashion-MNIST example's profiles, eager and with to_graphs (1 epoch, bf16, batch 512)" example_profiles
   step 120 "Fashion-MNIST example vs the PyTorch peer (5 epochs, both contiguous, data on the GPU)" peer_race
   step 120 "Fashion-MNIST example with to_graphs vs the PyTorch peer (the same)" peer_race_graphs
   # Its own 150 s: the step stage's cells get what is left of the call.

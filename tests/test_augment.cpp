@@ -124,7 +124,7 @@ TEST_SUITE("augment") {
       const auto rows = torch::nonzero(on.any(1)).flatten(), cols = torch::nonzero(on.any(0)).flatten();
       return torch::stack({cols.min(), rows.min(), cols.max() + 1, rows.max() + 1}).to(torch::kFloat);
     };
-    for (const auto size : {std::optional<std::pair<int64_t, int64_t>>{}, std::optional(std::pair<int64_t, int64_t>{32, 36})}) {
+    for (const auto& size : {std::optional<std::pair<int64_t, int64_t>>{}, std::optional(std::pair<int64_t, int64_t>{32, 36})}) {
       CAPTURE(size.has_value());
       const vision::AugTransforms aug({.max_lighting = 0, .size = size, .pad_mode = vision::PadMode::Zeros});
       auto draws = aug.draw(6, 5);

@@ -296,7 +296,8 @@ TEST_SUITE("callbacks") {
         {"ReduceLROnPlateau", ReduceLROnPlateau().order},
         {"EarlyStopping", EarlyStopping().order},
         {"ShowGraph", ShowGraph().order},
-        {"CudaGraphs", CudaGraphs().order}};
+        {"CudaGraphs", CudaGraphs().order},
+        {"ProfileSteps", ProfileSteps({}).order}};
     // Rows "| `A`, `B` | order | ...": each name in the first cell has the second's order.
     std::ifstream doc(std::string(FASTCPP_FIXTURES) + "/../../docs/callbacks.md");
     REQUIRE(doc);
@@ -314,5 +315,39 @@ TEST_SUITE("callbacks") {
       }
     }
     CHECK(in_doc == in_code);
+  }
+  TEST_CASE("ProfileSteps profiles exactly its window of training steps and writes the trace") {
+    const auto trace = temp_path("profile_steps.json");
+    Learner learn(synthetic_dls(8, 4, 2), tiny_model(), CrossEntropyLoss(), {}, quiet());
+    std::vector<std::string> lines;
+    silence(learn, &lines);
+    // 4 training steps an epoch; the window holds steps 1 and 2, each a forward through
+    // the model's two Linear layers: one addmm apiece.
+    auto profile = learn.add_cb(ProfileSteps({.skip = 1, .steps = 2, .trace = trace, .top = 1000}));
+    learn.fit(1, 1e-2);
+    const auto& summary = profile->summary();
+    CHECK(summary.steps == 2);
+    CHECK_FALSE(summary.on_gpu);
+    int64_t addmms = -1;
+    for (const auto& entry : summary.top)
+      if (entry.name == "aten::addmm") addmms = entry.count;
+    CHECK(addmms == 4);
+    REQUIRE(lines.size() == 1);
+    CHECK(lines[0].rfind("profile of 2 steps: ", 0) == 0);
+    std::ifstream file(trace);
+    const std::string text((std::istreambuf_iterator<char>(file)), std::istreambuf_iterator<char>());
+    CHECK(text.find("\"traceEvents\"") != std::string::npos);
+    CHECK(text.find("aten::addmm") != std::string::npos);
+    std::filesystem::remove(trace);
+  }
+
+  TEST_CASE("ProfileSteps closes its window when the fit ends inside it, and refuses an empty window") {
+    Learner learn(synthetic_dls(8, 4, 2), tiny_model(), CrossEntropyLoss(), {}, quiet());
+    silence(learn);
+    auto profile = learn.add_cb(ProfileSteps({.skip = 3, .steps = 5, .trace = "", .top = 1000}));
+    learn.fit(1, 1e-2);
+    CHECK(profile->summary().steps == 1);
+    CHECK(error_of([] { ProfileSteps({.skip = 0, .steps = 0}); }) ==
+          "ProfileSteps: skip must be >= 0 and steps >= 1 (got skip 0, steps 0)");
   }
 }

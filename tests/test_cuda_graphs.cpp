@@ -271,11 +271,13 @@ struct GraphRun {
   double scale = 0;  // fp16's loss scale at the end
 };
 
-// Two epochs of one-cycle training with weight decay, eagerly or with to_graphs; `setup`
-// picks precision and callbacks. The eager run steps the optimizer on the device too, so
-// that the two differ only in the recording (the device step against the host one: the
-// optimizers suite).
-GraphRun train_on_gpu(bool graphed, OptFunc opt_func, const std::function<void(Learner&)>& setup) {
+// How a run of train_on_gpu trains: with to_graphs; eagerly stepping on the device, so as
+// to differ from the graphed run only in the recording (the device step against the host
+// one: the optimizers suite); or plainly eagerly, as to_graphs does where it falls back.
+enum class Training { graphed, eager_device_step, eager };
+
+// Two epochs of one-cycle training with weight decay; `setup` picks precision and callbacks.
+GraphRun train_on_gpu(Training training, OptFunc opt_func, const std::function<void(Learner&)>& setup) {
   torch::manual_seed(0);
   auto model = vision::resnet18({.num_classes = 4, .stem = vision::Stem::cifar, .width = 8});
   Learner learn(gpu_image_dls(), model, CrossEntropyLoss(), {},
@@ -283,9 +285,9 @@ GraphRun train_on_gpu(bool graphed, OptFunc opt_func, const std::function<void(L
   GraphRun run;
   silence(learn, &run.lines);
   setup(learn);
-  if (graphed)
+  if (training == Training::graphed)
     learn.to_graphs();
-  else
+  else if (training == Training::eager_device_step)
     learn.add_cb(DeviceStep());
   torch::manual_seed(1);  // the same shuffles
   learn.fit_one_cycle(2, 1e-2);
@@ -346,8 +348,8 @@ TEST_SUITE("gpu" * doctest::skip(!torch::cuda::is_available())) {
     Deterministic deterministic;
     for (const auto& [name, opt_func] : {std::pair{"SGD", sgd({.mom = 0.9})}, std::pair{"Adam", adam()}}) {
       CAPTURE(name);
-      const auto eager = train_on_gpu(false, opt_func, [](Learner&) {});
-      const auto graphed = train_on_gpu(true, opt_func, [](Learner&) {});
+      const auto eager = train_on_gpu(Training::eager_device_step, opt_func, [](Learner&) {});
+      const auto graphed = train_on_gpu(Training::graphed, opt_func, [](Learner&) {});
       check_runs_alike(eager, graphed, 1e-6);
       CHECK(graphed.lines.empty());
       CHECK(graphed.graphs->eager_reason() == "");
@@ -359,14 +361,16 @@ TEST_SUITE("gpu" * doctest::skip(!torch::cuda::is_available())) {
   TEST_CASE("to_graphs in bf16, and in fp16 with overflowing steps skipped on the device, equal eager steps") {
     Deterministic deterministic;
     const auto bf16 = [](Learner& learn) { learn.to_bf16(); };
-    check_runs_alike(train_on_gpu(false, adam(), bf16), train_on_gpu(true, adam(), bf16), 1e-2);
+    check_runs_alike(train_on_gpu(Training::eager_device_step, adam(), bf16),
+                     train_on_gpu(Training::graphed, adam(), bf16), 1e-2);
     // The scale doubles every 2 clean steps from 2^10, so that replayed steps overflow
     // fp16 again and again (and back off); the eager warm-up steps do not.
     const auto fp16 = [](Learner& learn) {
       learn.to_fp16({.init_scale = 1024, .growth_interval = 2});
       learn.add_cb(GradientClip(1.0));
     };
-    const auto eager = train_on_gpu(false, sgd({.mom = 0.9}), fp16), graphed = train_on_gpu(true, sgd({.mom = 0.9}), fp16);
+    const auto eager = train_on_gpu(Training::eager_device_step, sgd({.mom = 0.9}), fp16);
+    const auto graphed = train_on_gpu(Training::graphed, sgd({.mom = 0.9}), fp16);
     check_runs_alike(eager, graphed, 1e-2);
     CHECK(graphed.graphs->replays() == 37);
     CHECK(eager.scale < 2147483648.0);  // 2^31 after 42 clean steps: it did back off
@@ -391,7 +395,7 @@ TEST_SUITE("gpu" * doctest::skip(!torch::cuda::is_available())) {
 
   TEST_CASE("to_graphs trains eagerly with a callback whose step events run on the host, saying which") {
     const auto probe = [](Learner& learn) { learn.add_cb(LossProbe()); };
-    const auto graphed = train_on_gpu(true, sgd({.mom = 0.9}), probe);
+    const auto graphed = train_on_gpu(Training::graphed, sgd({.mom = 0.9}), probe);
     CHECK(graphed.lines == std::vector<std::string>{
                                "to_graphs: training eagerly, as these callbacks' step events would run only once, when "
                                "the step is recorded: LossProbe (after_loss) (mark a callback `capturable` if they only "
@@ -402,11 +406,12 @@ TEST_SUITE("gpu" * doctest::skip(!torch::cuda::is_available())) {
   TEST_CASE("to_graphs trains eagerly with MixUp, saying so once") {
     Deterministic deterministic;
     const auto mixup = [](Learner& learn) { learn.add_cb(MixUp()); };
-    const auto graphed = train_on_gpu(true, adam(), mixup);
+    const auto graphed = train_on_gpu(Training::graphed, adam(), mixup);
     CHECK(graphed.lines == std::vector<std::string>{
                                "to_graphs: training eagerly, as MixUp draws its mixing weights on the host at each batch"});
     CHECK(graphed.graphs->replays() == 0);
-    check_runs_alike(train_on_gpu(false, adam(), mixup), graphed, 0);
+    // Falling back, it steps on the host again, as plain eager training does.
+    check_runs_alike(train_on_gpu(Training::eager, adam(), mixup), graphed, 0);
   }
 }
 

@@ -65,8 +65,9 @@ ASAN_OPTIONS=detect_leaks=0 UBSAN_OPTIONS=halt_on_error=1:abort_on_error=1:print
 runs=$(grep -oE "stat::number_of_executed_units: *[0-9]+" fuzz.log | grep -oE "[0-9]+$" || echo 0)
 echo "$target fuzzing: $runs inputs in $seconds s, corpus $(ls corpus | wc -l) files"
 if [ $status -eq 0 ]; then
+  # The fuzzing run's memory limit: an image the decoders accept may take 2 GB under ASan.
   ASAN_OPTIONS=detect_leaks=1 LSAN_OPTIONS=suppressions=$here/lsan.supp:print_suppressions=0 \
-    "./${target}_fuzz" corpus -runs=0 -error_exitcode=1 >leaks.log 2>&1 || status=$?
+    "./${target}_fuzz" corpus -runs=0 -error_exitcode=1 -rss_limit_mb=4096 >leaks.log 2>&1 || status=$?
   [ $status -eq 0 ] && echo "$target: no leak over the corpus" || cat leaks.log | tail -40
 fi
 grep -E "ERROR|SUMMARY|runtime error" fuzz.log || true
