@@ -159,7 +159,7 @@ int main(int argc, char** argv) {
         time_passes(layers, 1, forward);
         const auto summary = window.stop(trace_dir + "/sync_batchnorm_" + name + ".json", 1, 6);
         std::printf("%s\n", summary.text().c_str());
-        return summary.ms_per_step;
+        return summary.gpu_ms_per_step;
       };
       const double plain_gpu = gpu_ms("batchnorm", plain), synced_gpu = gpu_ms("synced", synced),
                    arithmetic_gpu = gpu_ms("arithmetic", arithmetic);

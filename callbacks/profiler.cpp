@@ -34,9 +34,14 @@ void synchronize_gpus() {
 
 std::string ProfileSummary::text() const {
   char line[512];
-  std::snprintf(line, sizeof line, "profile of %d steps: %.0f %s a step, %.2f ms of %s time a step", steps,
-                steps > 0 ? static_cast<double>(activities) / steps : 0.0, on_gpu ? "GPU activities" : "operators",
-                ms_per_step, on_gpu ? "GPU" : "operator");
+  const double per_step = steps > 0 ? static_cast<double>(activities) / steps : 0.0;
+  if (on_gpu)
+    std::snprintf(line, sizeof line, "profile of %d steps: %.0f GPU activities a step, %.2f ms of GPU time in %.2f ms a step",
+                  steps, per_step, gpu_ms_per_step, wall_ms_per_step);
+  else
+    std::snprintf(line, sizeof line,
+                  "profile of %d steps: %.0f operators in %.2f ms a step (an operator's time includes the ones it calls)",
+                  steps, per_step, wall_ms_per_step);
   std::string text = line;
   for (const auto& entry : top) {
     std::snprintf(line, sizeof line, "\n  %8.3f ms/step %6lld x  %s", entry.ms_per_step,
@@ -57,15 +62,18 @@ void ProfileWindow::start() {
   prof::prepareProfiler(kineto_config(), activities(gpu_));
   prof::enableProfiler(kineto_config(), activities(gpu_));
   running_ = true;
+  started_ = std::chrono::steady_clock::now();
 }
 
 ProfileSummary ProfileWindow::stop(const std::string& trace, int steps, size_t top) {
   if (!running_) throw Error("ProfileWindow: stop() without start()");
   running_ = false;
+  const double wall_ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - started_).count();
   auto result = prof::disableProfiler();
   ProfileSummary summary;
   summary.steps = steps;
   summary.on_gpu = gpu_;
+  summary.wall_ms_per_step = wall_ms / std::max(steps, 1);
   const auto wanted = gpu_ ? c10::DeviceType::CUDA : c10::DeviceType::CPU;
   std::map<std::string, ProfileSummary::Entry> by_name;
   uint64_t total_ns = 0;
@@ -79,7 +87,7 @@ ProfileSummary ProfileWindow::stop(const std::string& trace, int steps, size_t t
   }
   if (!trace.empty()) result->save(trace);
   const double per_step = 1e6 * std::max(steps, 1);  // ns in a ms, times the steps
-  summary.ms_per_step = static_cast<double>(total_ns) / per_step;
+  if (gpu_) summary.gpu_ms_per_step = static_cast<double>(total_ns) / per_step;
   for (auto& [name, entry] : by_name) {
     entry.name = name;
     entry.ms_per_step /= per_step;

@@ -7,6 +7,7 @@
 // counts the ones it calls). Order 1001: last at every event.
 //
 //   learn.add_cb(ProfileSteps({.skip = 20, .steps = 10, .trace = "steps.json"}));
+#include <chrono>
 #include <cstdint>
 #include <memory>
 #include <string>
@@ -25,7 +26,8 @@ struct ProfileSummary {
   int steps = 0;
   bool on_gpu = false;
   int64_t activities = 0;      // kernels and copies (GPU) or operators (CPU) in the window
-  double ms_per_step = 0;      // their time, summed, per step
+  double gpu_ms_per_step = 0;  // the GPU activities' time, summed, per step
+  double wall_ms_per_step = 0; // the window's own time per step
   std::vector<Entry> top;      // by time, the largest first
   std::string text() const;    // a line, then one per entry of `top`
 };
@@ -42,6 +44,7 @@ class ProfileWindow {
 
  private:
   bool gpu_, running_ = false;
+  std::chrono::steady_clock::time_point started_;
 };
 
 class ProfileSteps : public Callback {

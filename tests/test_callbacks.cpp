@@ -328,6 +328,8 @@ TEST_SUITE("callbacks") {
     const auto& summary = profile->summary();
     CHECK(summary.steps == 2);
     CHECK_FALSE(summary.on_gpu);
+    CHECK(summary.wall_ms_per_step > 0);
+    CHECK(summary.gpu_ms_per_step == 0);
     int64_t addmms = -1;
     for (const auto& entry : summary.top)
       if (entry.name == "aten::addmm") addmms = entry.count;
