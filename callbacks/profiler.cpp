@@ -36,8 +36,9 @@ std::string ProfileSummary::text() const {
   char line[512];
   const double per_step = steps > 0 ? static_cast<double>(activities) / steps : 0.0;
   if (on_gpu)
-    std::snprintf(line, sizeof line, "profile of %d steps: %.0f GPU activities a step, %.2f ms of GPU time in %.2f ms a step",
-                  steps, per_step, gpu_ms_per_step, wall_ms_per_step);
+    std::snprintf(line, sizeof line,
+                  "profile of %d steps: %.0f GPU activities a step, %.2f ms of GPU time in %.2f ms a step", steps,
+                  per_step, gpu_ms_per_step, wall_ms_per_step);
   else
     std::snprintf(line, sizeof line,
                   "profile of %d steps: %.0f operators in %.2f ms a step (an operator's time includes the ones it calls)",

@@ -316,6 +316,7 @@ TEST_SUITE("callbacks") {
     }
     CHECK(in_doc == in_code);
   }
+
   TEST_CASE("ProfileSteps profiles exactly its window of training steps and writes the trace") {
     const auto trace = temp_path("profile_steps.json");
     Learner learn(synthetic_dls(8, 4, 2), tiny_model(), CrossEntropyLoss(), {}, quiet());
