@@ -41,7 +41,8 @@ std::string ProfileSummary::text() const {
                   per_step, gpu_ms_per_step, wall_ms_per_step);
   else
     std::snprintf(line, sizeof line,
-                  "profile of %d steps: %.0f operators in %.2f ms a step (an operator's time includes the ones it calls)",
+                  "profile of %d steps: %.0f operators in %.2f ms a step "
+                  "(an operator's time includes the ones it calls)",
                   steps, per_step, wall_ms_per_step);
   std::string text = line;
   for (const auto& entry : top) {
