@@ -4,6 +4,7 @@
 #include <torch/cuda.h>
 
 #include <algorithm>
+#include <cstdlib>
 #include <cstdio>
 #include <map>
 #include <set>
@@ -61,6 +62,9 @@ ProfileWindow::~ProfileWindow() {
 
 void ProfileWindow::start() {
   if (running_) throw Error("ProfileWindow: start() while its window is open");
+  // Kineto looks for GPUs when it starts and, on a machine without one, logs that as an
+  // error ("gpuGetDeviceCount failed"): quiet there, unless the user set its level.
+  if (!torch::cuda::is_available()) setenv("KINETO_LOG_LEVEL", "5", /*overwrite=*/0);
   prof::prepareProfiler(kineto_config(), activities(gpu_));
   prof::enableProfiler(kineto_config(), activities(gpu_));
   running_ = true;
