@@ -111,14 +111,8 @@ void Optimizer::refresh_device_hypers() {
 
 std::vector<int64_t> Optimizer::device_step_counts() const {
   std::vector<int64_t> counts(groups_.size(), -1);
-  std::vector<size_t> on_device;
-  std::vector<torch::Tensor> steps;
   for (size_t g = 0; g < device_hypers_.size(); ++g)
-    if (device_hypers_[g]) {
-      on_device.push_back(g);
-      steps.push_back(device_hypers_[g]->step.to(torch::kCPU));
-    }
-  for (size_t k = 0; k < on_device.size(); ++k) counts[on_device[k]] = static_cast<int64_t>(steps[k].item<float>());
+    if (device_hypers_[g]) counts[g] = static_cast<int64_t>(device_hypers_[g]->step.item<float>());
   return counts;
 }
 
