@@ -7,7 +7,14 @@
 namespace fastcpp {
 namespace {
 
-// The group's tensors (with one state buffer list or two) split by weight decay.
+// A dense tensor's memory as one dimension. The kernels work on each tensor's flat memory
+// anyway, but ATen's CPU kernels first copy a gradient that is not contiguous (a
+// channels-last weight's) and then read the original: a wasted copy per weight per step
+// (0.45 ms of a 68 ms step of the Fashion-MNIST model on 2 cores). Flat, nothing is copied.
+torch::Tensor flat(const torch::Tensor& t) { return t.as_strided({t.numel()}, {1}, t.storage_offset()); }
+
+// The group's tensors (with one state buffer list or two) split by weight decay; a param
+// whose gradient is not contiguous is seen flat, with its gradient and buffers.
 struct Part {
   bool decay = false;
   std::vector<torch::Tensor> params, grads, first, second;
@@ -19,10 +26,12 @@ std::array<Part, 2> split_by_decay(const GroupTensors& group, const std::vector<
   parts[1].decay = true;
   for (size_t i = 0; i < group.params.size(); ++i) {
     auto& part = parts[group.do_wd[i] ? 1 : 0];
-    part.params.push_back(group.params[i]);
-    part.grads.push_back(group.grads[i]);
-    if (!first.empty()) part.first.push_back(first[i]);
-    if (!second.empty()) part.second.push_back(second[i]);
+    const bool as_they_are = group.grads[i].is_contiguous();  // and no view to make (about 1 us each)
+    const auto seen = [&](const torch::Tensor& t) { return as_they_are ? t : flat(t); };
+    part.params.push_back(seen(group.params[i]));
+    part.grads.push_back(seen(group.grads[i]));
+    if (!first.empty()) part.first.push_back(seen(first[i]));
+    if (!second.empty()) part.second.push_back(seen(second[i]));
   }
   return parts;
 }

@@ -5,6 +5,7 @@
 #include <sstream>
 
 #include "helpers.h"
+#include "operator_count.h"
 #include "optim/fused_updates.h"
 #include "optim/param_groups.h"
 
@@ -65,7 +66,11 @@ void check_fused_equals_per_param(const OptFunc& opt_func, void (*fused)(GroupTe
     opt->step();
     REQUIRE(fusable(group));
     torch::NoGradGuard no_grad;
+    OperatorCount count;
+    count.start();
     fused(group, opt->param_groups()[0].hypers);
+    // The channels-last weight's gradient is not made contiguous first (a copy).
+    CHECK(count.stop().count("aten::clone") == 0);
   }
   const auto expected_state = opt->state_dict();
   for (size_t i = 0; i < init.size(); ++i) {
