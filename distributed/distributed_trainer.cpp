@@ -109,6 +109,7 @@ void DistributedTrainer::before_backward() {
   if (!reducer_ || !learn().training) return;
   const auto accumulation = learn().get_cb<GradientAccumulation>();
   reducer_->set_sync(!accumulation || accumulation->will_step(learn().yb.size(0)));
+  reducer_->prepare();
 }
 
 void DistributedTrainer::after_backward() {

@@ -13,7 +13,8 @@
 //                padding trimmed, so every rank computes the exact full-set metrics
 //                (and EarlyStopping stops every rank together)
 //   before_backward  with GradientAccumulation, hooks only on the micro-batch that
-//                steps (no_sync for the others: gradients add up locally)
+//                steps (no_sync for the others: gradients add up locally); the
+//                gradients that zero_grad dropped pointed back at their bucket slots
 //   after_backward  the Reducer's all-reduce of the gradients
 //   after_fit    the loaders, logging and hooks as they were
 // In a single process (no launcher variables) it says so once and changes nothing.

@@ -6,12 +6,29 @@
 #include <torch/torch.h>
 
 #include <algorithm>
+#include <utility>
 
 #include "distributed/process_group.h"
 #include "core/device.h"
 #include "core/error.h"
 
 namespace fastcpp::distributed {
+
+namespace {
+
+// A param's gradient inside `flat` from `offset`, laid out as the param: the layout
+// autograd gives its gradients, which accumulation then keeps.
+torch::Tensor gradient_view(const torch::Tensor& flat, int64_t offset, const torch::Tensor& param) {
+  auto slot = flat.narrow(0, offset, param.numel());
+  return param.is_non_overlapping_and_dense() ? slot.as_strided(param.sizes(), param.strides())
+                                              : slot.view(param.sizes());
+}
+
+bool same_tensor(const torch::Tensor& a, const torch::Tensor& b) {
+  return a.unsafeGetTensorImpl() == b.unsafeGetTensorImpl();
+}
+
+}  // namespace
 
 // flat: the params' gradients, then one flag per param (1 where this rank has a gradient
 // for it), reduced together: after the sum a flag of 0 marks a param no rank used.
@@ -24,31 +41,14 @@ struct Reducer::Bucket {
 };
 
 Reducer::Reducer(std::vector<torch::Tensor> params, std::shared_ptr<Communicator> comm, ReducerOptions options)
-    : params_(std::move(params)), comm_(std::move(comm)), alive_(std::make_shared<bool>(true)) {
+    : params_(std::move(params)), comm_(std::move(comm)), options_(options), alive_(std::make_shared<bool>(true)) {
   bucket_of_.resize(params_.size());
-  offset_of_.resize(params_.size());
+  views_.resize(params_.size());
   ready_.assign(params_.size(), false);
-  // Reverse order; a new bucket when the current one is full or the dtype/device changes.
-  for (size_t k = params_.size(); k-- > 0;) {
-    const auto& param = params_[k];
-    auto* current = buckets_.empty() ? nullptr : buckets_.back().get();
-    const size_t bytes = current ? static_cast<size_t>(current->flat.numel()) * current->flat.element_size() : 0;
-    if (!current || bytes >= options.bucket_bytes || current->flat.scalar_type() != param.scalar_type() ||
-        current->flat.device() != param.device()) {
-      buckets_.push_back(std::make_unique<Bucket>());
-      current = buckets_.back().get();
-      current->flat = torch::empty({0}, param.options());
-    }
-    bucket_of_[k] = buckets_.size() - 1;
-    offset_of_[k] = static_cast<size_t>(current->flat.numel());
-    current->params.push_back(k);
-    current->flat = torch::empty({current->flat.numel() + param.numel()}, param.options());
-  }
-  for (auto& bucket : buckets_) {
-    bucket->flags_at = bucket->flat.numel();
-    bucket->flat = torch::empty({bucket->flags_at + static_cast<int64_t>(bucket->params.size())}, bucket->flat.options());
-    bucket->pending = bucket->params.size();
-  }
+  carried_.assign(params_.size(), false);
+  std::vector<size_t> reverse;
+  for (size_t k = params_.size(); k-- > 0;) reverse.push_back(k);
+  build_buckets(reverse);
 
   // Every rank starts from rank 0's weights.
   for (auto& param : params_) {
@@ -70,28 +70,99 @@ Reducer::Reducer(std::vector<torch::Tensor> params, std::shared_ptr<Communicator
   }
 }
 
+// Fills buckets in `order`; a new one when the current one is full or the dtype or device
+// changes. The gradients keep pointing at the old buckets until prepare() or the hooks
+// move them over (the optimizer may still read them).
+void Reducer::build_buckets(const std::vector<size_t>& order) {
+  buckets_.clear();
+  size_t limit = options_.first_bucket_bytes, bytes = 0;
+  std::vector<int64_t> numels;  // per bucket
+  for (size_t k : order) {
+    const auto& param = params_[k];
+    const auto* current = buckets_.empty() ? nullptr : buckets_.back().get();
+    if (!current || bytes >= limit || params_[current->params.front()].scalar_type() != param.scalar_type() ||
+        params_[current->params.front()].device() != param.device()) {
+      if (current) limit = options_.bucket_bytes;
+      buckets_.push_back(std::make_unique<Bucket>());
+      numels.push_back(0);
+      bytes = 0;
+    }
+    buckets_.back()->params.push_back(k);
+    bucket_of_[k] = buckets_.size() - 1;
+    numels.back() += param.numel();
+    bytes += static_cast<size_t>(param.numel()) * param.element_size();
+  }
+  for (size_t b = 0; b < buckets_.size(); ++b) {
+    auto& bucket = *buckets_[b];
+    const auto& head = params_[bucket.params.front()];
+    bucket.flags_at = numels[b];
+    bucket.flat = torch::zeros({numels[b] + static_cast<int64_t>(bucket.params.size())}, head.options());
+    bucket.pending = bucket.params.size();
+    int64_t offset = 0;
+    for (size_t k : bucket.params) {
+      views_[k] = gradient_view(bucket.flat, offset, params_[k]);
+      offset += params_[k].numel();
+    }
+  }
+  order_ = order;
+}
+
+std::vector<std::vector<size_t>> Reducer::bucket_params() const {
+  std::vector<std::vector<size_t>> params;
+  for (const auto& bucket : buckets_) params.push_back(bucket->params);
+  return params;
+}
+
 Reducer::~Reducer() { alive_.reset(); }
+
+void Reducer::prepare() {
+  std::lock_guard<std::mutex> lock(mutex_);
+  for (auto& bucket : buckets_) {
+    bool all_dropped = true;
+    for (size_t k : bucket->params) all_dropped = all_dropped && !params_[k].grad().defined();
+    if (all_dropped) bucket->flat.zero_();  // the usual case after zero_grad: one kernel a bucket
+    for (size_t k : bucket->params) {
+      auto& grad = params_[k].mutable_grad();
+      carried_[k] = grad.defined();
+      if (same_tensor(grad, views_[k])) continue;  // accumulating in its slot already
+      if (!all_dropped) {
+        if (grad.defined()) views_[k].copy_(grad);
+        else views_[k].zero_();
+      }
+      grad = views_[k];
+    }
+  }
+  prepared_ = true;
+}
+
+// The param's gradient in its slot: there already, unless other code replaced it or
+// backward ran without prepare(); then it is copied in and .grad points at the slot.
+void Reducer::take_in(size_t k) {
+  auto& grad = params_[k].mutable_grad();
+  if (same_tensor(grad, views_[k])) return;
+  if (grad.defined()) views_[k].copy_(grad);
+  else views_[k].zero_();
+  grad = views_[k];
+}
 
 void Reducer::on_grad_ready(size_t k) {
   if (!sync_) return;
   std::lock_guard<std::mutex> lock(mutex_);
   if (ready_[k]) return;
   ready_[k] = true;
-  auto& bucket = *buckets_[bucket_of_[k]];
-  const auto& grad = params_[k].grad();
-  auto slot = bucket.flat.narrow(0, static_cast<int64_t>(offset_of_[k]), params_[k].numel());
-  if (grad.defined()) slot.copy_(grad.reshape(-1));
-  else slot.zero_();
-  --bucket.pending;
+  arrivals_.push_back(k);
+  take_in(k);
+  --buckets_[bucket_of_[k]]->pending;
   launch_ready();
 }
 
 void Reducer::launch(Bucket& bucket) {
   std::vector<float> used;
-  for (size_t k : bucket.params) used.push_back(ready_[k] || params_[k].grad().defined() ? 1.0f : 0.0f);
+  for (size_t k : bucket.params) used.push_back(ready_[k] || carried_[k] ? 1.0f : 0.0f);
   auto flags = bucket.flat.narrow(0, bucket.flags_at, static_cast<int64_t>(used.size()));
   if (std::find(used.begin(), used.end(), 0.0f) == used.end()) flags.fill_(1);  // the usual case: one kernel
   else flags.copy_(to_device_async(torch::tensor(used), flags.device()));
+  launching_.push_back(arrivals_.size());
   bucket.work = comm_->all_reduce_async(bucket.flat);
 }
 
@@ -103,44 +174,56 @@ void Reducer::launch_ready() {
 void Reducer::finalize() {
   if (!sync_) return;
   std::lock_guard<std::mutex> lock(mutex_);
-  // Parameters without a gradient this step: their current .grad, or zeros.
+  // Parameters without a gradient this step: the one they carried, or zeros.
   for (size_t k = 0; k < params_.size(); ++k) {
     if (ready_[k]) continue;
-    auto& bucket = *buckets_[bucket_of_[k]];
-    auto slot = bucket.flat.narrow(0, static_cast<int64_t>(offset_of_[k]), params_[k].numel());
-    const auto& grad = params_[k].grad();
-    if (grad.defined()) slot.copy_(grad.reshape(-1));
-    else slot.zero_();
-    --bucket.pending;
+    if (!prepared_) carried_[k] = params_[k].grad().defined();
+    take_in(k);
+    --buckets_[bucket_of_[k]]->pending;
   }
   launch_ready();
-  const double world = comm_->world_size();
+  const int world = comm_->world_size();
   for (auto& bucket : buckets_) {
     comm_->wait(bucket->work, "gradient all-reduce");
-    bucket->flat.div_(world);
+    if (world > 1) bucket->flat.narrow(0, 0, bucket->flags_at).div_(world);
     torch::Tensor used_anywhere;  // read back only for a param unused here (as DDP's unused map)
     for (size_t i = 0; i < bucket->params.size(); ++i) {
       const size_t k = bucket->params[i];
-      auto& grad = params_[k].mutable_grad();
-      if (!grad.defined() && !ready_[k]) {
-        if (!used_anywhere.defined())
-          used_anywhere = bucket->flat.narrow(0, bucket->flags_at, static_cast<int64_t>(bucket->params.size()))
-                              .to(torch::kCPU, torch::kFloat)
-                              .gt(0);
-        // No rank used it: no gradient, as in one process (a zero one would still get
-        // weight decay and momentum).
-        if (!used_anywhere[static_cast<int64_t>(i)].item<bool>()) continue;
-      }
-      auto average = bucket->flat.narrow(0, static_cast<int64_t>(offset_of_[k]), params_[k].numel()).view_as(params_[k]);
-      if (grad.defined()) grad.copy_(average);
-      else grad = average.clone();
+      if (ready_[k] || carried_[k]) continue;
+      if (!used_anywhere.defined())
+        used_anywhere = bucket->flat.narrow(0, bucket->flags_at, static_cast<int64_t>(bucket->params.size()))
+                            .to(torch::kCPU, torch::kFloat)
+                            .gt(0);
+      // No rank used it: no gradient, as in one process (a zero one would still get
+      // weight decay and momentum).
+      if (!used_anywhere[static_cast<int64_t>(i)].item<bool>()) params_[k].mutable_grad() = torch::Tensor();
     }
     bucket->pending = bucket->params.size();
     bucket->work.reset();
   }
+  launch_points_ = std::exchange(launching_, {});
+  if (reductions_ == 0) follow_first_backward();
   ready_.assign(params_.size(), false);
+  arrivals_.clear();
   next_to_launch_ = 0;
+  prepared_ = false;
   ++reductions_;
+}
+
+// The buckets rebuilt in the order the first backward produced the gradients (those that
+// did not come last, in reverse parameter order), as rank 0 saw it: every rank must fill
+// the same buckets in the same order.
+void Reducer::follow_first_backward() {
+  std::vector<int64_t> order(arrivals_.begin(), arrivals_.end());
+  std::vector<bool> arrived(params_.size(), false);
+  for (size_t k : arrivals_) arrived[k] = true;
+  for (size_t k = params_.size(); k-- > 0;)
+    if (!arrived[k]) order.push_back(static_cast<int64_t>(k));
+  auto shared = to_device_async(torch::tensor(order, torch::kLong), params_.front().device());
+  comm_->broadcast(shared, 0);
+  shared = shared.cpu();
+  const std::vector<size_t> rank0_order(shared.data_ptr<int64_t>(), shared.data_ptr<int64_t>() + shared.numel());
+  if (rank0_order != order_) build_buckets(rank0_order);
 }
 
 }  // namespace fastcpp::distributed

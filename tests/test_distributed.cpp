@@ -9,9 +9,11 @@
 #include <thread>
 
 #include "helpers.h"
+#include "operator_count.h"
 #include "synced_arithmetic.h"
 #include "worker_process.h"
 #include "distributed/network.h"
+#include "distributed/reducer.h"
 
 using namespace fastcpp;
 using namespace fastcpp::testing;
@@ -22,6 +24,33 @@ namespace {
 int run_command(const std::string& command) {
   const int status = std::system(command.c_str());
   return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+}
+
+// Four linear layers applied last-registered first: backward produces the gradients of the
+// first-registered layer first, the opposite of the Reducer's first guess.
+struct ReversedLayers : torch::nn::Module {
+  ReversedLayers() {
+    for (int i = 0; i < 4; ++i) layers.push_back(register_module("l" + std::to_string(i), torch::nn::Linear(6, 6)));
+  }
+  torch::Tensor forward(torch::Tensor x) {
+    for (auto it = layers.rbegin(); it != layers.rend(); ++it) x = torch::tanh((*it)(x));
+    return x;
+  }
+  std::vector<torch::nn::Linear> layers;
+};
+
+// One synchronized backward through `reducer`, the gradients dropped before it as zero_grad does.
+void reduced_backward(distributed::Reducer& reducer, torch::nn::Module& model, const std::function<torch::Tensor()>& loss) {
+  for (auto& param : model.parameters()) param.mutable_grad() = torch::Tensor();
+  reducer.prepare();
+  loss().backward();
+  reducer.finalize();
+}
+
+distributed::DistEnv env_of(int rank, int world, int port) {
+  distributed::DistEnv env;
+  env.rank = rank, env.world_size = world, env.master_port = port;
+  return env;
 }
 
 }  // namespace
@@ -288,6 +317,95 @@ TEST_SUITE("distributed") {
     CHECK(with("SLURM_LOCALID", "1") == 1);
     CHECK(with("OMPI_COMM_WORLD_LOCAL_RANK", "2") == 2);
     CHECK(!with("LOCAL_RANK", "x"));
+  }
+
+  TEST_CASE("DDP's gradients are views into its buckets, laid out as the params: nothing is copied per parameter") {
+    auto comm = std::make_shared<distributed::Communicator>(env_of(0, 1, free_port() + 41));
+    torch::manual_seed(0);
+    torch::nn::Sequential model(torch::nn::Conv2d(torch::nn::Conv2dOptions(3, 4, 3)), torch::nn::Flatten(),
+                                torch::nn::Linear(64, 5));
+    auto plain = std::dynamic_pointer_cast<torch::nn::SequentialImpl>(model->clone());
+    const auto params = model->parameters(), plain_params = plain->parameters();
+    {
+      torch::NoGradGuard no_grad;  // the conv weights channels-last, as to_channels_last leaves them
+      for (auto p : {params[0], plain_params[0]}) p.set_data(p.contiguous(torch::MemoryFormat::ChannelsLast));
+    }
+    distributed::Reducer reducer(params, comm, {.bucket_bytes = 100, .first_bucket_bytes = 10});
+    REQUIRE(reducer.n_buckets() == 3);
+    const auto x = torch::randn({2, 3, 6, 6}).contiguous(torch::MemoryFormat::ChannelsLast);
+    OperatorCount count;
+    for (int step = 0; step < 3; ++step) {
+      CAPTURE(step);
+      count.start();
+      reduced_backward(reducer, *model, [&] { return model->forward(x).square().sum(); });
+      auto copies = count.stop()["aten::copy_"];
+      count.start();
+      plain->zero_grad();
+      plain->forward(x).square().sum().backward();
+      CHECK(copies == count.stop()["aten::copy_"]);  // the model's own copies, none more
+      for (size_t k = 0; k < params.size(); ++k) {
+        CAPTURE(k);
+        CHECK(torch::allclose(params[k].grad(), plain_params[k].grad(), 1e-6, 1e-7));
+        CHECK(params[k].grad().strides() == params[k].strides());  // the conv weight's channels-last
+      }
+      for (const auto& bucket : reducer.bucket_params())
+        for (size_t k : bucket) CHECK(params[k].grad().is_alias_of(params[bucket.front()].grad()));
+    }
+    CHECK(reducer.reductions() == 3);
+  }
+
+  TEST_CASE("DDP's buckets follow the order the first backward produced the gradients in, on both ranks") {
+    // Each layer's weight and bias fill a bucket. The first guess (the reverse of the
+    // parameters' order) puts the layer whose gradients come last in bucket 0, so every
+    // all-reduce waits for the whole backward; from the second backward on each bucket
+    // starts as soon as its two gradients are in.
+    const int port = free_port() + 43;
+    std::vector<std::vector<std::vector<size_t>>> buckets(2);
+    std::vector<std::vector<size_t>> first_points(2), later_points(2);
+    std::vector<std::vector<torch::Tensor>> grads(2);
+    std::string errors[2];
+    torch::manual_seed(1);
+    const auto inputs = torch::randn({2, 3, 6});
+    auto rank = [&](int r) {
+      try {
+        auto comm = std::make_shared<distributed::Communicator>(env_of(r, 2, port));
+        torch::manual_seed(0);  // the same weights on both ranks
+        ReversedLayers model;
+        distributed::Reducer reducer(model.parameters(), comm, {.bucket_bytes = 150, .first_bucket_bytes = 150});
+        for (int step = 0; step < 2; ++step) {
+          reduced_backward(reducer, model, [&] { return model.forward(inputs[r]).sum(); });
+          (step == 0 ? first_points : later_points)[static_cast<size_t>(r)] = reducer.launch_points();
+        }
+        buckets[static_cast<size_t>(r)] = reducer.bucket_params();
+        for (const auto& param : model.parameters()) grads[static_cast<size_t>(r)].push_back(param.grad().clone());
+      } catch (const std::exception& e) {
+        errors[r] = e.what();
+      }
+    };
+    std::thread rank1(rank, 1);
+    rank(0);
+    rank1.join();
+    REQUIRE(errors[0] == "");
+    REQUIRE(errors[1] == "");
+    const std::vector<std::vector<size_t>> expected_buckets{{0, 1}, {2, 3}, {4, 5}, {6, 7}};
+    for (int r = 0; r < 2; ++r) {
+      CAPTURE(r);
+      CHECK(first_points[r] == std::vector<size_t>{8, 8, 8, 8});
+      CHECK(later_points[r] == std::vector<size_t>{2, 4, 6, 8});
+      auto sorted = buckets[r];
+      for (auto& bucket : sorted) std::sort(bucket.begin(), bucket.end());
+      CHECK(sorted == expected_buckets);
+    }
+    // Both ranks end with the average of their gradients: one process's on both halves.
+    torch::manual_seed(0);
+    ReversedLayers single;
+    (single.forward(inputs[0]).sum() + single.forward(inputs[1]).sum()).div(2).backward();
+    const auto expected = single.parameters();
+    for (size_t k = 0; k < expected.size(); ++k) {
+      CAPTURE(k);
+      CHECK(torch::allclose(grads[0][k], expected[k].grad(), 1e-6, 1e-7));
+      CHECK(torch::equal(grads[0][k], grads[1][k]));
+    }
   }
 
   TEST_CASE("launcher variables are read and checked") {
