@@ -45,7 +45,8 @@ int main(int argc, char** argv) {
   int workers = -1;
   int64_t bs = 16, width = 64, fpn = 128;
   double lr = 2e-3;
-  std::string set = "detection_data", out = "detection", parallel, head = "group-norm", batch_aug = "none";
+  std::string set = "detection_data", out = "detection", parallel, head = "group-norm", batch_aug = "none",
+              memory_format = "channels-last";
   CommandLine cli("detection",
                   "Object detection: makes a set of photographs with shapes pasted at known boxes once (COCO's "
                   "format, under --set), trains a RetinaNet on ResNet-18 + FPN with fit_one_cycle, prints the epoch "
@@ -60,6 +61,8 @@ int main(int argc, char** argv) {
       .choices({"group-norm", "plain"});
   cli.flag("--batch-aug", batch_aug, "fastai: fastai's aug_transforms on each training batch, the boxes moved with "
                                      "their images (zeros outside the image)").choices({"none", "fastai"});
+  cli.flag("--memory-format", memory_format, "channels-last: oneDNN's and cuDNN's fastest convolutions")
+      .choices({"channels-last", "contiguous"});
   cli.flag("--threads", threads, "CPU threads").range(1, 4096);
   cli.flag("--workers", workers, "the loader's threads (-1: one per core)").range(-1, 4096);
   cli.flag("--seed", seed, "seed of the weights and the shuffle");
@@ -83,6 +86,7 @@ int main(int argc, char** argv) {
     const auto coco = vision::metrics::coco_maps();  // AP and AP50 from one evaluation
     const auto& ap = coco[0];
     auto learn = vision::detection_learner(dls, vision::resnet18, coco, {.width = width, .fpn_channels = fpn, .head_group_norm = head == "group-norm"});
+    if (memory_format == "channels-last") learn.to_channels_last();
     if (!parallel.empty()) learn.to_parallel(parse_devices(parallel));
     const auto start = std::chrono::steady_clock::now();
     learn.fit_one_cycle(epochs, lr);

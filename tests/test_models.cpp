@@ -5,6 +5,7 @@
 #include <map>
 
 #include "helpers.h"
+#include "operator_count.h"
 
 using namespace fastcpp;
 using namespace fastcpp::testing;
@@ -266,6 +267,54 @@ TEST_SUITE("models") {
     auto one_group = vision::unet_learner(dls, vision::resnet18, {}, {.width = 8}, own_split);
     one_group.create_opt();
     CHECK(one_group.opt->param_groups().size() == 1);
+  }
+
+  TEST_CASE("GroupNorm equals torch's group_norm, its own channels-last CPU path included, forward and backward") {
+    struct Case {
+      std::vector<int64_t> shape;
+      int64_t groups;
+      bool affine;
+    };
+    for (const auto& [shape, groups, affine] : std::vector<Case>{{{4, 64, 5, 7}, 32, true},
+                                                               {{1, 6, 3, 3}, 3, true},
+                                                               {{3, 8, 1, 9}, 1, false},
+                                                               {{2, 12, 4, 4}, 12, true}}) {
+      for (const bool channels_last : {true, false}) {
+        CAPTURE(shape);
+        CAPTURE(groups);
+        CAPTURE(channels_last);
+        torch::manual_seed(0);
+        vision::GroupNorm norm(groups, shape[1], 1e-5, affine);
+        if (affine) {
+          torch::NoGradGuard no_grad;
+          norm->weight.normal_();
+          norm->bias.normal_();
+        }
+        // An offset mean, as after a convolution, and a gradient of its own shape.
+        const auto input = (torch::randn(shape) * 3 + 5).contiguous(
+            channels_last ? torch::MemoryFormat::ChannelsLast : torch::MemoryFormat::Contiguous);
+        const auto dy = torch::randn(shape).contiguous(torch::MemoryFormat::ChannelsLast);
+        auto x = input.clone().requires_grad_(true), reference_x = input.contiguous().requires_grad_(true);
+        OperatorCount count;
+        count.start();
+        const auto y = norm(x);
+        y.backward(dy);
+        // Channels-last takes its own path: ATen's GroupNorm kernels are not called.
+        CHECK((count.stop().count("aten::native_group_norm") == 0) == channels_last);
+        const auto weight = affine ? norm->weight.detach().clone().requires_grad_(true) : torch::Tensor();
+        const auto bias = affine ? norm->bias.detach().clone().requires_grad_(true) : torch::Tensor();
+        const auto expected = torch::group_norm(reference_x, groups, weight, bias, 1e-5);
+        expected.backward(dy);
+        CHECK(y.is_contiguous(x.suggest_memory_format()));
+        CHECK(torch::allclose(y, expected, 1e-5, 1e-5));
+        CHECK(torch::allclose(x.grad(), reference_x.grad(), 1e-4, 1e-5));
+        if (affine) {
+          CHECK(torch::allclose(norm->weight.grad(), weight.grad(), 1e-4, 1e-4));
+          CHECK(torch::allclose(norm->bias.grad(), bias.grad(), 1e-4, 1e-4));
+        }
+      }
+    }
+    CHECK(error_of([] { vision::GroupNorm(32, 48); }) == "GroupNorm: 48 channels do not split into 32 groups");
   }
 
   TEST_CASE("create_head is fastai's: concat pool, BatchNorm, dropout, bias-free linears") {

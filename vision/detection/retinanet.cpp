@@ -3,7 +3,6 @@
 #include <torch/nn/functional/loss.h>
 #include <torch/nn/init.h>
 #include <torch/nn/modules/activation.h>
-#include <torch/nn/modules/normalization.h>
 
 #include <cmath>
 #include <optional>
@@ -11,6 +10,7 @@
 #include "core/clone.h"
 #include "core/error.h"
 #include "vision/detection/detector_output.h"
+#include "vision/models/group_norm.h"
 
 namespace fastcpp::vision {
 namespace {
@@ -42,7 +42,7 @@ void RetinaNetBranchImpl::reset() {
   for (int i = 0; i < 4; ++i) {
     Stage layer;  // torchvision's Conv2dNormActivation: conv, [norm], ReLU
     layer->push_back("0", head_conv(channels, channels, group_norm ? std::optional<double>() : 0.0));
-    if (group_norm) layer->push_back("1", torch::nn::GroupNorm(torch::nn::GroupNormOptions(32, channels)));
+    if (group_norm) layer->push_back("1", GroupNorm(32, channels));
     layer->push_back(group_norm ? "2" : "1", torch::nn::ReLU(torch::nn::ReLUOptions(true)));
     conv->push_back(layer);
   }
