@@ -55,7 +55,8 @@ FASTCPP_ROW_LOOP void channel_sums(const float* a, const float* b, const Layout&
 }
 
 // y = x * scale[c] + shift[c] over sample n's rows.
-FASTCPP_ROW_LOOP void scale_and_shift(const float* x, const Layout& l, int64_t n, const float* scale, const float* shift, float* y) {
+FASTCPP_ROW_LOOP void scale_and_shift(const float* x, const Layout& l, int64_t n, const float* scale,
+                                      const float* shift, float* y) {
   const int64_t start = n * l.rows * l.c;
   const float* in = x + start;
   float* out = y + start;
@@ -64,8 +65,8 @@ FASTCPP_ROW_LOOP void scale_and_shift(const float* x, const Layout& l, int64_t n
 }
 
 // dx = dy * a[c] + x * b[c] + shift[c] over sample n's rows.
-FASTCPP_ROW_LOOP void combine(const float* dy, const float* x, const Layout& l, int64_t n, const float* a, const float* b,
-             const float* shift, float* dx) {
+FASTCPP_ROW_LOOP void combine(const float* dy, const float* x, const Layout& l, int64_t n, const float* a,
+                              const float* b, const float* shift, float* dx) {
   const int64_t start = n * l.rows * l.c;
   const float *g = dy + start, *in = x + start;
   float* out = dx + start;
@@ -117,7 +118,7 @@ struct ChannelsLastGroupNorm : torch::autograd::Function<ChannelsLastGroupNorm> 
     const auto saved = ctx->get_saved_variables();
     const auto &x = saved[0], &weight = saved[1], &mean = saved[2], &rstd = saved[3];
     const int64_t groups = ctx->saved_data["groups"].toInt();
-    if (!grads[0].defined()) return {torch::Tensor(), torch::Tensor(), torch::Tensor(), torch::Tensor(), torch::Tensor()};
+    if (!grads[0].defined()) return variable_list(5);
     const auto dy = grads[0].contiguous(torch::MemoryFormat::ChannelsLast);
     const auto l = layout_of(x, groups);
     auto ds = torch::empty({l.n, l.c}, x.options().dtype(torch::kDouble));  // per sample and channel
