@@ -122,14 +122,9 @@ void Reducer::prepare() {
     for (size_t k : bucket->params) all_dropped = all_dropped && !params_[k].grad().defined();
     if (all_dropped) bucket->flat.zero_();  // the usual case after zero_grad: one kernel a bucket
     for (size_t k : bucket->params) {
-      auto& grad = params_[k].mutable_grad();
-      carried_[k] = grad.defined();
-      if (same_tensor(grad, views_[k])) continue;  // accumulating in its slot already
-      if (!all_dropped) {
-        if (grad.defined()) views_[k].copy_(grad);
-        else views_[k].zero_();
-      }
-      grad = views_[k];
+      carried_[k] = params_[k].grad().defined();
+      if (all_dropped) params_[k].mutable_grad() = views_[k];
+      else take_in(k);  // accumulating in its slot already, or copied in
     }
   }
   prepared_ = true;

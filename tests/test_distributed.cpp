@@ -247,10 +247,7 @@ TEST_SUITE("distributed") {
   }
 
   TEST_CASE("an unreachable master is an error naming the address within the timeout") {
-    distributed::DistEnv env;
-    env.rank = 1;
-    env.world_size = 2;
-    env.master_port = free_port() + 2;
+    const auto env = env_of(1, 2, free_port() + 2);
     const auto start = std::chrono::steady_clock::now();
     const auto message = error_of([&] {
       distributed::Communicator comm(env, {.timeout = std::chrono::seconds(2)});
@@ -262,14 +259,10 @@ TEST_SUITE("distributed") {
   }
 
   TEST_CASE("processes started with different WORLD_SIZE values both stop with the same explanation") {
-    auto env_of = [](int rank, int world) {
-      distributed::DistEnv env;
-      env.rank = rank, env.world_size = world, env.master_port = free_port() + 3;
-      return env;
-    };
+    const int port = free_port() + 3;
     std::string messages[2];
-    std::thread rank1([&] { messages[1] = error_of([&] { distributed::Communicator(env_of(1, 3), {.timeout = std::chrono::seconds(10)}); }); });
-    messages[0] = error_of([&] { distributed::Communicator(env_of(0, 2), {.timeout = std::chrono::seconds(10)}); });
+    std::thread rank1([&] { messages[1] = error_of([&] { distributed::Communicator(env_of(1, 3, port), {.timeout = std::chrono::seconds(10)}); }); });
+    messages[0] = error_of([&] { distributed::Communicator(env_of(0, 2, port), {.timeout = std::chrono::seconds(10)}); });
     rank1.join();
     CHECK(messages[0] == "WORLD_SIZE differs between processes: rank 0 has 2, rank 1 has 3; start every process with the same WORLD_SIZE");
     CHECK(messages[1] == "WORLD_SIZE differs between processes: rank 1 has 3, rank 0 has 2; start every process with the same WORLD_SIZE");

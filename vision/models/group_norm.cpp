@@ -106,7 +106,6 @@ struct ChannelsLastGroupNorm : torch::autograd::Function<ChannelsLastGroupNorm> 
       }
     });
     ctx->save_for_backward({x, weight, mean, rstd});
-    ctx->saved_data["groups"] = groups;
     return y;
   }
 
@@ -117,7 +116,7 @@ struct ChannelsLastGroupNorm : torch::autograd::Function<ChannelsLastGroupNorm> 
   static variable_list backward(AutogradContext* ctx, variable_list grads) {
     const auto saved = ctx->get_saved_variables();
     const auto &x = saved[0], &weight = saved[1], &mean = saved[2], &rstd = saved[3];
-    const int64_t groups = ctx->saved_data["groups"].toInt();
+    const int64_t groups = mean.size(1);
     if (!grads[0].defined()) return variable_list(5);
     const auto dy = grads[0].contiguous(torch::MemoryFormat::ChannelsLast);
     const auto l = layout_of(x, groups);

@@ -1,12 +1,11 @@
 #pragma once
 // GroupNorm as torch::nn::GroupNorm (the same parameters, names and arithmetic), with a CPU
 // path of its own for channels-last float inputs. ATen's channels-last CPU kernels read
-// each group's few channels at a stride of C. A RetinaNet head's GroupNorm, forward and
-// backward on 2 cores (bench: a 16x128xHxW map, 32 groups; ATen channels-last, this path,
-// ATen on the same map contiguous): 8x8 1.28, 0.13, 0.11 ms; 16x16 5.5, 1.2, 0.57 ms; 32x32
-// 13.9, 3.2, 2.8 ms. This path sums whole pixel rows per channel: one pass for the
-// statistics and one for the output, as many backward. Elsewhere (a GPU, contiguous
-// inputs, other dtypes) it is torch::group_norm.
+// each group's few channels at a stride of C; this path sums whole pixel rows per channel:
+// one pass for the statistics and one for the output, as many backward. Forward and
+// backward of a RetinaNet head's 16x128x16x16 map, 32 groups, 2 cores (bench_group_norm):
+// 0.78 ms here, 5.4 ms in ATen channels-last, 0.55 ms in ATen for the map contiguous.
+// Elsewhere (a GPU, contiguous inputs, other dtypes) it is torch::group_norm.
 #include <torch/nn/cloneable.h>
 
 #include "core/norm_layer.h"
