@@ -3,6 +3,7 @@
 #include <torch/torch.h>
 
 #include "distributed/batchnorm_math.h"
+#include "distributed/batchnorm_relu.h"
 #include "distributed/process_group.h"
 #include "core/error.h"
 #include "core/sequential.h"
@@ -165,13 +166,28 @@ SyncBatchNormImpl::SyncBatchNormImpl(int64_t num_features_, double eps_, double 
       register_buffer("num_batches_tracked", given(num_batches_tracked_, torch::zeros({}, torch::kLong)));
 }
 
-torch::Tensor SyncBatchNormImpl::forward(const torch::Tensor& x) {
+void SyncBatchNormImpl::begin_batch(const torch::Tensor& x) {
   if (x.dim() < 2 || x.size(1) != num_features)
     throw Error("SyncBatchNorm: expected input [N, " + std::to_string(num_features) + ", ...], got " + c10::str(x.sizes()));
   if (is_training() && (!sync_ || sync_->counts_batches())) {  // as torch::nn::BatchNorm counts
     torch::NoGradGuard no_grad;
     num_batches_tracked.add_(1);
   }
+}
+
+torch::Tensor SyncBatchNormImpl::forward_relu(const torch::Tensor& x, const torch::Tensor& residual) {
+  // In training the fused kernel has a backward (but no peers to meet); in evaluation none.
+  const bool fuses = is_training() ? !sync_ || !sync_->has_peers() : !torch::GradMode::is_enabled();
+  if (!fuses || !fused_batchnorm_relu_applies(*this, x, residual)) {
+    const auto y = forward(x);
+    return torch::relu(residual.defined() ? y + residual : y);
+  }
+  begin_batch(x);
+  return fused_batchnorm_relu(*this, x, residual);
+}
+
+torch::Tensor SyncBatchNormImpl::forward(const torch::Tensor& x) {
+  begin_batch(x);
   if (!is_training() || !sync_ || !sync_->has_peers())
     return torch::batch_norm(x, weight, bias, running_mean, running_var, is_training(), momentum, eps,
                              /*cudnn_enabled=*/true);

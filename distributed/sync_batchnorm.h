@@ -48,6 +48,10 @@ struct SyncBatchNormImpl : torch::nn::Cloneable<SyncBatchNormImpl>, NormLayer {
   SyncBatchNormImpl(int64_t num_features, double eps, double momentum, torch::Tensor weight, torch::Tensor bias,
                     torch::Tensor running_mean, torch::Tensor running_var, torch::Tensor num_batches_tracked);
   torch::Tensor forward(const torch::Tensor& x);
+  // relu(forward(x) + residual), residual optional: a ResNet block's ending. For channels-last
+  // float input on the CPU, in training without peers or in evaluation without gradients, one
+  // kernel each way (distributed/batchnorm_relu.h) instead of BatchNorm's, the add's and ReLU's.
+  torch::Tensor forward_relu(const torch::Tensor& x, const torch::Tensor& residual = {});
   // Statistics over every process of `comm`'s group.
   void set_communicator(const std::shared_ptr<Communicator>& comm);
   void set_sync(std::shared_ptr<BatchNormSync> sync) { sync_ = std::move(sync); }
@@ -59,6 +63,8 @@ struct SyncBatchNormImpl : torch::nn::Cloneable<SyncBatchNormImpl>, NormLayer {
   torch::Tensor weight, bias, running_mean, running_var, num_batches_tracked;
 
  private:
+  // Checks x's channels and counts the batch in num_batches_tracked (in training).
+  void begin_batch(const torch::Tensor& x);
   std::shared_ptr<BatchNormSync> sync_;
 };
 TORCH_MODULE(SyncBatchNorm);

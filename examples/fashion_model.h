@@ -2,7 +2,7 @@
 // The small residual network of the Fashion-MNIST examples (and of the Python peer in
 // bench/fashion_mnist_peer.py): a conv stem, four residual blocks halving the
 // resolution and doubling the width, global pooling and a linear classifier.
-// The blocks hold SyncBatchNorm: plain BatchNorm in one process, synchronized under
+// The stem and blocks hold SyncBatchNorm: plain BatchNorm in one process, synchronized under
 // to_distributed and to_parallel (a torch::nn::BatchNorm2d member could not be swapped
 // for it), and are Cloneable, so that to_parallel can copy them onto each device.
 #include <fastcpp.h>
@@ -22,10 +22,12 @@ struct ResBlockImpl : torch::nn::Cloneable<ResBlockImpl> {
     if (stride != 1) pool = register_module("pool", torch::nn::AvgPool2d(torch::nn::AvgPool2dOptions(2).ceil_mode(true)));
     if (in != out) idconv = register_module("idconv", torch::nn::Conv2d(torch::nn::Conv2dOptions(in, out, 1).bias(false)));
   }
+  // relu(bn2(conv2(relu(bn1(conv1(x))))) + shortcut), each BatchNorm with what follows it in
+  // one kernel on the CPU (forward_relu).
   torch::Tensor forward(const torch::Tensor& x) {
-    auto residual = bn2(conv2(torch::relu(bn1(conv1(x)))));
-    auto shortcut = pool ? pool(x) : x;
-    return torch::relu(residual + (idconv ? idconv(shortcut) : shortcut));
+    const auto hidden = bn1->forward_relu(conv1(x));
+    const auto shortcut = pool ? pool(x) : x;
+    return bn2->forward_relu(conv2(hidden), idconv ? idconv(shortcut) : shortcut);
   }
   int64_t in, out, stride;
   torch::nn::Conv2d conv1{nullptr};
@@ -37,8 +39,22 @@ struct ResBlockImpl : torch::nn::Cloneable<ResBlockImpl> {
 };
 TORCH_MODULE(ResBlock);
 
+// The stem: a 3x3 conv, then BatchNorm and ReLU in one kernel on the CPU.
+struct StemImpl : torch::nn::Cloneable<StemImpl> {
+  StemImpl(int64_t in, int64_t out) : in(in), out(out) { reset(); }
+  void reset() override {
+    conv = register_module("conv", conv3x3(in, out, 1));
+    bn = register_module("bn", fastcpp::distributed::SyncBatchNorm(out));
+  }
+  torch::Tensor forward(const torch::Tensor& x) { return bn->forward_relu(conv(x)); }
+  int64_t in, out;
+  torch::nn::Conv2d conv{nullptr};
+  fastcpp::distributed::SyncBatchNorm bn{nullptr};
+};
+TORCH_MODULE(Stem);
+
 inline torch::nn::Sequential make_model() {
-  return torch::nn::Sequential(conv3x3(1, 16, 1), torch::nn::BatchNorm2d(16), torch::nn::ReLU(),  // 28x28
+  return torch::nn::Sequential(Stem(1, 16),           // 28x28
                                ResBlock(16, 32, 2),                                                 // 14x14
                                ResBlock(32, 64, 2),                                                 // 7x7
                                ResBlock(64, 128, 2),                                                // 4x4

@@ -192,6 +192,87 @@ TEST_SUITE("distributed") {
     check_synced_arithmetic_equals_batchnorm(torch::kFloat, at::MemoryFormat::ChannelsLast, 1e-5, 1e-6);
   }
 
+  TEST_CASE("SyncBatchNorm's forward_relu equals relu(BatchNorm + residual), its fused channels-last CPU kernel included") {
+    struct Case {
+      std::vector<int64_t> shape;
+      bool residual;
+    };
+    // Small maps (one span of rows), a map of 1x1 (channels-last and contiguous at once), and
+    // maps large enough to be cut into a span per thread.
+    for (const auto& [shape, with_residual] : std::vector<Case>{{{4, 16, 5, 7}, true},
+                                                               {{3, 8, 1, 9}, false},
+                                                               {{6, 24, 1, 1}, true},
+                                                               {{8, 64, 12, 12}, true},
+                                                               {{16, 32, 14, 14}, false}}) {
+      for (const bool channels_last : {true, false}) {
+        for (const bool training : {true, false}) {
+          CAPTURE(shape);
+          CAPTURE(channels_last);
+          CAPTURE(training);
+          torch::manual_seed(0);
+          distributed::SyncBatchNorm bn(shape[1]);
+          torch::nn::BatchNorm2d reference(shape[1]);
+          {
+            torch::NoGradGuard no_grad;
+            for (auto* layer : std::vector<torch::nn::Module*>{bn.get(), reference.get()}) {
+              torch::manual_seed(1);  // the same values in both layers
+              for (auto& t : layer->parameters()) t.normal_();
+              layer->named_buffers()["running_mean"].normal_();
+              layer->named_buffers()["running_var"].uniform_(0.5, 2);
+            }
+          }
+          bn->train(training);
+          reference->train(training);
+          const auto format = channels_last ? torch::MemoryFormat::ChannelsLast : torch::MemoryFormat::Contiguous;
+          // An offset mean, as after a convolution, and a gradient of the output's shape.
+          const auto input = (torch::randn(shape) * 3 + 5).contiguous(format);
+          const auto shortcut = with_residual ? torch::randn(shape).contiguous(format) : torch::Tensor();
+          const auto dy = torch::randn(shape).contiguous(torch::MemoryFormat::ChannelsLast);
+          auto x = input.clone().requires_grad_(true), reference_x = input.clone().requires_grad_(true);
+          auto residual = with_residual ? shortcut.clone().requires_grad_(true) : torch::Tensor();
+          auto reference_residual = with_residual ? shortcut.clone().requires_grad_(true) : torch::Tensor();
+
+          OperatorCount count;
+          count.start();
+          const auto y = bn->forward_relu(x, residual);
+          y.backward(dy);
+          const auto calls = count.stop();
+          // In training, channels-last (a 1x1 map is that too) takes the fused kernel: none of
+          // ATen's BatchNorm or ReLU. In evaluation with gradients it cannot (it has no backward).
+          const bool fused = training && (channels_last || shape[2] * shape[3] == 1);
+          CHECK((calls.count("aten::native_batch_norm") == 0) == fused);
+          CHECK((calls.count("aten::threshold_backward") == 0) == fused);
+          if (!training) {  // without gradients it does, and gives the same output
+            torch::NoGradGuard no_grad;
+            OperatorCount inference_count;
+            inference_count.start();
+            const auto inferred = bn->forward_relu(input, shortcut);
+            CHECK((inference_count.stop().count("aten::native_batch_norm") == 0) ==
+                  (channels_last || shape[2] * shape[3] == 1));
+            CHECK(torch::allclose(inferred, y, 1e-5, 1e-5));
+          }
+
+          auto z = reference(reference_x);
+          const auto expected = torch::relu(with_residual ? z + reference_residual : z);
+          expected.backward(dy);
+          CHECK(y.is_contiguous(x.suggest_memory_format()));
+          CHECK(torch::allclose(y, expected, 1e-5, 1e-5));
+          CHECK(torch::allclose(x.grad(), reference_x.grad(), 1e-4, 1e-5));
+          if (with_residual) CHECK(torch::equal(residual.grad(), reference_residual.grad()));
+          CHECK(torch::allclose(bn->weight.grad(), reference->weight.grad(), 1e-4, 1e-4));
+          CHECK(torch::allclose(bn->bias.grad(), reference->bias.grad(), 1e-4, 1e-4));
+          CHECK(torch::allclose(bn->running_mean, reference->running_mean, 1e-6, 1e-6));
+          CHECK(torch::allclose(bn->running_var, reference->running_var, 1e-6, 1e-6));
+          CHECK(bn->num_batches_tracked.item<int64_t>() == reference->num_batches_tracked.item<int64_t>());
+        }
+      }
+    }
+    // A batch of one value per channel is ATen's error, as BatchNorm's.
+    distributed::SyncBatchNorm bn(3);
+    CHECK(!error_of([&] { bn->forward_relu(torch::randn({1, 3, 1, 1}).contiguous(torch::MemoryFormat::ChannelsLast)); })
+               .empty());
+  }
+
   TEST_CASE("BatchNorm layers that cannot be swapped are named") {
     struct BlockImpl : torch::nn::Module {
       BlockImpl() { bn = register_module("bn", torch::nn::BatchNorm2d(4)); }

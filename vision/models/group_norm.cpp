@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "core/error.h"
+#include "core/row_loop.h"
 
 namespace fastcpp::vision {
 namespace {
@@ -25,9 +26,6 @@ Layout layout_of(const torch::Tensor& x, int64_t groups) {
   const int64_t n = x.size(0), c = x.size(1);
   return {n, c, x.numel() / (n * c), groups, c / groups};
 }
-
-// The row loops below are built for AVX2 as well as the baseline, and the CPU picks.
-#define FASTCPP_ROW_LOOP __attribute__((target_clones("avx2", "default")))
 
 // Per sample, each channel's sums over the rows (of a, and of a * b where b is given), in
 // double: the rows are added whole, C values at a time, which is what makes this fast. Each

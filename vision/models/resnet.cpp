@@ -51,9 +51,8 @@ void BasicBlockImpl::reset() {
 }
 
 torch::Tensor BasicBlockImpl::forward(const torch::Tensor& x) {
-  auto out = torch::relu(bn1(conv1(x)));
-  out = bn2(conv2(out));
-  return torch::relu(out + (downsample ? downsample->forward(x) : x));
+  const auto out = bn1->forward_relu(conv1(x));
+  return bn2->forward_relu(conv2(out), downsample ? downsample->forward(x) : x);
 }
 
 BottleneckImpl::BottleneckImpl(int64_t in, int64_t planes, int64_t stride) : in(in), planes(planes), stride(stride) {
@@ -71,10 +70,9 @@ void BottleneckImpl::reset() {
 }
 
 torch::Tensor BottleneckImpl::forward(const torch::Tensor& x) {
-  auto out = torch::relu(bn1(conv1(x)));
-  out = torch::relu(bn2(conv2(out)));
-  out = bn3(conv3(out));
-  return torch::relu(out + (downsample ? downsample->forward(x) : x));
+  auto out = bn1->forward_relu(conv1(x));
+  out = bn2->forward_relu(conv2(out));
+  return bn3->forward_relu(conv3(out), downsample ? downsample->forward(x) : x);
 }
 
 ResNetImpl::ResNetImpl(std::vector<int64_t> blocks, bool bottleneck, ResNetOptions options)
