@@ -19,7 +19,7 @@ struct ResBlockImpl : torch::nn::Cloneable<ResBlockImpl> {
     bn1 = register_module("bn1", fastcpp::distributed::SyncBatchNorm(out));
     conv2 = register_module("conv2", conv3x3(out, out, 1));
     bn2 = register_module("bn2", fastcpp::distributed::SyncBatchNorm(out));
-    if (stride != 1) pool = register_module("pool", torch::nn::AvgPool2d(torch::nn::AvgPool2dOptions(2).ceil_mode(true)));
+    if (stride != 1) pool = register_module("pool", fastcpp::vision::AvgPool(2, /*ceil_mode=*/true));
     if (in != out) idconv = register_module("idconv", torch::nn::Conv2d(torch::nn::Conv2dOptions(in, out, 1).bias(false)));
   }
   // relu(bn2(conv2(relu(bn1(conv1(x))))) + shortcut), each BatchNorm with what follows it in
@@ -34,7 +34,7 @@ struct ResBlockImpl : torch::nn::Cloneable<ResBlockImpl> {
   fastcpp::distributed::SyncBatchNorm bn1{nullptr};
   torch::nn::Conv2d conv2{nullptr};
   fastcpp::distributed::SyncBatchNorm bn2{nullptr};
-  torch::nn::AvgPool2d pool{nullptr};
+  fastcpp::vision::AvgPool pool{nullptr};
   torch::nn::Conv2d idconv{nullptr};
 };
 TORCH_MODULE(ResBlock);

@@ -317,6 +317,47 @@ TEST_SUITE("models") {
     CHECK(error_of([] { vision::GroupNorm(32, 48); }) == "GroupNorm: 48 channels do not split into 32 groups");
   }
 
+  TEST_CASE("AvgPool equals torch's avg_pool2d (stride = kernel), its own channels-last CPU path included") {
+    struct Case {
+      std::vector<int64_t> shape;
+      int64_t kernel;
+      bool ceil_mode;
+    };
+    // Whole windows; a last, partial window (7x7 -> 4x4); an edge that floor mode drops; a
+    // kernel of 3 on uneven sides.
+    for (const auto& [shape, kernel, ceil_mode] : std::vector<Case>{{{4, 16, 28, 28}, 2, true},
+                                                                   {{2, 8, 7, 7}, 2, true},
+                                                                   {{2, 8, 7, 7}, 2, false},
+                                                                   {{3, 5, 9, 7}, 3, true},
+                                                                   {{3, 5, 9, 7}, 3, false}}) {
+      for (const bool channels_last : {true, false}) {
+        CAPTURE(shape);
+        CAPTURE(kernel);
+        CAPTURE(ceil_mode);
+        CAPTURE(channels_last);
+        torch::manual_seed(0);
+        const auto input = torch::randn(shape).contiguous(
+            channels_last ? torch::MemoryFormat::ChannelsLast : torch::MemoryFormat::Contiguous);
+        auto x = input.clone().requires_grad_(true), reference_x = input.clone().requires_grad_(true);
+        vision::AvgPool pool(kernel, ceil_mode);
+        OperatorCount count;
+        count.start();
+        const auto y = pool(x);
+        const auto dy = torch::randn_like(y);
+        y.backward(dy);
+        CHECK((count.stop().count("aten::avg_pool2d") == 0) == channels_last);
+        const auto expected = torch::avg_pool2d(reference_x, kernel, kernel, 0, ceil_mode);
+        expected.backward(dy);
+        // The same sums in the same order: equal to the bit.
+        CHECK(y.sizes() == expected.sizes());
+        CHECK(y.is_contiguous(x.suggest_memory_format()));
+        CHECK(torch::equal(y, expected));
+        CHECK(torch::equal(x.grad(), reference_x.grad()));
+      }
+    }
+    CHECK(error_of([] { vision::AvgPool(0); }) == "AvgPool: the kernel must be at least 1, got 0");
+  }
+
   TEST_CASE("create_head is fastai's: concat pool, BatchNorm, dropout, bias-free linears") {
     auto head = vision::create_head(512, 10);
     std::vector<std::string> names;

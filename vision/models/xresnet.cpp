@@ -8,6 +8,7 @@
 #include <torch/nn/modules/pooling.h>
 
 #include "core/error.h"
+#include "vision/models/avg_pool.h"
 
 namespace fastcpp::vision {
 namespace {
@@ -48,7 +49,7 @@ void ResBlockImpl::reset() {
   convpath = register_module("convpath", convs);
   Stage shortcut;
   if (stride != 1)
-    shortcut->push_back(torch::nn::AvgPool2d(torch::nn::AvgPool2dOptions(stride).ceil_mode(true)));
+    shortcut->push_back(AvgPool(stride, /*ceil_mode=*/true));
   if (in != out) shortcut->push_back(conv_layer(in, out, 1, 1, Norm::one, /*act=*/false));
   idpath = register_module("idpath", shortcut);
 }
