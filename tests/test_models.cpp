@@ -358,6 +358,60 @@ TEST_SUITE("models") {
     CHECK(error_of([] { vision::AvgPool(0); }) == "AvgPool: the kernel must be at least 1, got 0");
   }
 
+  TEST_CASE("ResNets and XResNets in channels-last (BatchNorm+ReLU fused, own pooling) train as in contiguous") {
+    struct Case {
+      std::string name;
+      std::function<torch::nn::Sequential()> make;
+      std::vector<int64_t> input;
+      int64_t unfused;  // BatchNorms with no ReLU after them: they stay ATen's
+    };
+    // Small inputs and shallow nets: a deep net from random weights on a small batch turns
+    // rounding into gradients apart by 10% (ResNet-50 does, contiguous against channels-last,
+    // with ATen's kernels alone), so the Bottleneck is checked as a block.
+    const std::vector<Case> cases{
+        {"resnet18", [] { return torch::nn::Sequential(vision::resnet18({.num_classes = 5})); }, {4, 3, 40, 40}, 4},
+        {"bottleneck", [] { return torch::nn::Sequential(vision::Bottleneck(128, 64, 2)); }, {4, 128, 9, 9}, 1},
+        {"xresnet18", [] { return vision::xresnet18({.n_out = 5}); }, {4, 3, 40, 40}, 3},
+        {"xresnet50", [] { return vision::xresnet50({.n_out = 5}); }, {4, 3, 40, 40}, 4}};
+    for (const auto& [name, make, shape, unfused] : cases) {
+      CAPTURE(name);
+      torch::manual_seed(0);
+      auto model = make();
+      {
+        torch::NoGradGuard no_grad;  // ResNet's BatchNorms start at weight 1, bias 0: other values
+        for (const auto& p : model->named_parameters())
+          if (p.key().find("bn") != std::string::npos) p.value().uniform_(0.5, 1.5);
+      }
+      const auto twin = std::dynamic_pointer_cast<torch::nn::SequentialImpl>(model->clone());
+      const auto input = torch::randn(shape);
+      // One training step's forward and backward; the dispatched BatchNorm kernels counted.
+      const auto run = [&](torch::nn::SequentialImpl& m, const torch::Tensor& x) {
+        OperatorCount count;
+        count.start();
+        const auto out = m.forward(x);
+        (out * torch::randn_like(out, torch::MemoryFormat::Contiguous)).sum().backward();
+        return count.stop()["aten::native_batch_norm"];
+      };
+      torch::manual_seed(1);
+      const auto contiguous_calls = run(*model, input);
+      torch::manual_seed(1);
+      const auto channels_last_calls = run(*twin, input.contiguous(torch::MemoryFormat::ChannelsLast));
+      CHECK(channels_last_calls == unfused);
+      CHECK(contiguous_calls > unfused);
+      const auto expected = model->named_parameters();
+      for (const auto& p : twin->named_parameters()) {
+        CAPTURE(p.key());
+        const auto& reference = expected[p.key()].grad();
+        CHECK(torch::allclose(p.value().grad(), reference, 1e-4, 1e-4 * reference.abs().max().item<double>()));
+      }
+      const auto expected_buffers = model->named_buffers();
+      for (const auto& b : twin->named_buffers()) {
+        CAPTURE(b.key());
+        CHECK(torch::allclose(b.value(), expected_buffers[b.key()], 1e-4, 1e-5));
+      }
+    }
+  }
+
   TEST_CASE("create_head is fastai's: concat pool, BatchNorm, dropout, bias-free linears") {
     auto head = vision::create_head(512, 10);
     std::vector<std::string> names;

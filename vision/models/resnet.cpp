@@ -32,6 +32,20 @@ Stage make_stage(int64_t& in, int64_t planes, int64_t blocks, int64_t stride) {
 
 }  // namespace
 
+torch::Tensor StageImpl::forward(const torch::Tensor& x) {
+  auto out = x;
+  for (size_t i = 0; i < size(); ++i) {
+    auto* bn = ptr(i)->as<distributed::SyncBatchNormImpl>();
+    if (bn && i + 1 < size() && ptr(i + 1)->as<torch::nn::ReLUImpl>()) {
+      out = bn->forward_relu(out);
+      ++i;
+    } else {
+      out = begin()[i].forward(out);
+    }
+  }
+  return out;
+}
+
 std::shared_ptr<torch::nn::Module> StageImpl::clone(const std::optional<torch::Device>& device) const {
   auto copy = std::make_shared<StageImpl>();
   clone_layers_into(*copy, *this, device);

@@ -69,10 +69,11 @@ struct BottleneckImpl : torch::nn::Cloneable<BottleneckImpl> {
 TORCH_MODULE(Bottleneck);
 
 // A stage (layer1 ... layer4): blocks in a row. A Sequential with a plain forward, so
-// that it can sit inside another Sequential (the body).
+// that it can sit inside another Sequential (the body). A SyncBatchNorm followed by a ReLU
+// runs as SyncBatchNorm::forward_relu (one kernel each way on the CPU).
 struct StageImpl : torch::nn::SequentialImpl {
   using SequentialImpl::SequentialImpl;
-  torch::Tensor forward(const torch::Tensor& x) { return SequentialImpl::forward(x); }
+  torch::Tensor forward(const torch::Tensor& x);
   // A Stage with its layers' names (SequentialImpl's clone makes a Sequential of "0", "1", ...).
   std::shared_ptr<torch::nn::Module> clone(const std::optional<torch::Device>& device = std::nullopt) const override;
 };

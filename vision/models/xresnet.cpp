@@ -55,7 +55,15 @@ void ResBlockImpl::reset() {
 }
 
 torch::Tensor ResBlockImpl::forward(const torch::Tensor& x) {
-  return torch::relu(convpath->forward(x) + (idpath->is_empty() ? x : idpath->forward(x)));
+  const auto shortcut = idpath->is_empty() ? x : idpath->forward(x);
+  // relu(convpath(x) + shortcut), the last ConvLayer's BatchNorm taking the add and the ReLU
+  // (forward_relu: one kernel each way on the CPU).
+  auto out = x;
+  const size_t layers = convpath->size();
+  for (size_t i = 0; i + 1 < layers; ++i) out = convpath->begin()[i].forward(out);
+  const auto last = convpath->ptr<StageImpl>(layers - 1);  // conv, BatchNorm
+  out = last->begin()[0].forward(out);
+  return last->ptr<distributed::SyncBatchNormImpl>(1)->forward_relu(out, shortcut);
 }
 
 torch::nn::Sequential xresnet(int64_t expansion, const std::vector<int64_t>& blocks, XResNetOptions o) {
