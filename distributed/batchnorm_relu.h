@@ -1,11 +1,10 @@
 #pragma once
-// relu(batch_norm(x) + residual) in training, as one kernel each way, for channels-last float
-// input on the CPU: what a ResNet block ends with (and, without the residual, what follows its
-// first convolution). ATen takes three passes over the data forward (statistics, normalization,
-// ReLU; the add a fourth) and four backward (ReLU's gradient, two for BatchNorm's, the
-// residual's gradient accumulated); this takes two each way, and one dispatch instead of
-// three. SyncBatchNorm::forward_relu calls it when it applies; the arithmetic is ATen's,
-// with each channel's sums in double.
+// relu(batch_norm(x) + residual) as one kernel each way, for channels-last float input on the
+// CPU: what a ResNet block ends with (and, without the residual, what follows its first
+// convolution). ATen takes three passes over the data forward (statistics, normalization,
+// ReLU; the add a fourth) and three backward (ReLU's gradient, two for BatchNorm's); this
+// takes two each way, and one dispatch instead of two or three. SyncBatchNorm::forward_relu
+// calls it where it applies; the arithmetic is ATen's, with each channel's sums in double.
 #include <torch/types.h>
 
 namespace fastcpp::distributed {
