@@ -54,10 +54,10 @@ struct StemImpl : torch::nn::Cloneable<StemImpl> {
 TORCH_MODULE(Stem);
 
 inline torch::nn::Sequential make_model() {
-  return torch::nn::Sequential(Stem(1, 16),           // 28x28
-                               ResBlock(16, 32, 2),                                                 // 14x14
-                               ResBlock(32, 64, 2),                                                 // 7x7
-                               ResBlock(64, 128, 2),                                                // 4x4
-                               ResBlock(128, 256, 2),                                               // 2x2
+  return torch::nn::Sequential(Stem(1, 16),            // 28x28
+                               ResBlock(16, 32, 2),    // 14x14
+                               ResBlock(32, 64, 2),    // 7x7
+                               ResBlock(64, 128, 2),   // 4x4
+                               ResBlock(128, 256, 2),  // 2x2
                                torch::nn::AdaptiveAvgPool2d(1), torch::nn::Flatten(), torch::nn::Linear(256, 10));
 }
