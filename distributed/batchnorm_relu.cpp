@@ -95,8 +95,8 @@ FASTCPP_ROW_LOOP void shifted_sums(const float* __restrict x, int64_t rows, int6
   }
 }
 
-// Over `count` values: out = max((x - mean) * scale + bias + residual, 0), residual optional;
-// the per-lane constants repeat every `width` values.
+// Over `rows` rows of `width` values: out = max((x - mean) * scale + bias + residual, 0),
+// residual optional.
 FASTCPP_ROW_LOOP void normalize_add_relu(const float* __restrict x, const float* __restrict residual, int64_t rows,
                                          int64_t width, const float* __restrict mean, const float* __restrict scale,
                                          const float* __restrict bias, float* __restrict out) {
@@ -125,19 +125,11 @@ FASTCPP_ROW_LOOP void gradient_sums(const float* __restrict dy, const float* __r
     std::fill_n(p, width, 0.0f);
     for (int64_t r = first; r < std::min(first + kBlock, rows); ++r) {
       const int64_t at = r * width;
-      if (dz_out) {
-        for (int64_t i = 0; i < width; ++i) {
-          const float d = y[at + i] > 0.0f ? dy[at + i] : 0.0f;
-          dz_out[at + i] = d;
-          s[i] += d;
-          p[i] += d * (x[at + i] - mean[i]);
-        }
-      } else {
-        for (int64_t i = 0; i < width; ++i) {
-          const float d = y[at + i] > 0.0f ? dy[at + i] : 0.0f;
-          s[i] += d;
-          p[i] += d * (x[at + i] - mean[i]);
-        }
+      for (int64_t i = 0; i < width; ++i) {
+        const float d = y[at + i] > 0.0f ? dy[at + i] : 0.0f;
+        if (dz_out) dz_out[at + i] = d;  // the compiler takes the test out of the loop
+        s[i] += d;
+        p[i] += d * (x[at + i] - mean[i]);
       }
     }
     for (int64_t i = 0; i < width; ++i) sum_dz[i] += s[i], sum_dz_xmu[i] += p[i];
