@@ -4,7 +4,10 @@
 //   add and ReLU: the Fashion-MNIST example's nine BatchNorms (batch 128);
 // - AvgPool (vision::AvgPool, 2x2, ceil_mode) against ATen's avg_pool2d: its four shortcut pools;
 // - GroupNorm (vision::GroupNorm) against ATen's GroupNorm channels-last and contiguous: a
-//   RetinaNet head's 16x128xHxW map, 32 groups, at each FPN size.
+//   RetinaNet head's 16x128xHxW map, 32 groups, at each FPN size;
+// - convolutions over maps smaller than the kernel's reach (vision::conv2d, one matrix
+//   product) against ATen's (oneDNN's): the example's last 3x3 over 2x2, a RetinaNet head's
+//   convolutions at its 2x2 level and its P7 convolution (2x2 to 1x1).
 //
 //   bench_cpu_kernels [--threads 2] [--steps 50]
 //
@@ -109,12 +112,34 @@ void group_norm(int steps) {
   }
 }
 
+void small_map_conv(int steps) {
+  std::printf("3x3 convolutions over maps smaller than the kernel's reach:\n");
+  struct Map {
+    const char* what;
+    int64_t batch, channels, size, stride;
+    bool bias;
+  };
+  for (const auto& [what, batch, channels, size, stride, bias] :
+       std::vector<Map>{{"the example's last (128x256x2x2)", 128, 256, 2, 1, false},
+                        {"a head's at 2x2 (16x128x2x2, bias)", 16, 128, 2, 1, true},
+                        {"P7, stride 2 (16x128x2x2 to 1x1, bias)", 16, 128, 2, 2, true}}) {
+    torch::nn::Conv2d conv(torch::nn::Conv2dOptions(channels, channels, 3).stride(stride).padding(1).bias(bias));
+    conv->weight.set_data(conv->weight.contiguous(torch::MemoryFormat::ChannelsLast));
+    const auto x = channels_last_map({batch, channels, size, size});
+    std::vector<torch::Tensor> parameters = conv->parameters();
+    parameters.push_back(x);
+    const double ours_ms = time_ms([&](const torch::Tensor& in) { return vision::conv2d(*conv, in); }, x, steps, parameters);
+    const double aten_ms = time_ms([&](const torch::Tensor& in) { return conv(in); }, x, steps, parameters);
+    std::printf("  %s: fastcpp %.3f ms, ATen %.3f ms, ratio %.3f\n", what, ours_ms, aten_ms, ours_ms / aten_ms);
+  }
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
   int threads = 2, steps = 50;
   CommandLine cli("bench_cpu_kernels", "The library's channels-last CPU kernels (BatchNorm + add + ReLU, AvgPool, "
-                                       "GroupNorm) against ATen's on the same maps: forward and backward.");
+                                       "GroupNorm, small-map convolutions) against ATen's on the same maps: forward and backward.");
   cli.flag("--threads", threads, "CPU threads").range(1, 4096);
   cli.flag("--steps", steps, "timed steps a cell").range(1, 100000);
   cli.example("bench_cpu_kernels --threads 2");
@@ -124,4 +149,5 @@ int main(int argc, char** argv) {
   batchnorm_relu(steps);
   avg_pool(steps);
   group_norm(steps);
+  small_map_conv(steps);
 }

@@ -23,11 +23,12 @@ struct ResBlockImpl : torch::nn::Cloneable<ResBlockImpl> {
     if (in != out) idconv = register_module("idconv", torch::nn::Conv2d(torch::nn::Conv2dOptions(in, out, 1).bias(false)));
   }
   // relu(bn2(conv2(relu(bn1(conv1(x))))) + shortcut), each BatchNorm with what follows it in
-  // one kernel on the CPU (forward_relu).
+  // one kernel on the CPU (forward_relu); the last block's second convolution, over 2x2 maps, is
+  // one matrix product there (vision::conv2d).
   torch::Tensor forward(const torch::Tensor& x) {
-    const auto hidden = bn1->forward_relu(conv1(x));
+    const auto hidden = bn1->forward_relu(fastcpp::vision::conv2d(*conv1, x));
     const auto shortcut = pool ? pool(x) : x;
-    return bn2->forward_relu(conv2(hidden), idconv ? idconv(shortcut) : shortcut);
+    return bn2->forward_relu(fastcpp::vision::conv2d(*conv2, hidden), idconv ? idconv(shortcut) : shortcut);
   }
   int64_t in, out, stride;
   torch::nn::Conv2d conv1{nullptr};

@@ -358,6 +358,64 @@ TEST_SUITE("models") {
     CHECK(error_of([] { vision::AvgPool(0); }) == "AvgPool: the kernel must be at least 1, got 0");
   }
 
+  TEST_CASE("A convolution over a map smaller than its kernel's reach equals torch's, as one matrix product on the CPU") {
+    struct Case {
+      std::string what;
+      int64_t in, out, kernel, stride, padding, h, w;
+      bool bias = false, channels_last_weight = true, contiguous_input = false, input_grad = true;
+      int64_t groups = 1, dilation = 1;
+      bool own_path = true;
+    };
+    const std::vector<Case> cases{
+        {"3x3 over 2x2", 16, 24, 3, 1, 1, 2, 2},
+        {"with a bias, a contiguous weight", 16, 24, 3, 1, 1, 2, 2, true, false},
+        {"stride 2: 2x2 to 1x1", 8, 12, 3, 2, 1, 2, 2, true},
+        {"5x5 at stride 2 over 3x3, a contiguous weight", 8, 12, 5, 2, 2, 3, 3, true, false},
+        {"2x1, the input without gradient", 8, 12, 3, 1, 1, 2, 1, false, true, false, false},
+        {"5x5 over 3x3", 4, 6, 5, 1, 2, 3, 3, true},
+        // torch's own convolution: too many pixels, one pixel, a contiguous map, groups, dilation.
+        {"3x3 over 3x3", 8, 8, 3, 1, 1, 3, 3, false, true, false, true, 1, 1, false},
+        {"3x3 over 1x1", 8, 8, 3, 1, 1, 1, 1, false, true, false, true, 1, 1, false},
+        {"contiguous 2x2", 8, 8, 3, 1, 1, 2, 2, false, true, true, true, 1, 1, false},
+        {"groups", 8, 8, 3, 1, 1, 2, 2, false, true, false, true, 2, 1, false},
+        {"dilation", 8, 8, 3, 1, 2, 2, 2, false, true, false, true, 1, 2, false}};
+    for (const auto& c : cases) {
+      CAPTURE(c.what);
+      torch::manual_seed(0);
+      torch::nn::Conv2d conv(torch::nn::Conv2dOptions(c.in, c.out, c.kernel)
+                                 .stride(c.stride)
+                                 .padding(c.padding)
+                                 .bias(c.bias)
+                                 .groups(c.groups)
+                                 .dilation(c.dilation));
+      if (c.channels_last_weight) conv->weight.set_data(conv->weight.contiguous(torch::MemoryFormat::ChannelsLast));
+      const auto input = torch::randn({5, c.in, c.h, c.w})
+                             .contiguous(c.contiguous_input ? torch::MemoryFormat::Contiguous
+                                                            : torch::MemoryFormat::ChannelsLast);
+      auto x = input.clone().requires_grad_(c.input_grad), reference_x = input.clone().requires_grad_(c.input_grad);
+      OperatorCount count;
+      count.start();
+      const auto y = vision::conv2d(*conv, x);
+      const auto dy = torch::randn_like(y);
+      y.backward(dy);
+      CHECK((count.stop().count("aten::convolution") == 0) == c.own_path);
+      const auto weight_grad = conv->weight.grad().clone();
+      const auto bias_grad = c.bias ? conv->bias.grad().clone() : torch::Tensor();
+      conv->zero_grad();
+      const auto expected = conv->forward(reference_x);  // torch's
+      expected.backward(dy);
+      CHECK(y.sizes() == expected.sizes());
+      CHECK(y.is_contiguous(expected.suggest_memory_format()));
+      CHECK(close(y, expected));
+      CHECK(x.grad().defined() == c.input_grad);
+      if (c.input_grad) CHECK(close(x.grad(), reference_x.grad()));
+      CHECK(close(weight_grad, conv->weight.grad()));
+      if (c.bias) CHECK(close(bias_grad, conv->bias.grad()));
+      torch::NoGradGuard no_grad;  // evaluation: the same path, nothing kept
+      CHECK(close(vision::conv2d(*conv, x), expected));
+    }
+  }
+
   TEST_CASE("ResNets and XResNets in channels-last (BatchNorm+ReLU fused, own pooling) train as in contiguous") {
     struct Case {
       std::string name;

@@ -9,6 +9,7 @@
 
 #include "core/error.h"
 #include "core/sequential.h"
+#include "vision/models/small_map_conv.h"
 
 namespace fastcpp::vision {
 namespace {
@@ -36,11 +37,12 @@ const std::vector<std::string> kReturned{"layer2", "layer3", "layer4"};
 // PyTorch 2.11's bf16 convolutions on the CPU (oneDNN) give non-finite weight gradients now
 // and then for a 3x3 stride-2 conv of a 1x1 map (in Python too: 10 calls in 200, in about
 // half of the processes), which P6 and P7 meet on images of 64 pixels or less. There the
-// conv runs in float: it is one pixel.
+// conv runs in float: it is one pixel. Otherwise it is vision::conv2d (P7 over a 2x2 P6:
+// one matrix product on the CPU).
 torch::Tensor conv_of_map(torch::nn::Conv2d& conv, const torch::Tensor& x) {
   const bool cpu_bf16 = x.is_cpu() && at::autocast::is_autocast_enabled(at::kCPU) &&
                         at::autocast::get_autocast_dtype(at::kCPU) == at::kBFloat16;
-  if (!cpu_bf16 || x.size(-1) != 1 || x.size(-2) != 1) return conv(x);
+  if (!cpu_bf16 || x.size(-1) != 1 || x.size(-2) != 1) return conv2d(*conv, x);
   c10::impl::ExcludeDispatchKeyGuard no_autocast(c10::DispatchKey::AutocastCPU);
   return conv(x.to(torch::kFloat));
 }

@@ -11,6 +11,7 @@
 #include "core/error.h"
 #include "vision/detection/detector_output.h"
 #include "vision/models/group_norm.h"
+#include "vision/models/small_map_conv.h"
 
 namespace fastcpp::vision {
 namespace {
@@ -52,7 +53,7 @@ void RetinaNetBranchImpl::reset() {
 torch::Tensor RetinaNetBranchImpl::forward(const std::vector<torch::Tensor>& maps) {
   std::vector<torch::Tensor> per_map;
   for (const auto& map : maps) {
-    const auto y = final(conv->forward(map));
+    const auto y = conv2d(*final, conv->forward(map));
     const auto n = y.size(0), h = y.size(2), w = y.size(3);
     // [N, A * V, H, W] -> [N, H, W, A, V] -> [N, H * W * A, V]: anchors cell by cell, as the anchors are laid out
     per_map.push_back(y.view({n, anchors, per_anchor, h, w}).permute({0, 3, 4, 1, 2}).reshape({n, -1, per_anchor}));

@@ -6,6 +6,7 @@
 
 #include "core/error.h"
 #include "core/sequential.h"
+#include "vision/models/small_map_conv.h"
 
 namespace fastcpp::vision {
 namespace {
@@ -39,6 +40,8 @@ torch::Tensor StageImpl::forward(const torch::Tensor& x) {
     if (bn && i + 1 < size() && ptr(i + 1)->as<torch::nn::ReLUImpl>()) {
       out = bn->forward_relu(out);
       ++i;
+    } else if (auto* conv = ptr(i)->as<torch::nn::Conv2dImpl>()) {
+      out = conv2d(*conv, out);
     } else {
       out = begin()[i].forward(out);
     }
@@ -65,8 +68,8 @@ void BasicBlockImpl::reset() {
 }
 
 torch::Tensor BasicBlockImpl::forward(const torch::Tensor& x) {
-  const auto out = bn1->forward_relu(conv1(x));
-  return bn2->forward_relu(conv2(out), downsample ? downsample->forward(x) : x);
+  const auto out = bn1->forward_relu(conv2d(*conv1, x));
+  return bn2->forward_relu(conv2d(*conv2, out), downsample ? downsample->forward(x) : x);
 }
 
 BottleneckImpl::BottleneckImpl(int64_t in, int64_t planes, int64_t stride) : in(in), planes(planes), stride(stride) {
@@ -85,7 +88,7 @@ void BottleneckImpl::reset() {
 
 torch::Tensor BottleneckImpl::forward(const torch::Tensor& x) {
   auto out = bn1->forward_relu(conv1(x));
-  out = bn2->forward_relu(conv2(out));
+  out = bn2->forward_relu(conv2d(*conv2, out));
   return bn3->forward_relu(conv3(out), downsample ? downsample->forward(x) : x);
 }
 

@@ -70,7 +70,8 @@ TORCH_MODULE(Bottleneck);
 
 // A stage (layer1 ... layer4): blocks in a row. A Sequential with a plain forward, so
 // that it can sit inside another Sequential (the body). A SyncBatchNorm followed by a ReLU
-// runs as SyncBatchNorm::forward_relu (one kernel each way on the CPU).
+// runs as SyncBatchNorm::forward_relu (one kernel each way on the CPU), a Conv2d as
+// vision::conv2d (one matrix product over small maps on the CPU).
 struct StageImpl : torch::nn::SequentialImpl {
   using SequentialImpl::SequentialImpl;
   torch::Tensor forward(const torch::Tensor& x);
