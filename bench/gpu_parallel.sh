@@ -1,7 +1,10 @@
 #!/usr/bin/env bash
 # to_parallel on this machine's GPUs: bench_train_step (ResNet-18 fp32, then ResNet-50
 # fp16 channels-last) on one replica, on two replicas sharing cuda:0 (the overhead of the replica machinery),
-# and on every GPU when there are several (the scaling).
+# and on every GPU when there are several (the scaling). The two replicas on cuda:0 run twice,
+# with BatchNorm synchronized (the default) and each replica's its own, and one replica runs
+# the half batch a replica gets: what the synchronization costs, what the replication costs
+# without it, and what the smaller batch alone costs the GPU are then told apart.
 #
 #   bench/gpu_parallel.sh [--build build] [--traces DIR]
 #
@@ -34,6 +37,13 @@ for cell in "${cells[@]}"; do
   echo "2 replicas, 1 GPU:   $shared"
   awk -v a="$(rate "$one")" -v b="$(rate "$shared")" -v c="$arch $precision $layout" \
     'BEGIN {printf "to_parallel {cuda:0, cuda:0} %s: %.3fx the images/s of 1 replica (goal >= 0.85x)\n", c, b / a}'
+  unsynced=$("$bench" "${args[@]}" --parallel cuda:0,cuda:0 --sync-bn off)
+  echo "2 replicas, 1 GPU, BatchNorm unsynced: $unsynced"
+  bs=$(awk '{print $2}' <<<"$one")
+  half=$("$bench" "${args[@]}" --bs $((bs / 2)))
+  echo "1 replica, half the batch: $half"
+  awk -v a="$(rate "$one")" -v s="$(rate "$shared")" -v u="$(rate "$unsynced")" -v h="$(rate "$half")" \
+    'BEGIN {printf "  of the 2 replicas: unsynced %.3fx 1 replica, synced %.3fx unsynced; 1 replica on half the batch %.3fx the whole\n", u / a, s / u, h / a}'
   if [ "$gpus" -gt 1 ]; then
     every=$("$bench" "${args[@]}" --parallel all)
     echo "$gpus replicas, $gpus GPUs: $every"

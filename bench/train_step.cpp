@@ -9,6 +9,8 @@
 //                    [--graphs]        (learn.to_graphs(): the step recorded as a CUDA graph and replayed)
 //                    [--distributed]   (to_distributed: run it under a launcher, e.g. world 1 on NCCL)
 //                    [--parallel all|DEVICE,DEVICE...]  (to_parallel over these devices)
+//                    [--sync-bn on|off]  (to_parallel's BatchNorm synchronized over the replicas, or each its own)
+//                    [--bs N]   (the batch, instead of the arch's: 256 for ResNet-18, 128 for ResNet-50)
 //                    [--profile TRACE.json]  (PyTorch's profiler over the timed steps: the
 //                                             trace, and the kernels that took the most time)
 //                    [--list]   (the cells chosen, one "<arch> <precision> <layout>" a line)
@@ -100,8 +102,15 @@ struct Cell {
 const std::vector<std::string> kArchs{"resnet18", "resnet50"}, kPrecisions{"fp32", "tf32", "fp16", "bf16"},
     kLayouts{"contiguous", "channels-last"};
 
-std::string run(const Cell& cell, int warmup, int steps, bool graphs, bool distributed, const std::string& parallel,
-                const std::string& trace) {
+struct RunOptions {
+  int warmup = 5, steps = 20;
+  bool graphs = false, distributed = false;
+  std::string parallel, trace;
+  bool sync_bn = true;
+};
+
+std::string run(const Cell& cell, const RunOptions& options) {
+  const auto& [warmup, steps, graphs, distributed, parallel, trace, sync_bn] = options;
   const torch::Device device(torch::kCUDA, 0);
   const bool tf32 = cell.precision == "tf32";
   at::globalContext().setAllowTF32CuBLAS(tf32);
@@ -125,7 +134,7 @@ std::string run(const Cell& cell, int warmup, int steps, bool graphs, bool distr
   if (cell.layout == "channels-last") learn.to_channels_last();
   if (graphs) learn.to_graphs();
   if (distributed) learn.to_distributed();
-  if (!parallel.empty()) learn.to_parallel(parse_devices(parallel));
+  if (!parallel.empty()) learn.to_parallel(parse_devices(parallel), sync_bn);
   auto timer = learn.add_cb(StepTimer(warmup, steps, graphs, trace));
   learn.fit(1, 0.01);
   if (timer->seconds <= 0)
@@ -136,7 +145,7 @@ std::string run(const Cell& cell, int warmup, int steps, bool graphs, bool distr
   std::snprintf(line, sizeof line, "%s %lld %s %s %.1f img/s peak %.1f MiB", cell.arch.c_str(),
                 static_cast<long long>(cell.bs), cell.precision.c_str(), cell.layout.c_str(), images_per_s,
                 timer->peak_mib);
-  std::string result = line + (parallel.empty() ? "" : " parallel " + parallel);
+  std::string result = line + (parallel.empty() ? "" : " parallel " + parallel + (sync_bn ? "" : " BatchNorm unsynced"));
   // Under to_distributed, how many training batches all-reduced their gradients: the
   // overhead timed is DDP's only if all of them did.
   if (const auto trainer = learn.get_cb<distributed::DistributedTrainer>())
@@ -170,26 +179,31 @@ std::vector<std::string> choices(const std::string& value, std::vector<std::stri
 }  // namespace
 
 int main(int argc, char** argv) {
-  std::string arch = "all", precision = "all", layout = "all", parallel, trace;
-  int warmup = 5, steps = 20;
-  bool graphs = false, distributed = false, list = false, serve = false;
+  std::string arch = "all", precision = "all", layout = "all", sync_bn = "on";
+  RunOptions options;
+  int64_t bs = 0;
+  bool list = false, serve = false;
   CommandLine cli("bench_train_step", "Training-step throughput of the full Learner on a GPU: ResNet-18 (batch 256) "
                                       "and ResNet-50 (batch 128) on synthetic 224 px images resident there. One line "
                                       "per cell: arch, batch, precision, layout, img/s, peak MiB.");
   cli.flag("--arch", arch, "one architecture, or all").choices({"resnet18", "resnet50", "all"});
   cli.flag("--precision", precision, "one precision, or all").choices({"fp32", "tf32", "fp16", "bf16", "all"});
   cli.flag("--memory-format", layout, "one memory layout, or all").choices({"contiguous", "channels-last", "all"});
-  cli.flag("--warmup", warmup, "steps before the timed ones").range(0, 100000);
-  cli.flag("--steps", steps, "timed steps").range(1, 100000);
-  cli.option("--graphs", graphs, "learn.to_graphs(): each step after the first warm-up ones replayed as a CUDA graph");
-  cli.option("--distributed", distributed, "to_distributed (run it under a launcher, e.g. world 1 on NCCL)");
-  cli.flag("--parallel", parallel, "to_parallel over these devices: all, or DEVICE,DEVICE...");
-  cli.flag("--profile", trace, "PyTorch's profiler over the timed steps: the trace here, the top kernels printed");
+  cli.flag("--warmup", options.warmup, "steps before the timed ones").range(0, 100000);
+  cli.flag("--steps", options.steps, "timed steps").range(1, 100000);
+  cli.option("--graphs", options.graphs, "learn.to_graphs(): each step after the first warm-up ones replayed as a CUDA graph");
+  cli.option("--distributed", options.distributed, "to_distributed (run it under a launcher, e.g. world 1 on NCCL)");
+  cli.flag("--parallel", options.parallel, "to_parallel over these devices: all, or DEVICE,DEVICE...");
+  cli.flag("--sync-bn", sync_bn, "with --parallel: BatchNorm synchronized over the replicas (on), or each its own (off)")
+      .choices({"on", "off"});
+  cli.flag("--bs", bs, "the batch (0: the arch's, 256 for ResNet-18 and 128 for ResNet-50)").range(0, 1 << 20);
+  cli.flag("--profile", options.trace, "PyTorch's profiler over the timed steps: the trace here, the top kernels printed");
   cli.option("--list", list, "print the cells chosen, one '<arch> <precision> <layout>' a line, and exit");
   cli.option("--serve", serve, "read cells, one '<arch> <precision> <layout>' a line, from standard input and answer "
                                "each with its line (one process, and cuDNN's plans, over many cells)");
   cli.example("bench_train_step --arch resnet50 --precision fp16 --memory-format channels-last");
   cli.parse(argc, argv);
+  options.sync_bn = sync_bn == "on";
   std::vector<Cell> cells;
   for (const auto& a : choices(arch, kArchs))
     for (const auto& p : choices(precision, kPrecisions))
@@ -205,8 +219,9 @@ int main(int argc, char** argv) {
   at::globalContext().setBenchmarkCuDNN(true);
   // Each cell gives its cached GPU memory back before it answers, so that a server
   // alternating with the eager peer's leaves the GPU to it.
-  const auto answer = [&](const Cell& cell) {
-    const auto line = run(cell, warmup, steps, graphs, distributed, parallel, trace);
+  const auto answer = [&](Cell cell) {
+    if (bs > 0) cell.bs = bs;
+    const auto line = run(cell, options);
     c10::cuda::CUDACachingAllocator::emptyCache();
     std::cout << line << std::endl;
   };
