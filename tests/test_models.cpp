@@ -411,7 +411,7 @@ TEST_SUITE("models") {
       if (c.input_grad) CHECK(close(x.grad(), reference_x.grad()));
       CHECK(close(weight_grad, conv->weight.grad()));
       if (c.bias) CHECK(close(bias_grad, conv->bias.grad()));
-      torch::NoGradGuard no_grad;  // evaluation: the same path, nothing kept
+      torch::NoGradGuard no_grad;  // evaluation: the same output
       CHECK(close(vision::conv2d(*conv, x), expected));
     }
   }
