@@ -281,8 +281,9 @@ TEST_SUITE("vision") {
     CHECK(error_of([&] { vision::read_image(dir + "/damaged.png"); }) ==
           "cannot decode image '" + dir + "/damaged.png': not an image, or corrupt or truncated");
     // Found by fuzzing: OpenCV handed these files to its DICOM decoder, which aborted the
-    // process (the second starts "P4" like a PBM image, but OpenCV's PBM check wants a space).
-    for (const std::string name : {"gdcm_abort.bin", "gdcm_abort_pnm.bin"}) {
+    // process (the second starts "P4" like a PBM image, but OpenCV's PBM check wants a space;
+    // the third starts as a WebP, but its first chunk is not one libwebp reads).
+    for (const std::string name : {"gdcm_abort.bin", "gdcm_abort_pnm.bin", "gdcm_abort_webp.bin"}) {
       const auto dicom = std::string(FASTCPP_FIXTURES) + "/../fuzz/corpus/image/" + name;
       CHECK(error_of([&] { vision::read_image(dicom); }) ==
             "cannot decode image '" + dicom + "': not a JPEG, PNG, BMP, TIFF, WebP or PNM image");

@@ -28,8 +28,12 @@ bool starts_with(const std::vector<uint8_t>& b, std::initializer_list<uint8_t> p
 
 // The formats the loader decodes, by their signatures. OpenCV would otherwise hand any
 // file to whichever of its decoders claims it (DICOM, JPEG 2000, OpenEXR, ...), and
-// some of those abort the process on a damaged file rather than fail.
+// some of those abort the process on a damaged file rather than fail. Where the decoder a
+// signature names turns a file down (OpenCV's WebP check parses the first chunk), OpenCV
+// goes on to the decoders that look past the start: DICOM's "DICM" at byte 128 and GDAL's
+// "DTED" at 140. A file carrying those is refused whatever it starts with.
 bool is_decodable_format(const std::vector<uint8_t>& b) {
+  if (starts_with(b, {'D', 'I', 'C', 'M'}, 128) || starts_with(b, {'D', 'T', 'E', 'D'}, 140)) return false;
   return is_jpeg(b) || starts_with(b, {0x89, 'P', 'N', 'G', 0x0D, 0x0A, 0x1A, 0x0A}) || starts_with(b, {'B', 'M'}) ||
          starts_with(b, {'I', 'I', 0x2A, 0x00}) || starts_with(b, {'M', 'M', 0x00, 0x2A}) ||  // TIFF
          (starts_with(b, {'R', 'I', 'F', 'F'}) && starts_with(b, {'W', 'E', 'B', 'P'}, 8)) ||
