@@ -422,16 +422,19 @@ TEST_SUITE("models") {
       std::function<torch::nn::Sequential()> make;
       std::vector<int64_t> input;
       int64_t unfused;  // BatchNorms with no ReLU after them: they stay ATen's
+      int64_t products;  // 3x3 convolutions over 2x2 maps: one matrix product each (vision::conv2d)
     };
     // Small inputs and shallow nets: a deep net from random weights on a small batch turns
     // rounding into gradients apart by 10% (ResNet-50 does, contiguous against channels-last,
     // with ATen's kernels alone), so the Bottleneck is checked as a block.
     const std::vector<Case> cases{
-        {"resnet18", [] { return torch::nn::Sequential(vision::resnet18({.num_classes = 5})); }, {4, 3, 40, 40}, 4},
-        {"bottleneck", [] { return torch::nn::Sequential(vision::Bottleneck(128, 64, 2)); }, {4, 128, 9, 9}, 1},
-        {"xresnet18", [] { return vision::xresnet18({.n_out = 5}); }, {4, 3, 40, 40}, 3},
-        {"xresnet50", [] { return vision::xresnet50({.n_out = 5}); }, {4, 3, 40, 40}, 4}};
-    for (const auto& [name, make, shape, unfused] : cases) {
+        {"resnet18", [] { return torch::nn::Sequential(vision::resnet18({.num_classes = 5})); }, {4, 3, 40, 40}, 4, 3},
+        {"bottleneck", [] { return torch::nn::Sequential(vision::Bottleneck(128, 64, 2)); }, {4, 128, 9, 9}, 1, 0},
+        {"xresnet18", [] { return vision::xresnet18({.n_out = 5}); }, {4, 3, 40, 40}, 3, 3},
+        {"xresnet50", [] { return vision::xresnet50({.n_out = 5}); }, {4, 3, 40, 40}, 4, 2}};
+    // At 40 px the last stage's maps are 2x2: its 3x3 convolutions but the first (stride 2,
+    // from 3x3) are matrix products in channels-last.
+    for (const auto& [name, make, shape, unfused, products] : cases) {
       CAPTURE(name);
       torch::manual_seed(0);
       auto model = make();
@@ -442,20 +445,24 @@ TEST_SUITE("models") {
       }
       const auto twin = std::dynamic_pointer_cast<torch::nn::SequentialImpl>(model->clone());
       const auto input = torch::randn(shape);
-      // One training step's forward and backward; the dispatched BatchNorm kernels counted.
+      // One training step's forward and backward; the dispatched BatchNorm and convolution
+      // kernels counted.
       const auto run = [&](torch::nn::SequentialImpl& m, const torch::Tensor& x) {
         OperatorCount count;
         count.start();
         const auto out = m.forward(x);
         (out * torch::randn_like(out, torch::MemoryFormat::Contiguous)).sum().backward();
-        return count.stop()["aten::native_batch_norm"];
+        auto counts = count.stop();
+        return std::pair{counts["aten::native_batch_norm"], counts["aten::convolution"]};
       };
       torch::manual_seed(1);
-      const auto contiguous_calls = run(*model, input);
+      const auto [contiguous_norms, contiguous_convs] = run(*model, input);
       torch::manual_seed(1);
-      const auto channels_last_calls = run(*twin, input.contiguous(torch::MemoryFormat::ChannelsLast));
-      CHECK(channels_last_calls == unfused);
-      CHECK(contiguous_calls > unfused);
+      const auto [channels_last_norms, channels_last_convs] =
+          run(*twin, input.contiguous(torch::MemoryFormat::ChannelsLast));
+      CHECK(channels_last_norms == unfused);
+      CHECK(contiguous_norms > unfused);
+      CHECK(contiguous_convs - channels_last_convs == products);
       const auto expected = model->named_parameters();
       for (const auto& p : twin->named_parameters()) {
         CAPTURE(p.key());

@@ -9,6 +9,7 @@
 
 #include "core/error.h"
 #include "vision/models/avg_pool.h"
+#include "vision/models/small_map_conv.h"
 
 namespace fastcpp::vision {
 namespace {
@@ -62,7 +63,7 @@ torch::Tensor ResBlockImpl::forward(const torch::Tensor& x) {
   const size_t layers = convpath->size();
   for (size_t i = 0; i + 1 < layers; ++i) out = convpath->begin()[i].forward(out);
   const auto last = convpath->ptr<StageImpl>(layers - 1);  // conv, BatchNorm
-  out = last->begin()[0].forward(out);
+  out = conv2d(*last->ptr<torch::nn::Conv2dImpl>(0), out);
   return last->ptr<distributed::SyncBatchNormImpl>(1)->forward_relu(out, shortcut);
 }
 
