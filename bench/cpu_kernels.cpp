@@ -7,7 +7,8 @@
 //   RetinaNet head's 16x128xHxW map, 32 groups, at each FPN size;
 // - convolutions over maps smaller than the kernel's reach (vision::conv2d, one matrix
 //   product) against ATen's (oneDNN's): the example's last 3x3 over 2x2, a RetinaNet head's
-//   convolutions at its 2x2 level and its P7 convolution (2x2 to 1x1).
+//   convolutions at its 2x2 level and its P7 convolution (2x2 to 1x1);
+// - cross-entropy over 2, 10 and 15 classes (CrossEntropyLoss's own path) against ATen's.
 //
 //   bench_cpu_kernels [--threads 2] [--steps 50]
 //
@@ -134,12 +135,27 @@ void small_map_conv(int steps) {
   }
 }
 
+void few_class_cross_entropy(int steps) {
+  std::printf("Cross-entropy over fewer classes than a vector holds (learner/few_class_cross_entropy.h):\n");
+  const auto loss = CrossEntropyLoss();
+  for (const int64_t classes : {2, 10, 15}) {
+    const auto logits = torch::randn({128, classes}).requires_grad_(true);
+    const auto labels = torch::randint(classes, {128}, torch::kLong);
+    const double ours_ms = time_ms([&](const torch::Tensor& x) { return loss(x, labels); }, logits, steps, {logits});
+    const auto aten = [&](const torch::Tensor& x) { return torch::nn::functional::cross_entropy(x, labels); };
+    const double aten_ms = time_ms(aten, logits, steps, {logits});
+    std::printf("  128 rows of %ld classes: fastcpp %.4f ms, ATen %.4f ms, ratio %.3f\n", static_cast<long>(classes),
+                ours_ms, aten_ms, ours_ms / aten_ms);
+  }
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
   int threads = 2, steps = 50;
-  CommandLine cli("bench_cpu_kernels", "The library's channels-last CPU kernels (BatchNorm + add + ReLU, AvgPool, "
-                                       "GroupNorm, small-map convolutions) against ATen's on the same maps: forward and backward.");
+  CommandLine cli("bench_cpu_kernels", "The library's CPU kernels (BatchNorm + add + ReLU, AvgPool, GroupNorm, "
+                                       "small-map convolutions, few-class cross-entropy) against ATen's on the same "
+                                       "inputs: forward and backward.");
   cli.flag("--threads", threads, "CPU threads").range(1, 4096);
   cli.flag("--steps", steps, "timed steps a cell").range(1, 100000);
   cli.example("bench_cpu_kernels --threads 2");
@@ -150,4 +166,5 @@ int main(int argc, char** argv) {
   avg_pool(steps);
   group_norm(steps);
   small_map_conv(steps);
+  few_class_cross_entropy(steps * 100);  // microseconds a step: many more of them
 }

@@ -5,6 +5,7 @@
 #include <sstream>
 
 #include "core/error.h"
+#include "learner/few_class_cross_entropy.h"
 
 namespace fastcpp {
 namespace {
@@ -73,8 +74,12 @@ Loss CrossEntropyLoss(CrossEntropyOptions options) {
   auto checks = std::make_shared<DeviceCheck>();
   auto with_reduction = [options, checks](torch::nn::functional::CrossEntropyFuncOptions::reduction_t reduction) {
     return [options, reduction, checks](const torch::Tensor& pred, const torch::Tensor& target) {
+      const auto labels = check_class_targets(pred, target, *checks);
+      if (takes_few_class_path(pred))
+        return few_class_cross_entropy(pred, labels, options.label_smoothing,
+                                       std::holds_alternative<torch::enumtype::kMean>(reduction));
       return torch::nn::functional::cross_entropy(
-          pred, check_class_targets(pred, target, *checks),
+          pred, labels,
           torch::nn::functional::CrossEntropyFuncOptions().label_smoothing(options.label_smoothing).reduction(reduction));
     };
   };

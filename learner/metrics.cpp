@@ -14,8 +14,9 @@ void AvgMetric::reset() {
 
 void AvgMetric::accumulate(const Learner& learn) {
   const int64_t bs = learn.yb.size(0);
-  auto batch_value = fn_(learn.pred, learn.yb).detach().to(torch::kDouble) * static_cast<double>(bs);
-  total_ = total_.defined() ? total_ + batch_value : batch_value;
+  const auto batch_value = fn_(learn.pred, learn.yb).detach();
+  if (!total_.defined()) total_ = torch::zeros({}, batch_value.options().dtype(torch::kDouble));
+  total_.add_(batch_value, static_cast<double>(bs));  // one operator a batch, summed in double
   count_ += bs;
 }
 

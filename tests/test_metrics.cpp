@@ -5,6 +5,7 @@
 #include <algorithm>
 
 #include "helpers.h"
+#include "learner/few_class_cross_entropy.h"
 
 using namespace fastcpp;
 using namespace fastcpp::testing;
@@ -100,6 +101,67 @@ TEST_SUITE("metrics") {
     // At 0.5 (logit > 0): 2 + 1 + 1 of 6 pairs right; at 0.9 (logit > 2.197) only 3.0 passes: 1 + 0 + 2.
     CHECK(values[1] == doctest::Approx(4.0 / 6));
     CHECK(values[2] == doctest::Approx(3.0 / 6));
+  }
+
+  TEST_CASE("CrossEntropyLoss over fewer classes than a vector holds equals torch's, values and gradients") {
+    auto gen = at::make_generator<at::CPUGeneratorImpl>(3);
+    namespace F = torch::nn::functional;
+    for (const int64_t classes : {1, 2, 7}) {  // below the vector width of every CPU: the own path
+      for (const double smoothing : {0.0, 0.1}) {
+        CAPTURE(classes);
+        CAPTURE(smoothing);
+        const auto logits = torch::randn({33, classes}, gen) * 3;
+        REQUIRE(takes_few_class_path(logits));
+        const auto labels = torch::randint(classes, {33}, gen, torch::kLong);
+        const auto loss = CrossEntropyLoss({.label_smoothing = smoothing});
+        const auto ours = logits.clone().requires_grad_(), theirs = logits.clone().requires_grad_();
+        const auto mean = loss(ours, labels);
+        const auto expected = F::cross_entropy(theirs, labels, F::CrossEntropyFuncOptions().label_smoothing(smoothing));
+        CHECK(mean.dim() == 0);
+        CHECK(mean.grad_fn()->name().find("FewClassCrossEntropy") != std::string::npos);
+        {
+          torch::NoGradGuard validating;  // no graph and no softmax kept, the same loss
+          CHECK(loss(ours, labels).item<float>() == mean.item<float>());
+        }
+        CHECK(mean.item<double>() == doctest::Approx(expected.item<double>()).epsilon(1e-6));
+        mean.backward();
+        expected.backward();
+        CHECK(torch::allclose(ours.grad(), theirs.grad(), 1e-5, 1e-7));
+        // Each item's loss, weighted unevenly by what follows it.
+        const auto weights = torch::rand({33}, gen);
+        ours.mutable_grad().zero_();
+        theirs.mutable_grad().zero_();
+        const auto items = loss.per_item(ours, labels);
+        const auto expected_items = F::cross_entropy(
+            theirs, labels, F::CrossEntropyFuncOptions().label_smoothing(smoothing).reduction(torch::kNone));
+        CHECK(torch::allclose(items, expected_items, 1e-5, 1e-6));
+        (items * weights).sum().backward();
+        (expected_items * weights).sum().backward();
+        CHECK(torch::allclose(ours.grad(), theirs.grad(), 1e-5, 1e-7));
+        // A second derivative (a gradient penalty) takes differentiable operators.
+        const auto penalty = [&](const torch::Tensor& x, const torch::Tensor& value) {
+          const auto grad = torch::autograd::grad({value}, {x}, {}, /*retain_graph=*/true, /*create_graph=*/true)[0];
+          return torch::autograd::grad({grad.pow(2).sum()}, {x})[0];
+        };
+        const auto torch_loss = F::cross_entropy(theirs, labels, F::CrossEntropyFuncOptions().label_smoothing(smoothing));
+        CHECK(torch::allclose(penalty(ours, loss(ours, labels)), penalty(theirs, torch_loss), 1e-4, 1e-7));
+      }
+    }
+    // Many rows are shared among threads; the mean is summed in one order whatever their number.
+    const auto logits = torch::randn({20000, 5}, gen);
+    const auto labels = torch::randint(5, {20000}, gen, torch::kLong);
+    const int threads = torch::get_num_threads();
+    torch::set_num_threads(1);
+    const auto one = CrossEntropyLoss()(logits, labels);
+    torch::set_num_threads(2);
+    const auto two = CrossEntropyLoss()(logits, labels);
+    torch::set_num_threads(threads);
+    CHECK(one.item<float>() == two.item<float>());
+    CHECK(one.item<double>() == doctest::Approx(F::cross_entropy(logits, labels).item<double>()).epsilon(1e-6));
+    // Anything else is torch's: many classes, another type, a strided view.
+    CHECK_FALSE(takes_few_class_path(torch::zeros({4, 16})));
+    CHECK_FALSE(takes_few_class_path(torch::zeros({4, 3}, torch::kDouble)));
+    CHECK_FALSE(takes_few_class_path(torch::zeros({3, 4}).t()));
   }
 
   TEST_CASE("segmentation metrics hold O(pixels) memory: one confusion matrix, no [classes x pixels] table") {

@@ -54,7 +54,9 @@ TEST_SUITE("model_parallel") {
     plain.fit(2, 1e-2);
     piped.fit(2, 1e-2);
     auto a = plain.model.module().parameters(), b = piped.model.module().parameters();
-    for (size_t i = 0; i < a.size(); ++i) CHECK(torch::allclose(a[i], b[i], 1e-5, 1e-6));
+    // Micro-batches round the products differently (MKL by row count), and Adam's normalization
+    // magnifies the last bits of a gradient near zero: a few 1e-6 after eight steps.
+    for (size_t i = 0; i < a.size(); ++i) CHECK(torch::allclose(a[i], b[i], 1e-5, 5e-6));
     const auto path = temp_path("piped.pt");
     piped.save(path);
     CHECK_NOTHROW(plain.load(path));
