@@ -93,7 +93,8 @@ Learner::Learner(DataLoaders dls_, Model model_, Loss loss_func_, std::vector<Me
   for (auto& cb : options_.cbs) add_cb(cb);
   if (options_.frozen) freeze();
   created_ = true;  // from here a callback added, in after_create too, announces itself
-  for (const auto& cb : std::vector(cbs_)) announce_creation(*cb);
+  const auto cbs = cbs_;  // announcing may add callbacks, which announce themselves
+  for (const auto& cb : *cbs) announce_creation(*cb);
 }
 
 // ---------------------------------------------------------------- callbacks
@@ -102,9 +103,11 @@ void Learner::add_cb(CallbackPtr cb) {
   if (!cb) throw Error("add_cb: null callback");
   if (cb->learn_ && cb->learn_ != this) throw Error("add_cb: " + cb->name() + " already belongs to another Learner");
   cb->learn_ = this;
-  auto position = std::upper_bound(cbs_.begin(), cbs_.end(), cb,
+  auto cbs = std::make_shared<std::vector<CallbackPtr>>(*cbs_);
+  auto position = std::upper_bound(cbs->begin(), cbs->end(), cb,
                                    [](const CallbackPtr& a, const CallbackPtr& b) { return a->order < b->order; });
-  cbs_.insert(position, cb);
+  cbs->insert(position, cb);
+  cbs_ = std::move(cbs);
   if (created_) announce_creation(*cb);
 }
 
@@ -115,15 +118,17 @@ void Learner::announce_creation(Callback& cb) {
 }
 
 void Learner::remove_cb(const CallbackPtr& cb) {
-  auto it = std::find(cbs_.begin(), cbs_.end(), cb);
-  if (it == cbs_.end()) return;
+  auto cbs = std::make_shared<std::vector<CallbackPtr>>(*cbs_);
+  auto it = std::find(cbs->begin(), cbs->end(), cb);
+  if (it == cbs->end()) return;
   (*it)->learn_ = nullptr;
-  cbs_.erase(it);
+  cbs->erase(it);
+  cbs_ = std::move(cbs);
 }
 
 void Learner::event(Event e) {
-  const auto snapshot = cbs_;  // a callback may add or remove callbacks
-  for (const auto& cb : snapshot) call(*cb, e);
+  const auto cbs = cbs_;  // a callback may add or remove callbacks: they replace cbs_, not this list
+  for (const auto& cb : *cbs) call(*cb, e);
 }
 
 void Learner::call(Callback& cb, Event e) {

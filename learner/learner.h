@@ -202,11 +202,11 @@ class Learner {
     return ptr;
   }
   void remove_cb(const CallbackPtr& cb);
-  const std::vector<CallbackPtr>& cbs() const { return cbs_; }
+  const std::vector<CallbackPtr>& cbs() const { return *cbs_; }
   // The first callback of type T, or nullptr.
   template <class T>
   std::shared_ptr<T> get_cb() const {
-    for (const auto& cb : cbs_)
+    for (const auto& cb : *cbs_)
       if (auto typed = std::dynamic_pointer_cast<T>(cb)) return typed;
     return nullptr;
   }
@@ -270,7 +270,9 @@ class Learner {
   void announce_creation(Callback& cb);
 
   LearnerOptions options_;
-  std::vector<CallbackPtr> cbs_;
+  // In order, copied on write: an event runs the list as it was when the event began,
+  // whatever its callbacks add or remove, without copying it (several events a batch).
+  std::shared_ptr<const std::vector<CallbackPtr>> cbs_ = std::make_shared<std::vector<CallbackPtr>>();
   bool created_ = false;  // the constructor has run: add_cb announces the creation itself
   int frozen_groups_ = 0;
 };

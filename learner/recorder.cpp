@@ -33,6 +33,17 @@ double debiased(double smooth, int64_t count, double beta) {
   return smooth / (1 - std::pow(beta, static_cast<double>(count)));
 }
 
+// Batch losses [n] (float, on the host) folded into the running average, as fastai's lerp:
+// beta of the average, 1 - beta of the loss. `each` sees the debiased value after each.
+template <class Each>
+void fold(const torch::Tensor& batch_losses, double beta, double& smooth, int64_t& count, Each&& each) {
+  const float* loss = batch_losses.const_data_ptr<float>();
+  for (int64_t i = 0; i < batch_losses.numel(); ++i) {
+    smooth = beta * smooth + (1 - beta) * loss[i];
+    each(debiased(smooth, ++count, beta));
+  }
+}
+
 }  // namespace
 
 std::string format_time(double seconds) {
@@ -69,8 +80,9 @@ void Recorder::before_fit() {
   iters.clear();
   values.clear();
   log.clear();
-  smooth_ = torch::Tensor();
+  smooth_ = 0;
   smooth_count_ = 0;
+  lagged_.reset();
   pending_losses_.clear();
 }
 
@@ -84,10 +96,7 @@ void Recorder::after_batch() {
   auto& l = learn();
   if (!l.loss.defined()) return;
   if (l.training) {
-    const auto batch_loss = scalar_loss(l.loss);
-    smooth_ = smooth_.defined() ? torch::lerp(batch_loss, smooth_, beta_) : batch_loss * (1 - beta_);
-    ++smooth_count_;
-    pending_losses_.push_back(smooth_);  // a new tensor each batch; debiased when read
+    pending_losses_.push_back(scalar_loss(l.loss));  // averaged when read: no operator a batch
     const auto& hypers = l.opt->param_groups().back().hypers;
     lrs.push_back(hypers.lr);
     moms.push_back(hypers.mom);
@@ -103,45 +112,45 @@ void Recorder::after_batch() {
 
 void Recorder::flush_losses() {
   if (pending_losses_.empty()) return;
-  const auto all = torch::stack(pending_losses_).to(torch::kCPU, torch::kDouble).contiguous();
-  const auto* smooth = all.data_ptr<double>();
-  const auto first_count = smooth_count_ - all.numel() + 1;
-  for (int64_t i = 0; i < all.numel(); ++i) losses.push_back(debiased(smooth[i], first_count + i, beta_));
+  fold(torch::stack(pending_losses_).cpu(), beta_, smooth_, smooth_count_,
+       [this](double value) { losses.push_back(value); });
   pending_losses_.clear();
 }
 
 void Recorder::after_train() { flush_losses(); }
 
 struct Recorder::LaggedRead {
-  torch::Tensor host;  // pinned
+  torch::Tensor host;  // pinned: the batch losses since the last flush, as of the copy
   std::optional<c10::Event> copied;
-  int64_t count = 0;  // the copy's batches averaged
+  double smooth = 0;  // the running average they continue, and its count
+  int64_t count = 0;
   double value = std::nan("");
 };
 
 double Recorder::smooth_loss_lagged() {
-  if (!smooth_.defined() || !smooth_.is_cuda()) return smooth_loss();
+  if (pending_losses_.empty() || !pending_losses_.front().is_cuda()) return smooth_loss();
   if (!lagged_) lagged_ = std::make_shared<LaggedRead>();
   auto& read = *lagged_;
   if (read.copied) {
     if (!read.copied->query()) return read.value;  // the last copy is still on its way
-    read.value = debiased(read.host.item<double>(), read.count, beta_);
+    double value = read.value;
+    fold(read.host, beta_, read.smooth, read.count, [&value](double debiased) { value = debiased; });
+    read.value = value;
     read.copied.reset();
   }
-  if (pending_losses_.empty()) return read.value;  // between epochs
-  const auto& latest = pending_losses_.back();  // on the device
-  if (!read.host.defined() || read.host.scalar_type() != latest.scalar_type())
-    read.host = torch::empty({}, latest.options().device(torch::kCPU).pinned_memory(true));
-  read.host.copy_(latest, /*non_blocking=*/true);
+  const auto pending = torch::stack(pending_losses_);  // on the device
+  read.host = torch::empty(pending.sizes(), pending.options().device(torch::kCPU).pinned_memory(true));
+  read.host.copy_(pending, /*non_blocking=*/true);
+  read.smooth = smooth_;
   read.count = smooth_count_;
-  read.copied.emplace(latest.device().type());
-  read.copied->record(c10::impl::getDeviceGuardImpl(latest.device().type())->getStream(latest.device()));
+  read.copied.emplace(pending.device().type());
+  read.copied->record(c10::impl::getDeviceGuardImpl(pending.device().type())->getStream(pending.device()));
   return read.value;
 }
 
-double Recorder::smooth_loss() const {
-  if (!smooth_.defined()) return std::nan("");
-  return debiased(smooth_.item<double>(), smooth_count_, beta_);
+double Recorder::smooth_loss() {
+  flush_losses();
+  return smooth_count_ == 0 ? std::nan("") : debiased(smooth_, smooth_count_, beta_);
 }
 
 void Recorder::before_validate() {

@@ -6,7 +6,8 @@
 //   iters      number of recorded batches at the end of each epoch
 //   values     per epoch: train_loss (smoothed), valid_loss, metrics...
 //   log        the last epoch's row as printed: epoch, train_loss, valid_loss, metrics, time
-// Losses stay on the device during an epoch and are read back once at its end.
+// Batch losses stay on the device during an epoch and are read back and averaged once at
+// its end (or when the smoothed loss is asked for): no operator a batch.
 #include <torch/types.h>
 
 #include <chrono>
@@ -35,8 +36,8 @@ class Recorder : public Callback {
   void after_epoch() override;
   void after_fit() override;
 
-  // Smoothed training loss now (reads it back from the device).
-  double smooth_loss() const;
+  // Smoothed training loss now (reads the batch losses back from the device).
+  double smooth_loss();
   // The same without waiting for the device, for what is drawn while training runs (the
   // progress bar): on a GPU, the value an earlier call started copying back behind an
   // event (NaN until one has arrived); on the CPU, smooth_loss().
@@ -66,9 +67,9 @@ class Recorder : public Callback {
   struct LaggedRead;
   std::shared_ptr<LaggedRead> lagged_;  // smooth_loss_lagged's copy in flight
   double beta_;
-  torch::Tensor smooth_;         // biased running average, on the device
+  double smooth_ = 0;  // biased running average of the batch losses read back so far
   int64_t smooth_count_ = 0;
-  std::vector<torch::Tensor> pending_losses_;  // smooth_ after each batch this epoch, biased
+  std::vector<torch::Tensor> pending_losses_;  // the batch losses not read back yet, on the device
   torch::Tensor valid_loss_sum_;
   int64_t valid_count_ = 0;
   std::vector<double> valid_values_;

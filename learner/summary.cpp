@@ -82,7 +82,7 @@ std::string Learner::summary() {
     out << "Frozen: the first " << frozen_groups_ << " of " << n_param_groups() << " parameter groups (norm layers "
         << (options_.train_bn ? "trainable" : "frozen") << ")\n";
   out << "Callbacks:";
-  for (const auto& cb : cbs_) out << " " << cb->name();
+  for (const auto& cb : *cbs_) out << " " << cb->name();
   out << "\n";
   return out.str();
 }
