@@ -115,36 +115,41 @@ void Recorder::flush_losses() {
   fold(torch::stack(pending_losses_).cpu(), beta_, smooth_, smooth_count_,
        [this](double value) { losses.push_back(value); });
   pending_losses_.clear();
+  lagged_.reset();  // its copies index the losses just cleared
 }
 
 void Recorder::after_train() { flush_losses(); }
 
 struct Recorder::LaggedRead {
-  torch::Tensor host;  // pinned: the batch losses since the last flush, as of the copy
-  std::optional<c10::Event> copied;
-  double smooth = 0;  // the running average they continue, and its count
+  size_t copied = 0;  // pending_losses_[0, copied) are folded, or in `host` on their way
+  torch::Tensor host;  // pinned
+  std::optional<c10::Event> arrived;
+  double smooth = 0;  // the running average through the losses folded, and its count
   int64_t count = 0;
   double value = std::nan("");
 };
 
 double Recorder::smooth_loss_lagged() {
   if (pending_losses_.empty() || !pending_losses_.front().is_cuda()) return smooth_loss();
-  if (!lagged_) lagged_ = std::make_shared<LaggedRead>();
+  if (!lagged_)
+    lagged_ = std::make_shared<LaggedRead>(LaggedRead{
+        .smooth = smooth_,
+        .count = smooth_count_,
+        .value = smooth_count_ == 0 ? std::nan("") : debiased(smooth_, smooth_count_, beta_)});
   auto& read = *lagged_;
-  if (read.copied) {
-    if (!read.copied->query()) return read.value;  // the last copy is still on its way
-    double value = read.value;
-    fold(read.host, beta_, read.smooth, read.count, [&value](double debiased) { value = debiased; });
-    read.value = value;
-    read.copied.reset();
+  if (read.arrived) {
+    if (!read.arrived->query()) return read.value;  // the last copy is still on its way
+    fold(read.host, beta_, read.smooth, read.count, [&read](double value) { read.value = value; });
+    read.arrived.reset();
   }
-  const auto pending = torch::stack(pending_losses_);  // on the device
-  read.host = torch::empty(pending.sizes(), pending.options().device(torch::kCPU).pinned_memory(true));
-  read.host.copy_(pending, /*non_blocking=*/true);
-  read.smooth = smooth_;
-  read.count = smooth_count_;
-  read.copied.emplace(pending.device().type());
-  read.copied->record(c10::impl::getDeviceGuardImpl(pending.device().type())->getStream(pending.device()));
+  if (read.copied == pending_losses_.size()) return read.value;
+  // Only the losses since the last copy: an epoch of many batches is not stacked at every draw.
+  const auto fresh = torch::stack(c10::ArrayRef<torch::Tensor>(pending_losses_).slice(read.copied));
+  read.copied = pending_losses_.size();
+  read.host = torch::empty(fresh.sizes(), fresh.options().device(torch::kCPU).pinned_memory(true));
+  read.host.copy_(fresh, /*non_blocking=*/true);
+  read.arrived.emplace(fresh.device().type());
+  read.arrived->record(c10::impl::getDeviceGuardImpl(fresh.device().type())->getStream(fresh.device()));
   return read.value;
 }
 

@@ -108,6 +108,35 @@ TEST_SUITE("gpu" * doctest::skip(!torch::cuda::is_available())) {
     CHECK((raw->seen.front().second == torch::kBFloat16));
   }
 
+  TEST_CASE("the progress bar's smoothed loss on CUDA is one the Recorder records, an earlier batch's, never a wait") {
+    // Read at every batch as the progress bar reads it: each value read is the Recorder's
+    // smoothed loss after some batch no later than the current one, in order.
+    struct Reader : Callback {
+      Reader() { order = 100; }
+      void before_epoch() override { read.emplace_back(); }
+      void after_batch() override {
+        if (learn().training) read.back().push_back(learn().recorder->smooth_loss_lagged());
+        if (learn().training) torch::cuda::synchronize();  // the copy of this draw has arrived by the next
+      }
+      std::vector<std::vector<double>> read;
+    };
+    Learner learn(synthetic_dls(64, 16, 8), tiny_model(), CrossEntropyLoss(), {}, {.progress = false});
+    silence(learn);
+    auto reader = learn.add_cb(Reader());
+    learn.fit(2, 1e-2);
+    const auto& losses = learn.recorder->losses;
+    REQUIRE(losses.size() == 16);
+    for (size_t epoch = 0; epoch < 2; ++epoch) {
+      const auto& read = reader->read[epoch];
+      REQUIRE(read.size() == 8);
+      // The first draw of the second epoch shows the first epoch's last value; after that,
+      // each draw shows the batch before it (its copy was synchronized).
+      if (epoch == 0) CHECK(std::isnan(read[0]));
+      else CHECK(read[0] == losses[7]);
+      for (size_t i = 1; i < 8; ++i) CHECK(read[i] == losses[epoch * 8 + i - 1]);
+    }
+  }
+
   TEST_CASE("PeakMemMetric's GPU columns are the caching allocator's counters (torch.cuda.memory_allocated), reset per epoch") {
     Learner learn(synthetic_dls(), tiny_model(), CrossEntropyLoss(), {},
                   {.cbs = {std::make_shared<PeakMemMetric>()}, .device = kCuda0, .progress = false});
