@@ -16,12 +16,12 @@
 // layers also the sums, one training step's worth.
 #include <fastcpp.h>
 
-#include "learner/few_class_cross_entropy.h"
-
 #include <chrono>
 #include <cstdio>
 #include <functional>
 #include <vector>
+
+#include "learner/few_class_cross_entropy.h"
 
 using namespace fastcpp;
 
