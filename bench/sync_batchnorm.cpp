@@ -5,14 +5,16 @@
 // gather over the ranks' counts, the normalization, the backward and the collectives'
 // own cost, where the layer itself would skip the sync (no peers). The same arithmetic
 // without the collectives is timed too, to tell the kernels' share from the
-// collectives'. The three alternate per round; the median round counts. With --profile,
+// collectives', and PyTorch's own synced path (its SyncBatchNorm function in ATen's
+// operators, as it runs at a world above one) as the peer. The four alternate per round;
+// the median round counts. With --profile,
 // one more pass of each under PyTorch's profiler gives its GPU time, which tells a
 // host-bound path (GPU time well under the wall time) from slow kernels.
 //
 //   bench_sync_batchnorm [--backend nccl|gloo] [--rounds 5] [--iters 10] [--profile DIR]
 //
 // Last lines: "SyncBatchNorm's synced path ...: <ratio>x the forward+backward rate of BatchNorm (goal >= 0.9x)",
-// then the ratio of the arithmetic alone.
+// the ratio of the arithmetic alone, then ours against PyTorch's synced path (goal >= 1.3x).
 #include <fastcpp.h>
 
 #include <torch/cuda.h>
@@ -90,6 +92,46 @@ double time_passes(std::vector<Layer>& layers, int iters, Forward forward) {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
 }
 
+// The group the synced paths exchange through (one rank); set by main.
+distributed::Communicator* the_group = nullptr;
+
+// The peer: PyTorch's synced path as torch.nn.SyncBatchNorm runs it at a world above one
+// (its SyncBatchNorm autograd function), in the same ATen operators: each rank's
+// statistics, their all-gather with the counts, the combined statistics (and the running
+// ones), the elementwise normalization; backward, each rank's reductions, their
+// all-reduce, the elementwise input gradient.
+struct PyTorchSyncBatchNorm : torch::autograd::Function<PyTorchSyncBatchNorm> {
+  static torch::Tensor forward(torch::autograd::AutogradContext* ctx, const torch::Tensor& x,
+                               const torch::Tensor& weight, const torch::Tensor& bias, torch::Tensor running_mean,
+                               torch::Tensor running_var, double momentum, double eps) {
+    const int64_t channels = x.size(1);
+    auto [mean, invstd] = at::batch_norm_stats(x, eps);
+    const auto count = torch::full({1}, static_cast<double>(x.numel() / channels), mean.options());
+    const auto all = the_group->all_gather(torch::cat({mean, invstd, count}));  // [world, 2C + 1]
+    const auto counts = all.narrow(1, 2 * channels, 1);
+    std::tie(mean, invstd) = at::batch_norm_gather_stats_with_counts(
+        x, all.narrow(1, 0, channels), all.narrow(1, channels, channels), running_mean, running_var, momentum, eps,
+        counts.reshape({-1}));
+    ctx->save_for_backward({x, weight, mean, invstd, counts.to(torch::kInt)});
+    return at::batch_norm_elemt(x, weight, bias, mean, invstd, eps);
+  }
+
+  static torch::autograd::variable_list backward(torch::autograd::AutogradContext* ctx,
+                                                 torch::autograd::variable_list grads) {
+    const auto saved = ctx->get_saved_variables();
+    const auto &x = saved[0], &weight = saved[1], &mean = saved[2], &invstd = saved[3], &counts = saved[4];
+    const auto grad = grads[0].contiguous(x.suggest_memory_format());
+    auto [sum_dy, sum_dy_xmu, grad_weight, grad_bias] =
+        at::batch_norm_backward_reduce(grad, x, mean, invstd, weight, true, true, true);
+    const int64_t channels = sum_dy.size(0);
+    auto sums = torch::cat({sum_dy, sum_dy_xmu});
+    the_group->all_reduce_sum(sums);
+    const auto grad_input = at::batch_norm_backward_elemt(grad, x, mean, invstd, weight, sums.narrow(0, 0, channels),
+                                                          sums.narrow(0, channels, channels), counts);
+    return {grad_input, grad_weight, grad_bias, {}, {}, {}, {}};
+  }
+};
+
 double median(std::vector<double> values) {
   std::sort(values.begin(), values.end());
   return values[values.size() / 2];
@@ -128,14 +170,27 @@ int main(int argc, char** argv) {
     };
     auto synced = [&comm](Layer& l) { return distributed::synchronized_batch_norm(*l.bn, l.x, &comm); };
     auto arithmetic = [](Layer& l) { return distributed::synchronized_batch_norm(*l.bn, l.x, nullptr); };
+    the_group = &comm;
+    auto pytorch_synced = [](Layer& l) {
+      return PyTorchSyncBatchNorm::apply(l.x, l.bn->weight, l.bn->bias, l.bn->running_mean, l.bn->running_var,
+                                         l.bn->momentum, l.bn->eps);
+    };
     time_passes(layers, 2, plain);  // cuDNN's algorithm choice, the allocator's blocks, the communicator
     time_passes(layers, 2, synced);
     time_passes(layers, 2, arithmetic);
-    std::vector<double> plain_s, synced_s, arithmetic_s;
+    bool with_peer = true;  // a peer that fails is reported, and the figures above still come
+    try {
+      time_passes(layers, 2, pytorch_synced);
+    } catch (const std::exception& e) {
+      std::printf("PyTorch's synced path failed, left out: %s\n", e.what());
+      with_peer = false;
+    }
+    std::vector<double> plain_s, synced_s, arithmetic_s, pytorch_s;
     for (int round = 0; round < rounds; ++round) {
       plain_s.push_back(time_passes(layers, iters, plain));
       synced_s.push_back(time_passes(layers, iters, synced));
       arithmetic_s.push_back(time_passes(layers, iters, arithmetic));
+      if (with_peer) pytorch_s.push_back(time_passes(layers, iters, pytorch_synced));
     }
     const auto ms = [iters](const std::vector<double>& seconds) { return median(seconds) / iters * 1e3; };
     const double plain_ms = ms(plain_s), synced_ms = ms(synced_s), arithmetic_ms = ms(arithmetic_s);
@@ -148,6 +203,10 @@ int main(int argc, char** argv) {
     std::printf("SyncBatchNorm's synced arithmetic alone (the same kernels, no collective): %.2fx the "
                 "forward+backward rate of BatchNorm\n",
                 plain_ms / arithmetic_ms);
+    if (with_peer)
+      std::printf("SyncBatchNorm's synced path against PyTorch's (its SyncBatchNorm function, ATen's kernels): %.2fx "
+                  "its forward+backward rate, %.2f against %.2f ms (goal >= 1.3x)\n",
+                  ms(pytorch_s) / synced_ms, synced_ms, ms(pytorch_s));
     std::fflush(stdout);  // the goal's figure kept, whatever the profiler below does
     if (!trace_dir.empty()) {
       std::filesystem::create_directories(trace_dir);
