@@ -181,6 +181,17 @@ int main(int argc, char** argv) {
     bool with_peer = true;  // a peer that fails is reported, and the figures above still come
     try {
       time_passes(layers, 2, pytorch_synced);
+      // On one rank it must compute what BatchNorm computes: the output and the input gradient.
+      auto& first = layers.front();
+      auto pass = [&first](auto forward) {
+        const auto y = forward(first);
+        const auto dx = torch::autograd::grad({y}, {first.x}, {first.dy})[0];
+        return std::pair{y.to(torch::kFloat), dx.to(torch::kFloat)};
+      };
+      const auto [y, dx] = pass(plain);
+      const auto [peer_y, peer_dx] = pass(pytorch_synced);
+      if (!torch::allclose(y, peer_y, 1e-2, 1e-2) || !torch::allclose(dx, peer_dx, 1e-2, 1e-2))
+        throw std::runtime_error("its output or input gradient differs from BatchNorm's");
     } catch (const std::exception& e) {
       std::printf("PyTorch's synced path failed, left out: %s\n", e.what());
       with_peer = false;
