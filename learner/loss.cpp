@@ -36,7 +36,7 @@ torch::Tensor check_class_targets(const torch::Tensor& pred, const torch::Tensor
     for (int64_t position = 0; position < contiguous.numel(); ++position)
       if (label[position] < 0 || label[position] >= n_classes)
         throw Error(label_error(label[position], position, "the batch", n_classes));
-    return labels;
+    return contiguous;  // the kernels read them so: copied once, if at all
   }
   const auto bad = (labels < 0).logical_or_(labels >= n_classes);
   // On the device: the first bad label and its position, read later; meanwhile the

@@ -115,8 +115,9 @@ TEST_SUITE("gpu" * doctest::skip(!torch::cuda::is_available())) {
       Reader() { order = 100; }
       void before_epoch() override { read.emplace_back(); }
       void after_batch() override {
-        if (learn().training) read.back().push_back(learn().recorder->smooth_loss_lagged());
-        if (learn().training) torch::cuda::synchronize();  // the copy of this draw has arrived by the next
+        if (!learn().training) return;
+        read.back().push_back(learn().recorder->smooth_loss_lagged());
+        torch::cuda::synchronize();  // the copy this draw started has arrived by the next draw
       }
       std::vector<std::vector<double>> read;
     };
