@@ -65,6 +65,7 @@
 #include "vision/detection/detection_learner.h"
 #include "vision/models/avg_pool.h"
 #include "vision/models/small_map_conv.h"
+#include "vision/models/winograd_conv.h"
 #include "vision/models/group_norm.h"
 #include "vision/models/head.h"
 #include "vision/models/unet.h"

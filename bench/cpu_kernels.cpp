@@ -22,6 +22,7 @@
 #include <vector>
 
 #include "learner/few_class_cross_entropy.h"
+#include "vision/models/winograd_conv.h"
 
 using namespace fastcpp;
 
@@ -137,6 +138,37 @@ void small_map_conv(int steps) {
   }
 }
 
+void winograd_conv(int steps) {
+  std::printf("3x3 convolutions at stride 1 by Winograd's F(4x4, 3x3) (vision/models/winograd_conv.h):\n");
+  struct Map {
+    const char* what;
+    int64_t batch, in, out, size;
+  };
+  for (const auto& [what, batch, in, out, size] :
+       std::vector<Map>{{"a head's at 16x16 (16x128x16x16)", 16, 128, 128, 16},
+                        {"a head's at 8x8 (16x128x8x8)", 16, 128, 128, 8},
+                        {"a head's at 4x4 (16x128x4x4)", 16, 128, 128, 4},
+                        {"ResNet-18's layer1 at 128 px (16x64x32x32)", 16, 64, 64, 32},
+                        {"ResNet-18's layer3 at 128 px (16x256x8x8)", 16, 256, 256, 8},
+                        {"ResNet-18's layer4 at 128 px (16x512x4x4)", 16, 512, 512, 4},
+                        {"the example's first stage (128x16x28x28)", 128, 16, 16, 28},
+                        {"the example's 32 channels (128x32x14x14)", 128, 32, 32, 14},
+                        {"the example's 64 channels (128x64x7x7)", 128, 64, 64, 7},
+                        {"the example's 128 channels (128x128x4x4)", 128, 128, 128, 4}}) {
+    torch::nn::Conv2d conv(torch::nn::Conv2dOptions(in, out, 3).padding(1).bias(false));
+    conv->weight.set_data(conv->weight.contiguous(torch::MemoryFormat::ChannelsLast));
+    const auto x = channels_last_map({batch, in, size, size});
+    std::vector<torch::Tensor> parameters = conv->parameters();
+    parameters.push_back(x);
+    const auto ours = [&](const torch::Tensor& t) { return vision::winograd_conv2d(t, conv->weight, conv->bias); };
+    const double error = (ours(x) - conv(x)).abs().max().item<double>() / conv(x).abs().max().item<double>();
+    const double ours_ms = time_ms(ours, x, steps, parameters);
+    const double aten_ms = time_ms([&](const torch::Tensor& t) { return conv(t); }, x, steps, parameters);
+    std::printf("  %s: fastcpp %.3f ms, ATen %.3f ms, ratio %.3f (output off by %.1e of its largest)\n", what, ours_ms,
+                aten_ms, ours_ms / aten_ms, error);
+  }
+}
+
 void cross_entropy_race(int steps) {
   std::printf("Cross-entropy over fewer classes than a vector holds (learner/few_class_cross_entropy.h):\n");
   for (const int64_t classes : {2, 3, 5, 10, 15}) {
@@ -168,5 +200,6 @@ int main(int argc, char** argv) {
   avg_pool(steps);
   group_norm(steps);
   small_map_conv(steps);
+  winograd_conv(steps);
   cross_entropy_race(steps * 100);  // microseconds a step: many more of them
 }

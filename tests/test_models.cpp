@@ -416,6 +416,55 @@ TEST_SUITE("models") {
     }
   }
 
+  TEST_CASE("A 3x3 convolution by Winograd's F(4x4, 3x3) equals torch's: output and gradients, odd maps included") {
+    // Rounding apart: within 2e-5 of each tensor's largest element (torch's differ by ~5e-6).
+    const auto near = [](const torch::Tensor& a, const torch::Tensor& b) {
+      return a.sizes() == b.sizes() && (a - b).abs().max().item<double>() <= 2e-5 * b.abs().max().item<double>();
+    };
+    struct Case {
+      std::string what;
+      int64_t batch, in, out, h, w;
+      bool bias, input_grad;
+    };
+    for (const auto& c : std::vector<Case>{{"4x4, one tile", 2, 8, 8, 4, 4, false, true},
+                                           {"7x10: overhanging tiles, a bias", 3, 5, 7, 7, 10, true, true},
+                                           {"16x16, 40 to 24 channels (two chunks and a part)", 2, 40, 24, 16, 16, true, true},
+                                           {"9x5, the input without gradient", 1, 6, 3, 9, 5, true, false}}) {
+      CAPTURE(c.what);
+      torch::manual_seed(0);
+      torch::nn::Conv2d conv(torch::nn::Conv2dOptions(c.in, c.out, 3).padding(1).bias(c.bias));
+      const auto input = torch::randn({c.batch, c.in, c.h, c.w}).contiguous(torch::MemoryFormat::ChannelsLast);
+      auto x = input.clone().requires_grad_(c.input_grad), reference_x = input.clone().requires_grad_(c.input_grad);
+      const auto y = vision::winograd_conv2d(x, conv->weight, conv->bias);
+      const auto dy = torch::randn_like(y);
+      y.backward(dy);
+      const auto weight_grad = conv->weight.grad().clone();
+      const auto bias_grad = c.bias ? conv->bias.grad().clone() : torch::Tensor();
+      conv->zero_grad();
+      const auto expected = conv->forward(reference_x);
+      expected.backward(dy);
+      CHECK(y.is_contiguous(torch::MemoryFormat::ChannelsLast));
+      CHECK(near(y, expected));
+      CHECK(x.grad().defined() == c.input_grad);
+      if (c.input_grad) CHECK(near(x.grad(), reference_x.grad()));
+      CHECK(near(weight_grad, conv->weight.grad()));
+      if (c.bias) CHECK(near(bias_grad, conv->bias.grad()));
+    }
+    // vision::conv2d takes this path where its products are large enough, torch's elsewhere.
+    torch::nn::Conv2d wide(torch::nn::Conv2dOptions(128, 128, 3).padding(1));
+    const auto map = torch::randn({16, 128, 16, 16}).contiguous(torch::MemoryFormat::ChannelsLast);
+    CHECK(vision::winograd_applies(*wide, map));
+    OperatorCount count;
+    count.start();
+    const auto y = vision::conv2d(*wide, map);
+    CHECK(count.stop().count("aten::convolution") == 0);
+    CHECK(near(y, wide->forward(map)));
+    CHECK_FALSE(vision::winograd_applies(*wide, map.narrow(0, 0, 8)));           // 128 tiles
+    CHECK_FALSE(vision::winograd_applies(*wide, map.contiguous()));              // not channels-last
+    torch::nn::Conv2d strided(torch::nn::Conv2dOptions(128, 128, 3).padding(1).stride(2));
+    CHECK_FALSE(vision::winograd_applies(*strided, map));
+  }
+
   TEST_CASE("ResNets and XResNets in channels-last (BatchNorm+ReLU fused, own pooling) train as in contiguous") {
     struct Case {
       std::string name;

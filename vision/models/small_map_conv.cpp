@@ -1,5 +1,7 @@
 #include "vision/models/small_map_conv.h"
 
+#include "vision/models/winograd_conv.h"
+
 #include <ATen/Parallel.h>
 #include <ATen/autocast_mode.h>
 #include <torch/torch.h>
@@ -147,7 +149,7 @@ torch::Tensor conv2d(torch::nn::Conv2dImpl& conv, const torch::Tensor& x) {
   const bool own_path = small_map && plain_conv && x.device().is_cpu() && x.scalar_type() == torch::kFloat &&
                         weight.scalar_type() == torch::kFloat && x.numel() > 0 &&
                         x.is_contiguous(torch::MemoryFormat::ChannelsLast) && !at::autocast::is_autocast_enabled(at::kCPU);
-  if (!own_path) return conv.forward(x);
+  if (!own_path) return winograd_applies(conv, x) ? winograd_conv2d(x, weight, conv.bias) : conv.forward(x);
   const int64_t kh = weight.size(2), kw = weight.size(3), sh = (*o.stride())[0], sw = (*o.stride())[1],
                 ph = (**padding)[0], pw = (**padding)[1];
   const Geometry g{x.size(0), x.size(1), x.size(2), x.size(3), weight.size(0),

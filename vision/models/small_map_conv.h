@@ -18,7 +18,8 @@ namespace fastcpp::vision {
 
 // conv.forward(x), as one matrix product on the CPU where that path applies: channels-last
 // float maps of 2 pixels or more and at most half as many as the kernel has taps, no groups,
-// no dilation, zero padding, no autocast. Everywhere else it is conv.forward(x).
+// no dilation, zero padding, no autocast. Elsewhere it is Winograd's F(4x4, 3x3) where
+// winograd_applies (vision/models/winograd_conv.h), and conv.forward(x) everywhere else.
 torch::Tensor conv2d(torch::nn::Conv2dImpl& conv, const torch::Tensor& x);
 
 }  // namespace fastcpp::vision
