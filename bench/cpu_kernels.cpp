@@ -8,6 +8,8 @@
 // - convolutions over maps smaller than the kernel's reach (vision::conv2d, one matrix
 //   product) against ATen's (oneDNN's): the example's last 3x3 over 2x2, a RetinaNet head's
 //   convolutions at its 2x2 level and its P7 convolution (2x2 to 1x1);
+// - 3x3 convolutions at stride 1 by Winograd's F(4x4, 3x3) (vision::winograd_conv2d) against
+//   oneDNN's: a RetinaNet head's levels, ResNet-18's stages at 128 px, the example's stages;
 // - cross-entropy over 2 to 15 classes (CrossEntropyLoss's own path) against ATen's.
 //
 //   bench_cpu_kernels [--threads 2] [--steps 50]
@@ -188,7 +190,7 @@ void cross_entropy_race(int steps) {
 int main(int argc, char** argv) {
   int threads = 2, steps = 50;
   CommandLine cli("bench_cpu_kernels", "The library's CPU kernels (BatchNorm + add + ReLU, AvgPool, GroupNorm, "
-                                       "small-map convolutions, few-class cross-entropy) against ATen's on the same "
+                                       "small-map and Winograd convolutions, few-class cross-entropy) against ATen's on the same "
                                        "inputs: forward and backward.");
   cli.flag("--threads", threads, "CPU threads").range(1, 4096);
   cli.flag("--steps", steps, "timed steps a cell").range(1, 100000);

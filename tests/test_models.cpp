@@ -428,7 +428,7 @@ TEST_SUITE("models") {
     };
     for (const auto& c : std::vector<Case>{{"4x4, one tile", 2, 8, 8, 4, 4, false, true},
                                            {"7x10: overhanging tiles, a bias", 3, 5, 7, 7, 10, true, true},
-                                           {"16x16, 40 to 24 channels (two chunks and a part)", 2, 40, 24, 16, 16, true, true},
+                                           {"16x16, 40 to 24 channels (a chunk and a part)", 2, 40, 24, 16, 16, true, true},
                                            {"9x5, the input without gradient", 1, 6, 3, 9, 5, true, false}}) {
       CAPTURE(c.what);
       torch::manual_seed(0);

@@ -53,13 +53,7 @@ void RetinaNetBranchImpl::reset() {
 torch::Tensor RetinaNetBranchImpl::forward(const std::vector<torch::Tensor>& maps) {
   std::vector<torch::Tensor> per_map;
   for (const auto& map : maps) {
-    auto features = map;
-    for (const auto& layer : *conv) {  // conv, [norm], ReLU: the conv by vision::conv2d
-      auto& stage = *layer.ptr<StageImpl>();
-      features = conv2d(*stage.ptr<torch::nn::Conv2dImpl>(0), features);
-      for (auto module = stage.begin() + 1; module != stage.end(); ++module) features = module->forward(features);
-    }
-    const auto y = conv2d(*final, features);
+    const auto y = conv2d(*final, conv->forward(map));
     const auto n = y.size(0), h = y.size(2), w = y.size(3);
     // [N, A * V, H, W] -> [N, H, W, A, V] -> [N, H * W * A, V]: anchors cell by cell, as the anchors are laid out
     per_map.push_back(y.view({n, anchors, per_anchor, h, w}).permute({0, 3, 4, 1, 2}).reshape({n, -1, per_anchor}));

@@ -1,7 +1,5 @@
 #include "vision/models/small_map_conv.h"
 
-#include "vision/models/winograd_conv.h"
-
 #include <ATen/Parallel.h>
 #include <ATen/autocast_mode.h>
 #include <torch/torch.h>
@@ -10,6 +8,8 @@
 #include <utility>
 #include <variant>
 #include <vector>
+
+#include "vision/models/winograd_conv.h"
 
 namespace fastcpp::vision {
 namespace {

@@ -21,10 +21,10 @@ using torch::autograd::variable_list;
 constexpr int64_t kOut = 4;  // output pixels along a tile's side
 constexpr int64_t kIn = 6;   // input pixels along a tile's side: kOut + 3 - 1
 constexpr int64_t kPositions = kIn * kIn;
-constexpr int64_t kChunk = 32;
+constexpr int64_t kChunk = 32;  // channels a transform holds at once, in stack arrays that stay in L1
 // Where the 36 matrix products are large enough to beat oneDNN's direct convolution
 // (bench_cpu_kernels): rows (tiles) and channels both.
-constexpr int64_t kMinTiles = 256, kMinChannels = 128;  // channels a transform holds at once, in stack arrays that stay in L1
+constexpr int64_t kMinTiles = 256, kMinChannels = 128;
 
 // A channels-last map [n, h, w, c] cut into tiles of 4x4 output pixels, row by row, image by
 // image; the last row and column of tiles overhang a map whose sides are not multiples of 4.
@@ -193,8 +193,12 @@ void for_tiles(int64_t tiles, int64_t channels, const Block& block, const PerChu
 // G (x) G: the 3x3 kernel, as 9 taps, to the 6x6 one the 36 positions multiply by (U = GgG').
 const torch::Tensor& kernel_transform() {
   static const torch::Tensor gg = [] {
-    const auto g = torch::tensor({1.0 / 4, 0.0, 0.0, -1.0 / 6, -1.0 / 6, -1.0 / 6, -1.0 / 6, 1.0 / 6, -1.0 / 6, 1.0 / 24,
-                                  1.0 / 12, 1.0 / 6, 1.0 / 24, -1.0 / 12, 1.0 / 6, 0.0, 0.0, 1.0},
+    const auto g = torch::tensor({1.0 / 4, 0.0, 0.0,
+                                  -1.0 / 6, -1.0 / 6, -1.0 / 6,
+                                  -1.0 / 6, 1.0 / 6, -1.0 / 6,
+                                  1.0 / 24, 1.0 / 12, 1.0 / 6,
+                                  1.0 / 24, -1.0 / 12, 1.0 / 6,
+                                  0.0, 0.0, 1.0},
                                  torch::kDouble)
                        .view({kIn, 3});
     return torch::kron(g, g).to(torch::kFloat);
@@ -287,7 +291,9 @@ struct WinogradConv : torch::autograd::Function<WinogradConv> {
       const float* pdy = dy.const_data_ptr<float>();
       for_tiles(
           g.tiles(), g.c, [&](int64_t t) { return g.block<kOut>(pdy, t, 0); },
-          [&](const GradientBlock& d, int64_t t, int64_t c0, int64_t n) { transform_output_gradient(d, t, c0, n, pdm); });
+          [&](const GradientBlock& d, int64_t t, int64_t c0, int64_t n) {
+            transform_output_gradient(d, t, c0, n, pdm);
+          });
       const auto v = transform_map(x, Tiling(x.size(0), x.size(2), x.size(3), x.size(1)));
       const auto du = torch::bmm(dm.transpose(1, 2), v.transpose(0, 1));  // [36, o, c]
       out[1] = kernel_gradient(du, weight);
@@ -307,7 +313,8 @@ bool winograd_applies(const torch::nn::Conv2dImpl& conv, const torch::Tensor& x)
          (*o.kernel_size())[0] == 3 && (*o.kernel_size())[1] == 3 && o.groups() == 1 && (*o.dilation())[0] == 1 &&
          (*o.dilation())[1] == 1 && std::holds_alternative<torch::enumtype::kZeros>(o.padding_mode()) &&
          x.dim() == 4 && x.size(1) == weight.size(1) && x.size(1) >= kMinChannels && weight.size(0) >= kMinChannels &&
-         Tiling(x.size(0), x.size(2), x.size(3), x.size(1)).tiles() >= kMinTiles && x.size(2) >= kOut && x.size(3) >= kOut &&
+         Tiling(x.size(0), x.size(2), x.size(3), x.size(1)).tiles() >= kMinTiles && x.size(2) >= kOut &&
+         x.size(3) >= kOut &&
          x.device().is_cpu() && x.scalar_type() == torch::kFloat && weight.scalar_type() == torch::kFloat &&
          x.is_contiguous(torch::MemoryFormat::ChannelsLast) && !at::autocast::is_autocast_enabled(at::kCPU);
 }
