@@ -4,6 +4,7 @@
 #include <filesystem>
 #include <map>
 
+#include "core/block_gemm.h"
 #include "helpers.h"
 #include "operator_count.h"
 
@@ -416,6 +417,27 @@ TEST_SUITE("models") {
     }
   }
 
+  TEST_CASE("block_gemm equals torch's matrix product: odd sizes, a strided left matrix, row strides") {
+    if (!block_gemm_available()) {
+      MESSAGE("skipped: this CPU has no AVX-512 (the Winograd convolution uses torch's bmm)");
+      return;
+    }
+    torch::manual_seed(0);
+    for (const auto& [m, k, n] : std::vector<std::array<int64_t, 3>>{{1, 1, 1}, {14, 7, 32}, {29, 33, 47}, {64, 128, 128}}) {
+      CAPTURE(m);
+      CAPTURE(k);
+      CAPTURE(n);
+      const auto a = torch::randn({k, m}).t();         // columns contiguous: the transposed view
+      const auto b = torch::randn({k, n + 3}).narrow(1, 0, n);  // rows n + 3 floats apart
+      auto c = torch::full({m, n + 5}, 7.0f);
+      block_gemm({a.const_data_ptr<float>(), a.stride(0), a.stride(1)}, b.const_data_ptr<float>(), b.stride(0),
+                 c.data_ptr<float>(), c.stride(0), m, k, n);
+      const auto expected = torch::mm(a, b);
+      CHECK(((c.narrow(1, 0, n) - expected).abs() <= 1e-5 * (1 + expected.abs())).all().item<bool>());
+      CHECK(torch::equal(c.narrow(1, n, 5), torch::full({m, 5}, 7.0f)));  // nothing past n written
+    }
+  }
+
   TEST_CASE("A 3x3 convolution by Winograd's F(4x4, 3x3) equals torch's: output and gradients, odd maps included") {
     // Rounding apart: within 2e-5 of each tensor's largest element (torch's differ by ~5e-6).
     const auto near = [](const torch::Tensor& a, const torch::Tensor& b) {
@@ -459,8 +481,12 @@ TEST_SUITE("models") {
     const auto y = vision::conv2d(*wide, map);
     CHECK(count.stop().count("aten::convolution") == 0);
     CHECK(near(y, wide->forward(map)));
-    CHECK_FALSE(vision::winograd_applies(*wide, map.narrow(0, 0, 8)));           // 128 tiles
+    CHECK(vision::winograd_applies(*wide, map.narrow(0, 0, 4)));                 // 64 tiles
+    CHECK_FALSE(vision::winograd_applies(*wide, map.narrow(0, 0, 3)));           // 48 tiles
     CHECK_FALSE(vision::winograd_applies(*wide, map.contiguous()));              // not channels-last
+    torch::nn::Conv2d wider(torch::nn::Conv2dOptions(128, 256, 3).padding(1));
+    CHECK(vision::winograd_applies(*wider, map.narrow(0, 0, 8)));                // 128 tiles for 256 channels
+    CHECK_FALSE(vision::winograd_applies(*wider, map.narrow(0, 0, 7)));          // 112
     torch::nn::Conv2d strided(torch::nn::Conv2dOptions(128, 128, 3).padding(1).stride(2));
     CHECK_FALSE(vision::winograd_applies(*strided, map));
   }

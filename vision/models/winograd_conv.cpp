@@ -10,6 +10,7 @@
 #include <variant>
 #include <vector>
 
+#include "core/block_gemm.h"
 #include "core/row_loop.h"
 
 namespace fastcpp::vision {
@@ -22,9 +23,10 @@ constexpr int64_t kOut = 4;  // output pixels along a tile's side
 constexpr int64_t kIn = 6;   // input pixels along a tile's side: kOut + 3 - 1
 constexpr int64_t kPositions = kIn * kIn;
 constexpr int64_t kChunk = 32;  // channels a transform holds at once, in stack arrays that stay in L1
-// Where the 36 matrix products are large enough to beat oneDNN's direct convolution
-// (bench_cpu_kernels): rows (tiles) and channels both.
-constexpr int64_t kMinTiles = 256, kMinChannels = 128;
+// Where the 36 matrix products beat oneDNN's direct convolution (bench_cpu_kernels): 128
+// channels or more, and 64 tiles or more, as many as half the channels (the transformed
+// kernels, 36 x in x out, are read for every tile).
+constexpr int64_t kMinTiles = 64, kMinChannels = 128;
 
 // A channels-last map [n, h, w, c] cut into tiles of 4x4 output pixels, row by row, image by
 // image; the last row and column of tiles overhang a map whose sides are not multiples of 4.
@@ -244,18 +246,30 @@ torch::Tensor transform_map(const torch::Tensor& x, const Tiling& g) {
   return v;
 }
 
-// The 36 positions' products V[p] U[p], [36, tiles, out channels].
-torch::Tensor multiply_positions(const torch::Tensor& v, const torch::Tensor& u) {
-  auto m = workspace(kProducts, {kPositions, v.size(0), u.size(2)});
-  torch::bmm_out(m, v.transpose(0, 1), u);
-  return m;
+// out[p] = a[p] b[p] for the 36 positions: a [36, m, k] in any strides, b [36, k, n] with
+// its rows contiguous, out [36, m, n] contiguous. Positions split between the threads.
+void multiply_positions(const torch::Tensor& a, const torch::Tensor& b, torch::Tensor& out) {
+  if (!block_gemm_available() || b.stride(2) != 1) {
+    torch::bmm_out(out, a, b);
+    return;
+  }
+  const int64_t m = a.size(1), k = a.size(2), n = b.size(2);
+  const float* pa = a.const_data_ptr<float>();
+  const float* pb = b.const_data_ptr<float>();
+  float* po = out.data_ptr<float>();
+  at::parallel_for(0, kPositions, 1, [&](int64_t begin, int64_t end) {
+    for (int64_t p = begin; p < end; ++p)
+      block_gemm({pa + p * a.stride(0), a.stride(1), a.stride(2)}, pb + p * b.stride(0), b.stride(1),
+                 po + p * m * n, n, m, k, n);
+  });
 }
 
 // The convolution of a channels-last map x by the transformed kernel u [36, c, o] (+ bias).
 torch::Tensor convolve(const torch::Tensor& x, const torch::Tensor& u, const torch::Tensor& bias) {
   const Tiling in(x.size(0), x.size(2), x.size(3), x.size(1));
   const int64_t o = u.size(2);
-  const auto m = multiply_positions(transform_map(x, in), u);
+  auto m = workspace(kProducts, {kPositions, in.tiles(), o});
+  multiply_positions(transform_map(x, in).transpose(0, 1), u, m);
   auto y = torch::empty({in.n, o, in.h, in.w}, x.options().memory_format(torch::MemoryFormat::ChannelsLast));
   const Tiling out(in.n, in.h, in.w, o);
   const Positions pm{m.data_ptr<float>(), o, in.tiles() * o};
@@ -295,7 +309,8 @@ struct WinogradConv : torch::autograd::Function<WinogradConv> {
             transform_output_gradient(d, t, c0, n, pdm);
           });
       const auto v = transform_map(x, Tiling(x.size(0), x.size(2), x.size(3), x.size(1)));
-      const auto du = torch::bmm(dm.transpose(1, 2), v.transpose(0, 1));  // [36, o, c]
+      auto du = torch::empty({kPositions, g.c, x.size(1)}, x.options());  // [36, o, c]
+      multiply_positions(dm.transpose(1, 2), v.transpose(0, 1), du);
       out[1] = kernel_gradient(du, weight);
     }
     if (ctx->saved_data["bias"].toBool() && ctx->needs_input_grad(2)) out[2] = dy.sum({0, 2, 3});
@@ -309,11 +324,12 @@ bool winograd_applies(const torch::nn::Conv2dImpl& conv, const torch::Tensor& x)
   const auto& o = conv.options;
   const auto* padding = std::get_if<torch::ExpandingArray<2>>(&o.padding());
   const auto& weight = conv.weight;
+  const int64_t tiles = x.dim() == 4 ? Tiling(x.size(0), x.size(2), x.size(3), x.size(1)).tiles() : 0;
   return padding && (**padding)[0] == 1 && (**padding)[1] == 1 && (*o.stride())[0] == 1 && (*o.stride())[1] == 1 &&
          (*o.kernel_size())[0] == 3 && (*o.kernel_size())[1] == 3 && o.groups() == 1 && (*o.dilation())[0] == 1 &&
          (*o.dilation())[1] == 1 && std::holds_alternative<torch::enumtype::kZeros>(o.padding_mode()) &&
          x.dim() == 4 && x.size(1) == weight.size(1) && x.size(1) >= kMinChannels && weight.size(0) >= kMinChannels &&
-         Tiling(x.size(0), x.size(2), x.size(3), x.size(1)).tiles() >= kMinTiles && x.size(2) >= kOut &&
+         tiles >= kMinTiles && 2 * tiles >= std::max(x.size(1), weight.size(0)) && x.size(2) >= kOut &&
          x.size(3) >= kOut &&
          x.device().is_cpu() && x.scalar_type() == torch::kFloat && weight.scalar_type() == torch::kFloat &&
          x.is_contiguous(torch::MemoryFormat::ChannelsLast) && !at::autocast::is_autocast_enabled(at::kCPU);
