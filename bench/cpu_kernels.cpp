@@ -150,6 +150,8 @@ void winograd_conv(int steps) {
        std::vector<Map>{{"a head's at 16x16 (16x128x16x16)", 16, 128, 128, 16},
                         {"a head's at 8x8 (16x128x8x8)", 16, 128, 128, 8},
                         {"a head's at 4x4 (16x128x4x4)", 16, 128, 128, 4},
+                        {"a head's classifier at 16x16 (16x128x16x16 to 45)", 16, 128, 45, 16},
+                        {"a head's box regressor at 8x8 (16x128x8x8 to 36)", 16, 128, 36, 8},
                         {"ResNet-18's layer1 at 128 px (16x64x32x32)", 16, 64, 64, 32},
                         {"ResNet-18's layer3 at 128 px (16x256x8x8)", 16, 256, 256, 8},
                         {"ResNet-18's layer4 at 128 px (16x512x4x4)", 16, 512, 512, 4},

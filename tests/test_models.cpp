@@ -481,12 +481,11 @@ TEST_SUITE("models") {
     const auto y = vision::conv2d(*wide, map);
     CHECK(count.stop().count("aten::convolution") == 0);
     CHECK(near(y, wide->forward(map)));
-    CHECK(vision::winograd_applies(*wide, map.narrow(0, 0, 4)));                 // 64 tiles
-    CHECK_FALSE(vision::winograd_applies(*wide, map.narrow(0, 0, 3)));           // 48 tiles
+    CHECK_FALSE(vision::winograd_applies(*wide, map.narrow(0, 0, 15)));          // 240 tiles
     CHECK_FALSE(vision::winograd_applies(*wide, map.contiguous()));              // not channels-last
-    torch::nn::Conv2d wider(torch::nn::Conv2dOptions(128, 256, 3).padding(1));
-    CHECK(vision::winograd_applies(*wider, map.narrow(0, 0, 8)));                // 128 tiles for 256 channels
-    CHECK_FALSE(vision::winograd_applies(*wider, map.narrow(0, 0, 7)));          // 112
+    torch::nn::Conv2d widest(torch::nn::Conv2dOptions(128, 1024, 3).padding(1));
+    CHECK_FALSE(vision::winograd_applies(*widest, map));                         // 256 tiles for 1024 channels
+    CHECK(vision::winograd_applies(*widest, torch::cat({map, map}).contiguous(torch::MemoryFormat::ChannelsLast)));
     torch::nn::Conv2d strided(torch::nn::Conv2dOptions(128, 128, 3).padding(1).stride(2));
     CHECK_FALSE(vision::winograd_applies(*strided, map));
   }

@@ -23,10 +23,11 @@ constexpr int64_t kOut = 4;  // output pixels along a tile's side
 constexpr int64_t kIn = 6;   // input pixels along a tile's side: kOut + 3 - 1
 constexpr int64_t kPositions = kIn * kIn;
 constexpr int64_t kChunk = 32;  // channels a transform holds at once, in stack arrays that stay in L1
-// Where the 36 matrix products beat oneDNN's direct convolution (bench_cpu_kernels): 128
-// channels or more, and 64 tiles or more, as many as half the channels (the transformed
-// kernels, 36 x in x out, are read for every tile).
-constexpr int64_t kMinTiles = 64, kMinChannels = 128;
+// Where the 36 matrix products beat oneDNN's direct convolution in every run of
+// bench_cpu_kernels: 128 channels or more, and 256 tiles or more, as many as half the
+// channels (the transformed kernels, 36 x in x out, are read for every tile). At 64 and 128
+// tiles (8x8 maps at batch 16, 4x4 at batch 128) it won in some runs and lost in others.
+constexpr int64_t kMinTiles = 256, kMinChannels = 128;
 
 // A channels-last map [n, h, w, c] cut into tiles of 4x4 output pixels, row by row, image by
 // image; the last row and column of tiles overhang a map whose sides are not multiples of 4.
