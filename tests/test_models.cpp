@@ -472,6 +472,20 @@ TEST_SUITE("models") {
       CHECK(near(weight_grad, conv->weight.grad()));
       if (c.bias) CHECK(near(bias_grad, conv->bias.grad()));
     }
+    // A second derivative (a gradient penalty) equals torch's.
+    torch::manual_seed(0);
+    torch::nn::Conv2d conv(torch::nn::Conv2dOptions(4, 6, 3).padding(1));
+    const auto input = torch::randn({2, 4, 8, 8}).contiguous(torch::MemoryFormat::ChannelsLast);
+    std::vector<torch::Tensor> penalty_grads;
+    for (const bool winograd : {true, false}) {
+      const auto x = input.clone().requires_grad_(true);
+      const auto y = winograd ? vision::winograd_conv2d(x, conv->weight, conv->bias) : conv->forward(x);
+      const auto dx = torch::autograd::grad({y.pow(2).sum()}, {x}, {}, true, true)[0];
+      dx.pow(2).sum().backward();
+      penalty_grads.push_back(conv->weight.grad().clone());
+      conv->zero_grad();
+    }
+    CHECK(near(penalty_grads[0], penalty_grads[1]));
     // vision::conv2d takes this path where its products are large enough, torch's elsewhere.
     torch::nn::Conv2d wide(torch::nn::Conv2dOptions(128, 128, 3).padding(1));
     const auto map = torch::randn({16, 128, 16, 16}).contiguous(torch::MemoryFormat::ChannelsLast);

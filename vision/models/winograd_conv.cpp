@@ -282,12 +282,26 @@ torch::Tensor convolve(const torch::Tensor& x, const torch::Tensor& u, const tor
   return y;
 }
 
+// The gradients where the backward pass records a graph of its own (create_graph: a second
+// derivative, as a gradient penalty takes): through torch's convolution, which has one.
+variable_list differentiable_backward(AutogradContext* ctx, const variable_list& saved, const torch::Tensor& dy) {
+  const auto &x = saved[0], &weight = saved[1], &bias = saved[2];
+  const auto y = torch::conv2d(x, weight, bias.numel() ? bias : torch::Tensor(), 1, 1);
+  std::vector<torch::Tensor> wanted;
+  for (size_t i = 0; i < saved.size(); ++i)
+    if (ctx->needs_input_grad(i)) wanted.push_back(saved[i]);
+  const auto grads = torch::autograd::grad({y}, wanted, {dy}, /*retain_graph=*/true, /*create_graph=*/true);
+  variable_list out(3);
+  for (size_t i = 0, next = 0; i < saved.size(); ++i)
+    if (ctx->needs_input_grad(i)) out[i] = grads[next++];
+  return out;
+}
+
 struct WinogradConv : torch::autograd::Function<WinogradConv> {
   // bias: a 0-element tensor where the convolution has none.
   static torch::Tensor forward(AutogradContext* ctx, const torch::Tensor& x, const torch::Tensor& weight,
                                const torch::Tensor& bias) {
-    ctx->save_for_backward({x, weight});
-    ctx->saved_data["bias"] = bias.numel() > 0;
+    ctx->save_for_backward({x, weight, bias});
     return convolve(x, transform_kernel(weight, false), bias.numel() ? bias : torch::Tensor());
   }
 
@@ -295,7 +309,8 @@ struct WinogradConv : torch::autograd::Function<WinogradConv> {
     variable_list out(3);
     if (!grads[0].defined()) return out;
     const auto saved = ctx->get_saved_variables();
-    const auto &x = saved[0], &weight = saved[1];
+    const auto &x = saved[0], &weight = saved[1], &bias = saved[2];
+    if (torch::GradMode::is_enabled()) return differentiable_backward(ctx, saved, grads[0]);
     const auto dy = grads[0].contiguous(torch::MemoryFormat::ChannelsLast);
     if (ctx->needs_input_grad(0))  // the transposed convolution: the kernel turned and its channels swapped
       out[0] = convolve(dy, transform_kernel(weight, true), torch::Tensor());
@@ -314,7 +329,7 @@ struct WinogradConv : torch::autograd::Function<WinogradConv> {
       multiply_positions(dm.transpose(1, 2), v.transpose(0, 1), du);
       out[1] = kernel_gradient(du, weight);
     }
-    if (ctx->saved_data["bias"].toBool() && ctx->needs_input_grad(2)) out[2] = dy.sum({0, 2, 3});
+    if (bias.numel() && ctx->needs_input_grad(2)) out[2] = dy.sum({0, 2, 3});
     return out;
   }
 };

@@ -17,7 +17,8 @@
 // - weight gradient: the forward pass's transpose, dU[p] = (A dy A')[p]' V[p] summed over the
 //   tiles, then dg = G'dU G.
 // The results differ from the direct method's by rounding: about 1e-5 of the output's
-// largest element in float.
+// largest element in float. A backward pass that records its own graph (a second
+// derivative) goes through torch's convolution instead.
 #include <torch/nn/modules/conv.h>
 
 namespace fastcpp::vision {
