@@ -248,9 +248,10 @@ torch::Tensor transform_map(const torch::Tensor& x, const Tiling& g) {
 }
 
 // out[p] = a[p] b[p] for the 36 positions: a [36, m, k] in any strides, b [36, k, n] with
-// its rows contiguous, out [36, m, n] contiguous. Positions split between the threads.
+// its rows contiguous (every caller's), out [36, m, n] contiguous. Positions split between
+// the threads.
 void multiply_positions(const torch::Tensor& a, const torch::Tensor& b, torch::Tensor& out) {
-  if (!block_gemm_available() || b.stride(2) != 1) {
+  if (!block_gemm_available()) {
     torch::bmm_out(out, a, b);
     return;
   }
