@@ -12,7 +12,7 @@
 //   oneDNN's: a RetinaNet head's levels, ResNet-18's stages at 128 px, the example's stages;
 // - cross-entropy over 2 to 15 classes (CrossEntropyLoss's own path) against ATen's.
 //
-//   bench_cpu_kernels [--threads 2] [--steps 50]
+//   bench_cpu_kernels [--threads 2] [--steps 50] [--only winograd]
 //
 // One line per map: the times in ms and fastcpp / ATen (lower is better); for the example's
 // layers also the sums, one training step's worth.
@@ -21,6 +21,7 @@
 #include <chrono>
 #include <cstdio>
 #include <functional>
+#include <string>
 #include <vector>
 
 #include "learner/few_class_cross_entropy.h"
@@ -191,19 +192,23 @@ void cross_entropy_race(int steps) {
 
 int main(int argc, char** argv) {
   int threads = 2, steps = 50;
+  std::string only;
   CommandLine cli("bench_cpu_kernels", "The library's CPU kernels (BatchNorm + add + ReLU, AvgPool, GroupNorm, "
                                        "small-map and Winograd convolutions, few-class cross-entropy) against ATen's on the same "
                                        "inputs: forward and backward.");
   cli.flag("--threads", threads, "CPU threads").range(1, 4096);
   cli.flag("--steps", steps, "timed steps a cell").range(1, 100000);
+  cli.flag("--only", only, "one section (to profile it alone)")
+      .choices({"batchnorm", "avg-pool", "group-norm", "small-map", "winograd", "cross-entropy"});
   cli.example("bench_cpu_kernels --threads 2");
   cli.parse(argc, argv);
   torch::set_num_threads(threads);
   torch::manual_seed(0);
-  batchnorm_relu(steps);
-  avg_pool(steps);
-  group_norm(steps);
-  small_map_conv(steps);
-  winograd_conv(steps);
-  cross_entropy_race(steps * 100);  // microseconds a step: many more of them
+  const auto section = [&](const char* name) { return only.empty() || only == name; };
+  if (section("batchnorm")) batchnorm_relu(steps);
+  if (section("avg-pool")) avg_pool(steps);
+  if (section("group-norm")) group_norm(steps);
+  if (section("small-map")) small_map_conv(steps);
+  if (section("winograd")) winograd_conv(steps);
+  if (section("cross-entropy")) cross_entropy_race(steps * 100);  // microseconds a step: many more of them
 }

@@ -2,16 +2,16 @@
 
 #include <ATen/Parallel.h>
 #include <ATen/autocast_mode.h>
+#include <immintrin.h>
 #include <torch/torch.h>
 
 #include <algorithm>
 #include <array>
-#include <cstring>
 #include <variant>
 #include <vector>
 
 #include "core/block_gemm.h"
-#include "core/row_loop.h"
+#include "core/error.h"
 
 namespace fastcpp::vision {
 namespace {
@@ -22,7 +22,6 @@ using torch::autograd::variable_list;
 constexpr int64_t kOut = 4;  // output pixels along a tile's side
 constexpr int64_t kIn = 6;   // input pixels along a tile's side: kOut + 3 - 1
 constexpr int64_t kPositions = kIn * kIn;
-constexpr int64_t kChunk = 32;  // channels a transform holds at once, in stack arrays that stay in L1
 // Where the 36 matrix products beat oneDNN's direct convolution in every run of
 // bench_cpu_kernels: 128 channels or more, and 256 tiles or more, as many as half the
 // channels (the transformed kernels, 36 x in x out, are read for every tile). At 64 and 128
@@ -61,134 +60,140 @@ struct Positions {
 // Tiles per task: enough floats to be worth a thread.
 int64_t grain(int64_t channels) { return std::max<int64_t>(1, 4096 / (kPositions * channels)); }
 
-// V = B'dB for the channels [c0, c0 + n) of tile t: d is the 6x6 input block whose top-left
-// pixel is one up and one left of the tile's (the padding), zeros outside the map.
 using InputBlock = std::array<std::array<const float*, kIn>, kIn>;
 using OutputBlock = std::array<std::array<float*, kOut>, kOut>;
 using GradientBlock = std::array<std::array<const float*, kOut>, kOut>;
 
-FASTCPP_ROW_LOOP void transform_input(const InputBlock& d, int64_t t, int64_t c0, int64_t n, const Positions& v) {
-  alignas(64) static const float zeros[kChunk] = {};
-  alignas(64) float b[kIn][kIn][kChunk];  // B'd
-  for (int64_t s = 0; s < kIn; ++s) {
-    const float* column[kIn];
+// The tile transforms, 16 channels to an AVX-512 register, the last registers of a pixel
+// masked. They are built for AVX-512 alone: the path runs only where block_gemm does.
+#pragma GCC push_options
+#pragma GCC target("avx512f")
+
+using Lanes = __m512;
+
+inline __mmask16 lanes_mask(int64_t channels) { return channels >= 16 ? 0xFFFF : (1u << channels) - 1; }
+
+// The 16 channels from `c0` of a pixel; zeros for a pixel outside the map (nullptr).
+[[gnu::always_inline]] inline Lanes load(const float* pixel, int64_t c0, __mmask16 mask) {
+  return pixel ? _mm512_maskz_loadu_ps(mask, pixel + c0) : _mm512_setzero_ps();
+}
+
+// The three 1-D transforms, applied along a tile's columns and then its rows.
+// B'd: 6 input pixels to 6 positions.
+[[gnu::always_inline]] inline void input_1d(const Lanes (&d)[kIn], Lanes (&v)[kIn]) {
+  v[0] = 4.0f * d[0] - 5.0f * d[2] + d[4];
+  v[1] = d[3] + d[4] - 4.0f * (d[1] + d[2]);
+  v[2] = d[4] - d[3] + 4.0f * (d[1] - d[2]);
+  v[3] = d[4] - d[2] + 2.0f * (d[3] - d[1]);
+  v[4] = d[4] - d[2] + 2.0f * (d[1] - d[3]);
+  v[5] = 4.0f * d[1] - 5.0f * d[3] + d[5];
+}
+
+// A'm: 6 positions to 4 output pixels.
+[[gnu::always_inline]] inline void output_1d(const Lanes (&m)[kIn], Lanes (&y)[kOut]) {
+  y[0] = m[0] + m[1] + m[2] + m[3] + m[4];
+  y[1] = m[1] - m[2] + 2.0f * (m[3] - m[4]);
+  y[2] = m[1] + m[2] + 4.0f * (m[3] + m[4]);
+  y[3] = m[1] - m[2] + 8.0f * (m[3] - m[4]) + m[5];
+}
+
+// A dy: the transpose of output_1d, 4 output gradients to 6 positions'.
+[[gnu::always_inline]] inline void output_gradient_1d(const Lanes (&y)[kOut], Lanes (&m)[kIn]) {
+  m[0] = y[0];
+  m[1] = y[0] + y[1] + y[2] + y[3];
+  m[2] = y[0] - y[1] + y[2] - y[3];
+  m[3] = y[0] + 2.0f * y[1] + 4.0f * y[2] + 8.0f * y[3];
+  m[4] = y[0] - 2.0f * y[1] + 4.0f * y[2] - 8.0f * y[3];
+  m[5] = y[3];
+}
+
+// V = B'dB for tile t: d is the 6x6 input block whose top-left pixel is one up and one left
+// of the tile's (the padding), zeros outside the map.
+void transform_input(const InputBlock& d, int64_t t, int64_t channels, const Positions& v) {
+  for (int64_t c0 = 0; c0 < channels; c0 += 16) {
+    const __mmask16 mask = lanes_mask(channels - c0);
+    Lanes b[kIn][kIn];  // B'd, [row][column]
+    for (int64_t s = 0; s < kIn; ++s) {
+      Lanes column[kIn], transformed[kIn];
+      for (int64_t r = 0; r < kIn; ++r) column[r] = load(d[r][s], c0, mask);
+      input_1d(column, transformed);
+      for (int64_t r = 0; r < kIn; ++r) b[r][s] = transformed[r];
+    }
     for (int64_t r = 0; r < kIn; ++r) {
-      column[r] = d[r][s] ? d[r][s] + c0 : zeros;
-    }
-    const float *__restrict p0 = column[0], *__restrict p1 = column[1], *__restrict p2 = column[2],
-                *__restrict p3 = column[3], *__restrict p4 = column[4], *__restrict p5 = column[5];
-    for (int64_t i = 0; i < n; ++i) {
-      const float d0 = p0[i], d1 = p1[i], d2 = p2[i], d3 = p3[i], d4 = p4[i], d5 = p5[i];
-      b[0][s][i] = 4 * d0 - 5 * d2 + d4;
-      b[1][s][i] = d3 + d4 - 4 * (d1 + d2);
-      b[2][s][i] = d4 - d3 + 4 * (d1 - d2);
-      b[3][s][i] = d4 - d2 + 2 * (d3 - d1);
-      b[4][s][i] = d4 - d2 + 2 * (d1 - d3);
-      b[5][s][i] = 4 * d1 - 5 * d3 + d5;
-    }
-  }
-  for (int64_t a = 0; a < kIn; ++a) {
-    float* __restrict v0 = v.at(t, a * kIn + 0) + c0;
-    float* __restrict v1 = v.at(t, a * kIn + 1) + c0;
-    float* __restrict v2 = v.at(t, a * kIn + 2) + c0;
-    float* __restrict v3 = v.at(t, a * kIn + 3) + c0;
-    float* __restrict v4 = v.at(t, a * kIn + 4) + c0;
-    float* __restrict v5 = v.at(t, a * kIn + 5) + c0;
-    for (int64_t i = 0; i < n; ++i) {
-      const float d0 = b[a][0][i], d1 = b[a][1][i], d2 = b[a][2][i], d3 = b[a][3][i], d4 = b[a][4][i],
-                  d5 = b[a][5][i];
-      v0[i] = 4 * d0 - 5 * d2 + d4;
-      v1[i] = d3 + d4 - 4 * (d1 + d2);
-      v2[i] = d4 - d3 + 4 * (d1 - d2);
-      v3[i] = d4 - d2 + 2 * (d3 - d1);
-      v4[i] = d4 - d2 + 2 * (d1 - d3);
-      v5[i] = 4 * d1 - 5 * d3 + d5;
+      Lanes row[kIn];
+      input_1d(b[r], row);
+      for (int64_t s = 0; s < kIn; ++s) _mm512_mask_storeu_ps(v.at(t, r * kIn + s) + c0, mask, row[s]);
     }
   }
 }
 
-// y = A'MA (+ bias) for the channels [c0, c0 + n) of tile t; the pixels outside the map are
-// not written.
-FASTCPP_ROW_LOOP void transform_output(const Positions& m, const float* bias, int64_t t, int64_t c0, int64_t n,
-                                const OutputBlock& y) {
-  alignas(64) float a[kOut][kIn][kChunk];  // A'M
-  for (int64_t s = 0; s < kIn; ++s) {
-    const float* __restrict m0 = m.at(t, 0 * kIn + s) + c0;
-    const float* __restrict m1 = m.at(t, 1 * kIn + s) + c0;
-    const float* __restrict m2 = m.at(t, 2 * kIn + s) + c0;
-    const float* __restrict m3 = m.at(t, 3 * kIn + s) + c0;
-    const float* __restrict m4 = m.at(t, 4 * kIn + s) + c0;
-    const float* __restrict m5 = m.at(t, 5 * kIn + s) + c0;
-    for (int64_t i = 0; i < n; ++i) {
-      a[0][s][i] = m0[i] + m1[i] + m2[i] + m3[i] + m4[i];
-      a[1][s][i] = m1[i] - m2[i] + 2 * (m3[i] - m4[i]);
-      a[2][s][i] = m1[i] + m2[i] + 4 * (m3[i] + m4[i]);
-      a[3][s][i] = m1[i] - m2[i] + 8 * (m3[i] - m4[i]) + m5[i];
+// y = A'MA (+ bias) for tile t; the pixels outside the map are not written.
+void transform_output(const Positions& m, const float* bias, int64_t t, int64_t channels, const OutputBlock& y) {
+  for (int64_t c0 = 0; c0 < channels; c0 += 16) {
+    const __mmask16 mask = lanes_mask(channels - c0);
+    Lanes a[kOut][kIn];  // A'M
+    for (int64_t s = 0; s < kIn; ++s) {
+      Lanes column[kIn], transformed[kOut];
+      for (int64_t r = 0; r < kIn; ++r) column[r] = load(m.at(t, r * kIn + s), c0, mask);
+      output_1d(column, transformed);
+      for (int64_t k = 0; k < kOut; ++k) a[k][s] = transformed[k];
     }
-  }
-  alignas(64) float row[kOut][kChunk];
-  for (int64_t k = 0; k < kOut; ++k) {
-    for (int64_t i = 0; i < n; ++i) {
-      const float m0 = a[k][0][i], m1 = a[k][1][i], m2 = a[k][2][i], m3 = a[k][3][i], m4 = a[k][4][i],
-                  m5 = a[k][5][i], b = bias ? bias[c0 + i] : 0.0f;
-      row[0][i] = m0 + m1 + m2 + m3 + m4 + b;
-      row[1][i] = m1 - m2 + 2 * (m3 - m4) + b;
-      row[2][i] = m1 + m2 + 4 * (m3 + m4) + b;
-      row[3][i] = m1 - m2 + 8 * (m3 - m4) + m5 + b;
+    const Lanes b = bias ? _mm512_maskz_loadu_ps(mask, bias + c0) : _mm512_setzero_ps();
+    for (int64_t k = 0; k < kOut; ++k) {
+      Lanes row[kOut];
+      output_1d(a[k], row);
+      for (int64_t l = 0; l < kOut; ++l)
+        if (y[k][l]) _mm512_mask_storeu_ps(y[k][l] + c0, mask, row[l] + b);
     }
-    for (int64_t l = 0; l < kOut; ++l)
-      if (y[k][l]) std::memcpy(y[k][l] + c0, row[l], n * sizeof(float));
   }
 }
 
-// dM = A dy A' for the channels [c0, c0 + n) of tile t: the transpose of transform_output,
-// the gradient of the 36 products from the tile's 4x4 output gradient (zeros outside the map).
-FASTCPP_ROW_LOOP void transform_output_gradient(const GradientBlock& dy, int64_t t, int64_t c0, int64_t n,
-                                         const Positions& dm) {
-  alignas(64) float d[kOut][kOut][kChunk];
-  alignas(64) float a[kIn][kOut][kChunk];  // A dy
-  for (int64_t k = 0; k < kOut; ++k)
+// dM = A dy A' for tile t: the transpose of transform_output, the gradient of the 36
+// products from the tile's 4x4 output gradient (zeros outside the map).
+void transform_output_gradient(const GradientBlock& dy, int64_t t, int64_t channels, const Positions& dm) {
+  for (int64_t c0 = 0; c0 < channels; c0 += 16) {
+    const __mmask16 mask = lanes_mask(channels - c0);
+    Lanes a[kIn][kOut];  // A dy
     for (int64_t l = 0; l < kOut; ++l) {
-      if (dy[k][l]) std::memcpy(d[k][l], dy[k][l] + c0, n * sizeof(float));
-      else std::memset(d[k][l], 0, n * sizeof(float));
+      Lanes column[kOut], transformed[kIn];
+      for (int64_t k = 0; k < kOut; ++k) column[k] = load(dy[k][l], c0, mask);
+      output_gradient_1d(column, transformed);
+      for (int64_t r = 0; r < kIn; ++r) a[r][l] = transformed[r];
     }
-  for (int64_t l = 0; l < kOut; ++l)
-    for (int64_t i = 0; i < n; ++i) {
-      const float y0 = d[0][l][i], y1 = d[1][l][i], y2 = d[2][l][i], y3 = d[3][l][i];
-      a[0][l][i] = y0;
-      a[1][l][i] = y0 + y1 + y2 + y3;
-      a[2][l][i] = y0 - y1 + y2 - y3;
-      a[3][l][i] = y0 + 2 * y1 + 4 * y2 + 8 * y3;
-      a[4][l][i] = y0 - 2 * y1 + 4 * y2 - 8 * y3;
-      a[5][l][i] = y3;
-    }
-  for (int64_t r = 0; r < kIn; ++r) {
-    float* __restrict o0 = dm.at(t, r * kIn + 0) + c0;
-    float* __restrict o1 = dm.at(t, r * kIn + 1) + c0;
-    float* __restrict o2 = dm.at(t, r * kIn + 2) + c0;
-    float* __restrict o3 = dm.at(t, r * kIn + 3) + c0;
-    float* __restrict o4 = dm.at(t, r * kIn + 4) + c0;
-    float* __restrict o5 = dm.at(t, r * kIn + 5) + c0;
-    for (int64_t i = 0; i < n; ++i) {
-      const float y0 = a[r][0][i], y1 = a[r][1][i], y2 = a[r][2][i], y3 = a[r][3][i];
-      o0[i] = y0;
-      o1[i] = y0 + y1 + y2 + y3;
-      o2[i] = y0 - y1 + y2 - y3;
-      o3[i] = y0 + 2 * y1 + 4 * y2 + 8 * y3;
-      o4[i] = y0 - 2 * y1 + 4 * y2 - 8 * y3;
-      o5[i] = y3;
+    for (int64_t r = 0; r < kIn; ++r) {
+      Lanes row[kIn];
+      output_gradient_1d(a[r], row);
+      for (int64_t s = 0; s < kIn; ++s) _mm512_mask_storeu_ps(dm.at(t, r * kIn + s) + c0, mask, row[s]);
     }
   }
 }
 
-// Runs per_chunk(t, c0, n) over every tile t and chunk [c0, c0 + n) of the channels, tiles
-// split between the threads; block(t) is what per_chunk needs of the tile's pixels.
-template <typename Block, typename PerChunk>
-void for_tiles(int64_t tiles, int64_t channels, const Block& block, const PerChunk& per_chunk) {
+#pragma GCC pop_options
+
+// Runs per_tile(block(t), t) over every tile t, the tiles split between the threads; block(t)
+// is what per_tile needs of the tile's pixels.
+template <typename Block, typename PerTile>
+void for_tiles(int64_t tiles, int64_t channels, const Block& block, const PerTile& per_tile) {
   at::parallel_for(0, tiles, grain(channels), [&](int64_t begin, int64_t end) {
-    for (int64_t t = begin; t < end; ++t) {
-      const auto pixels = block(t);
-      for (int64_t c0 = 0; c0 < channels; c0 += kChunk) per_chunk(pixels, t, c0, std::min(kChunk, channels - c0));
+    for (int64_t t = begin; t < end; ++t) per_tile(block(t), t);
+  });
+}
+
+// out[i] = a[i] b[i] for each matrix i of a batch: a [batch, m, k] in any strides, b [batch,
+// k, n] with its rows contiguous (every caller's), out [batch, m, n] contiguous. The threads
+// split the batch, or the columns where there are fewer matrices than threads.
+void multiply(const torch::Tensor& a, const torch::Tensor& b, torch::Tensor& out) {
+  const int64_t batch = a.size(0), m = a.size(1), k = a.size(2), n = b.size(2);
+  const int64_t slice = batch >= at::get_num_threads() ? n : std::min<int64_t>(n, 512);
+  const int64_t slices = (n + slice - 1) / slice;
+  const float* pa = a.const_data_ptr<float>();
+  const float* pb = b.const_data_ptr<float>();
+  float* po = out.data_ptr<float>();
+  at::parallel_for(0, batch * slices, 1, [&](int64_t begin, int64_t end) {
+    for (int64_t task = begin; task < end; ++task) {
+      const int64_t i = task / slices, c0 = task % slices * slice;
+      block_gemm({pa + i * a.stride(0), a.stride(1), a.stride(2)}, pb + i * b.stride(0) + c0, b.stride(1),
+                 po + i * m * n + c0, n, m, k, std::min(slice, n - c0));
     }
   });
 }
@@ -214,15 +219,16 @@ const torch::Tensor& kernel_transform() {
 // (the input gradient's convolution): U[p][o][i] from weight[o][i][2 - r][2 - s].
 torch::Tensor transform_kernel(const torch::Tensor& weight, bool turned) {
   const auto taps = turned ? weight.flip({2, 3}).permute({2, 3, 0, 1}) : weight.permute({2, 3, 1, 0});
-  return torch::mm(kernel_transform(), taps.reshape({9, -1})).view({kPositions, taps.size(2), taps.size(3)});
+  auto u = torch::empty({1, kPositions, taps.size(2) * taps.size(3)}, weight.options());
+  multiply(kernel_transform().unsqueeze(0), taps.reshape({1, 9, -1}).contiguous(), u);
+  return u.view({kPositions, taps.size(2), taps.size(3)});
 }
 
 // The weight's gradient (G (x) G)' dU from the 36 positions' dU [36, o, i], in the weight's layout.
 torch::Tensor kernel_gradient(const torch::Tensor& du, const torch::Tensor& weight) {
-  return torch::mm(kernel_transform().t(), du.view({kPositions, -1}))
-      .view({3, 3, du.size(1), du.size(2)})
-      .permute({2, 3, 0, 1})
-      .contiguous(weight.suggest_memory_format());
+  auto taps = torch::empty({1, 9, du.size(1) * du.size(2)}, du.options());
+  multiply(kernel_transform().t().unsqueeze(0), du.view({1, kPositions, -1}), taps);
+  return taps.view({3, 3, du.size(1), du.size(2)}).permute({2, 3, 0, 1}).contiguous(weight.suggest_memory_format());
 }
 
 // The transforms' buffers: kept per thread (the largest so far) rather than allocated per
@@ -243,27 +249,8 @@ torch::Tensor transform_map(const torch::Tensor& x, const Tiling& g) {
   const float* in = x.const_data_ptr<float>();
   for_tiles(
       g.tiles(), g.c, [&](int64_t t) { return g.block<kIn>(in, t, -1); },
-      [&](const InputBlock& d, int64_t t, int64_t c0, int64_t n) { transform_input(d, t, c0, n, pv); });
+      [&](const InputBlock& d, int64_t t) { transform_input(d, t, g.c, pv); });
   return v;
-}
-
-// out[p] = a[p] b[p] for the 36 positions: a [36, m, k] in any strides, b [36, k, n] with
-// its rows contiguous (every caller's), out [36, m, n] contiguous. Positions split between
-// the threads.
-void multiply_positions(const torch::Tensor& a, const torch::Tensor& b, torch::Tensor& out) {
-  if (!block_gemm_available()) {
-    torch::bmm_out(out, a, b);
-    return;
-  }
-  const int64_t m = a.size(1), k = a.size(2), n = b.size(2);
-  const float* pa = a.const_data_ptr<float>();
-  const float* pb = b.const_data_ptr<float>();
-  float* po = out.data_ptr<float>();
-  at::parallel_for(0, kPositions, 1, [&](int64_t begin, int64_t end) {
-    for (int64_t p = begin; p < end; ++p)
-      block_gemm({pa + p * a.stride(0), a.stride(1), a.stride(2)}, pb + p * b.stride(0), b.stride(1),
-                 po + p * m * n, n, m, k, n);
-  });
 }
 
 // The convolution of a channels-last map x by the transformed kernel u [36, c, o] (+ bias).
@@ -271,7 +258,7 @@ torch::Tensor convolve(const torch::Tensor& x, const torch::Tensor& u, const tor
   const Tiling in(x.size(0), x.size(2), x.size(3), x.size(1));
   const int64_t o = u.size(2);
   auto m = workspace(kProducts, {kPositions, in.tiles(), o});
-  multiply_positions(transform_map(x, in).transpose(0, 1), u, m);
+  multiply(transform_map(x, in).transpose(0, 1), u, m);
   auto y = torch::empty({in.n, o, in.h, in.w}, x.options().memory_format(torch::MemoryFormat::ChannelsLast));
   const Tiling out(in.n, in.h, in.w, o);
   const Positions pm{m.data_ptr<float>(), o, in.tiles() * o};
@@ -279,7 +266,7 @@ torch::Tensor convolve(const torch::Tensor& x, const torch::Tensor& u, const tor
   float* py = y.data_ptr<float>();
   for_tiles(
       out.tiles(), o, [&](int64_t t) { return out.block<kOut>(py, t, 0); },
-      [&](const OutputBlock& y, int64_t t, int64_t c0, int64_t n) { transform_output(pm, b, t, c0, n, y); });
+      [&](const OutputBlock& y, int64_t t) { transform_output(pm, b, t, o, y); });
   return y;
 }
 
@@ -322,12 +309,10 @@ struct WinogradConv : torch::autograd::Function<WinogradConv> {
       const float* pdy = dy.const_data_ptr<float>();
       for_tiles(
           g.tiles(), g.c, [&](int64_t t) { return g.block<kOut>(pdy, t, 0); },
-          [&](const GradientBlock& d, int64_t t, int64_t c0, int64_t n) {
-            transform_output_gradient(d, t, c0, n, pdm);
-          });
+          [&](const GradientBlock& d, int64_t t) { transform_output_gradient(d, t, g.c, pdm); });
       const auto v = transform_map(x, Tiling(x.size(0), x.size(2), x.size(3), x.size(1)));
       auto du = torch::empty({kPositions, g.c, x.size(1)}, x.options());  // [36, o, c]
-      multiply_positions(dm.transpose(1, 2), v.transpose(0, 1), du);
+      multiply(dm.transpose(1, 2), v.transpose(0, 1), du);
       out[1] = kernel_gradient(du, weight);
     }
     if (bias.numel() && ctx->needs_input_grad(2)) out[2] = dy.sum({0, 2, 3});
@@ -349,10 +334,12 @@ bool winograd_applies(const torch::nn::Conv2dImpl& conv, const torch::Tensor& x)
          tiles >= kMinTiles && 2 * tiles >= std::max(x.size(1), weight.size(0)) && x.size(2) >= kOut &&
          x.size(3) >= kOut &&
          x.device().is_cpu() && x.scalar_type() == torch::kFloat && weight.scalar_type() == torch::kFloat &&
-         x.is_contiguous(torch::MemoryFormat::ChannelsLast) && !at::autocast::is_autocast_enabled(at::kCPU);
+         x.is_contiguous(torch::MemoryFormat::ChannelsLast) && !at::autocast::is_autocast_enabled(at::kCPU) &&
+         block_gemm_available();
 }
 
 torch::Tensor winograd_conv2d(const torch::Tensor& x, const torch::Tensor& weight, const torch::Tensor& bias) {
+  if (!block_gemm_available()) throw Error("winograd_conv2d: this CPU has no AVX-512, which its kernels need");
   return WinogradConv::apply(x.contiguous(torch::MemoryFormat::ChannelsLast), weight,
                              bias.defined() ? bias : torch::empty({0}, weight.options()));
 }

@@ -23,16 +23,16 @@
 
 namespace fastcpp::vision {
 
-// Whether vision::conv2d computes conv.forward(x) by winograd_conv2d: a CPU float map in
-// channels-last memory of 4x4 pixels or more, a 3x3 kernel at stride 1 with padding 1, no
-// groups or dilation, zero padding, no autocast; and where it is faster: 128 channels or
-// more in and out over 256 tiles of 4x4 output pixels or more (a batch of 16 at 16x16), and
-// at least half as many tiles as channels.
+// Whether vision::conv2d computes conv.forward(x) by winograd_conv2d: a CPU with AVX-512
+// and a float map in channels-last memory of 4x4 pixels or more, a 3x3 kernel at stride 1
+// with padding 1, no groups or dilation, zero padding, no autocast; and where it is faster:
+// 128 channels or more in and out over 256 tiles of 4x4 output pixels or more (a batch of 16
+// at 16x16), and at least half as many tiles as channels.
 bool winograd_applies(const torch::nn::Conv2dImpl& conv, const torch::Tensor& x);
 
 // conv2d(x, weight, bias, stride 1, padding 1) by F(4x4, 3x3), with its gradients. x: a
 // channels-last float map [n, c, h, w]; weight [o, c, 3, 3]; bias [o] or undefined. The
-// output is channels-last.
+// output is channels-last. Throws fastcpp::Error on a CPU without AVX-512.
 torch::Tensor winograd_conv2d(const torch::Tensor& x, const torch::Tensor& weight, const torch::Tensor& bias);
 
 }  // namespace fastcpp::vision
