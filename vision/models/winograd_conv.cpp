@@ -198,8 +198,21 @@ void multiply(const torch::Tensor& a, const torch::Tensor& b, torch::Tensor& out
   });
 }
 
-// G (x) G: the 3x3 kernel, as 9 taps, to the 6x6 one the 36 positions multiply by (U = GgG').
-const torch::Tensor& kernel_transform() {
+// The transforms' buffers, the kernels' too: kept per thread (the largest so far) rather than
+// allocated per call, where the first writes to a fresh buffer's pages cost as much as the
+// transform. None of them outlives the call that fills it.
+enum Buffer { kInputs, kProducts, kProductGradients, kKernel, kKernelTaps, kKernelGradient, kBuffers };
+torch::Tensor workspace(Buffer slot, const std::vector<int64_t>& shape) {
+  thread_local torch::Tensor kept[kBuffers];
+  int64_t numel = 1;
+  for (auto s : shape) numel *= s;
+  if (!kept[slot].defined() || kept[slot].numel() < numel) kept[slot] = torch::empty({numel});
+  return kept[slot].narrow(0, 0, numel).view(shape);
+}
+
+// G (x) G: the 3x3 kernel, as 9 taps, to the 6x6 one the 36 positions multiply by (U = GgG');
+// with `turned`, from the kernel turned 180 degrees (its taps in reverse order).
+const torch::Tensor& kernel_transform(bool turned) {
   static const torch::Tensor gg = [] {
     const auto g = torch::tensor({1.0 / 4, 0.0, 0.0,
                                   -1.0 / 6, -1.0 / 6, -1.0 / 6,
@@ -211,35 +224,28 @@ const torch::Tensor& kernel_transform() {
                        .view({kIn, 3});
     return torch::kron(g, g).to(torch::kFloat);
   }();
-  return gg;
+  static const torch::Tensor gg_turned = gg.flip({1});
+  return turned ? gg_turned : gg;
 }
 
 // U as 36 matrices [k, n] for V[p] U[p]: U[p][i][o] from weight[o][i] (k = in channels,
 // n = out), or with `turned`, from the kernel turned 180 degrees with its channels swapped
 // (the input gradient's convolution): U[p][o][i] from weight[o][i][2 - r][2 - s].
 torch::Tensor transform_kernel(const torch::Tensor& weight, bool turned) {
-  const auto taps = turned ? weight.flip({2, 3}).permute({2, 3, 0, 1}) : weight.permute({2, 3, 1, 0});
-  auto u = torch::empty({1, kPositions, taps.size(2) * taps.size(3)}, weight.options());
-  multiply(kernel_transform().unsqueeze(0), taps.reshape({1, 9, -1}).contiguous(), u);
-  return u.view({kPositions, taps.size(2), taps.size(3)});
+  const auto taps = turned ? weight.permute({2, 3, 0, 1}) : weight.permute({2, 3, 1, 0});  // [3, 3, k, n]
+  const int64_t k = taps.size(2), n = taps.size(3);
+  auto flat = workspace(kKernelTaps, {1, 9, k * n});
+  flat.view({3, 3, k, n}).copy_(taps);
+  auto u = workspace(kKernel, {1, kPositions, k * n});
+  multiply(kernel_transform(turned).unsqueeze(0), flat, u);
+  return u.view({kPositions, k, n});
 }
 
 // The weight's gradient (G (x) G)' dU from the 36 positions' dU [36, o, i], in the weight's layout.
 torch::Tensor kernel_gradient(const torch::Tensor& du, const torch::Tensor& weight) {
-  auto taps = torch::empty({1, 9, du.size(1) * du.size(2)}, du.options());
-  multiply(kernel_transform().t().unsqueeze(0), du.view({1, kPositions, -1}), taps);
-  return taps.view({3, 3, du.size(1), du.size(2)}).permute({2, 3, 0, 1}).contiguous(weight.suggest_memory_format());
-}
-
-// The transforms' buffers: kept per thread (the largest so far) rather than allocated per
-// call, where the first writes to a fresh buffer's pages cost as much as the transform.
-enum Buffer { kInputs, kProducts, kProductGradients, kBuffers };
-torch::Tensor workspace(Buffer slot, const std::vector<int64_t>& shape) {
-  thread_local torch::Tensor kept[kBuffers];
-  int64_t numel = 1;
-  for (auto s : shape) numel *= s;
-  if (!kept[slot].defined() || kept[slot].numel() < numel) kept[slot] = torch::empty({numel});
-  return kept[slot].narrow(0, 0, numel).view(shape);
+  auto taps = workspace(kKernelTaps, {1, 9, du.size(1) * du.size(2)});
+  multiply(kernel_transform(false).t().unsqueeze(0), du.view({1, kPositions, -1}), taps);
+  return taps.view({3, 3, du.size(1), du.size(2)}).permute({2, 3, 0, 1}).clone(weight.suggest_memory_format());
 }
 
 // The 36 input transforms V [tiles, 36, c] of a channels-last map.
@@ -311,7 +317,7 @@ struct WinogradConv : torch::autograd::Function<WinogradConv> {
           g.tiles(), g.c, [&](int64_t t) { return g.block<kOut>(pdy, t, 0); },
           [&](const GradientBlock& d, int64_t t) { transform_output_gradient(d, t, g.c, pdm); });
       const auto v = transform_map(x, Tiling(x.size(0), x.size(2), x.size(3), x.size(1)));
-      auto du = torch::empty({kPositions, g.c, x.size(1)}, x.options());  // [36, o, c]
+      auto du = workspace(kKernelGradient, {kPositions, g.c, x.size(1)});  // [36, o, c]
       multiply(dm.transpose(1, 2), v.transpose(0, 1), du);
       out[1] = kernel_gradient(du, weight);
     }
