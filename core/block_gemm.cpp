@@ -10,15 +10,19 @@ namespace {
 
 constexpr int64_t kRows = 14, kColumns = 32;
 
-// c[0, rows)[0, columns) = a b over k_count, columns <= 32 (the rest masked off).
+// c[0, rows)[0, columns) = a b over k_count (+ c with `accumulate`), columns <= 32 (the rest
+// masked off).
 template <int rows>
 __attribute__((target("avx512f"))) void multiply_block(MatrixView a, const float* b, int64_t b_row, int64_t k_count,
-                                                       float* c, int64_t c_row, int64_t columns) {
+                                                       float* c, int64_t c_row, int64_t columns, bool accumulate) {
   const __mmask16 low = columns >= 16 ? 0xFFFF : (1u << columns) - 1;
   const __mmask16 high = columns >= 32 ? 0xFFFF : columns <= 16 ? 0 : (1u << (columns - 16)) - 1;
   __m512 sum0[rows], sum1[rows];
 #pragma GCC unroll 16
-  for (int r = 0; r < rows; ++r) sum0[r] = sum1[r] = _mm512_setzero_ps();
+  for (int r = 0; r < rows; ++r) {
+    sum0[r] = accumulate ? _mm512_maskz_loadu_ps(low, c + r * c_row) : _mm512_setzero_ps();
+    sum1[r] = accumulate ? _mm512_maskz_loadu_ps(high, c + r * c_row + 16) : _mm512_setzero_ps();
+  }
   for (int64_t k = 0; k < k_count; ++k) {
     const __m512 b0 = _mm512_maskz_loadu_ps(low, b + k * b_row), b1 = _mm512_maskz_loadu_ps(high, b + k * b_row + 16);
     const float* ak = a.data + k * a.column;
@@ -39,8 +43,9 @@ __attribute__((target("avx512f"))) void multiply_block(MatrixView a, const float
 // multiply_block<rows> for rows = count, 1 <= count <= kRows.
 template <int... index>
 void multiply_rows(int count, std::integer_sequence<int, index...>, MatrixView a, const float* b, int64_t b_row,
-                   int64_t k_count, float* c, int64_t c_row, int64_t columns) {
-  ((count == index + 1 ? multiply_block<index + 1>(a, b, b_row, k_count, c, c_row, columns) : void()), ...);
+                   int64_t k_count, float* c, int64_t c_row, int64_t columns, bool accumulate) {
+  ((count == index + 1 ? multiply_block<index + 1>(a, b, b_row, k_count, c, c_row, columns, accumulate) : void()),
+   ...);
 }
 
 }  // namespace
@@ -50,13 +55,14 @@ bool block_gemm_available() {
   return available;
 }
 
-void block_gemm(MatrixView a, const float* b, int64_t b_row, float* c, int64_t c_row, int64_t m, int64_t k, int64_t n) {
+void block_gemm(MatrixView a, const float* b, int64_t b_row, float* c, int64_t c_row, int64_t m, int64_t k, int64_t n,
+                bool accumulate) {
   // A block of a's rows (14 x k) stays in L1 while it meets every column block of b.
   for (int64_t r0 = 0; r0 < m; r0 += kRows)
     for (int64_t c0 = 0; c0 < n; c0 += kColumns)
       multiply_rows(static_cast<int>(std::min(kRows, m - r0)), std::make_integer_sequence<int, kRows>(),
                     MatrixView{a.data + r0 * a.row, a.row, a.column}, b + c0, b_row, k, c + r0 * c_row + c0, c_row,
-                    std::min(kColumns, n - c0));
+                    std::min(kColumns, n - c0), accumulate);
 }
 
 }  // namespace fastcpp

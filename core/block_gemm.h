@@ -18,8 +18,9 @@ struct MatrixView {
 // Whether block_gemm runs on this CPU (AVX-512F); where not, use torch's matmul.
 bool block_gemm_available();
 
-// c[m, n] = a[m, k] b[k, n]: b's and c's rows contiguous, b_row and c_row floats apart.
-// Overwrites c. Call only where block_gemm_available().
-void block_gemm(MatrixView a, const float* b, int64_t b_row, float* c, int64_t c_row, int64_t m, int64_t k, int64_t n);
+// c[m, n] = a[m, k] b[k, n], or with `accumulate` c += a b: b's and c's rows contiguous,
+// b_row and c_row floats apart. Call only where block_gemm_available().
+void block_gemm(MatrixView a, const float* b, int64_t b_row, float* c, int64_t c_row, int64_t m, int64_t k, int64_t n,
+                bool accumulate = false);
 
 }  // namespace fastcpp

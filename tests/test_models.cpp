@@ -417,9 +417,9 @@ TEST_SUITE("models") {
     }
   }
 
-  TEST_CASE("block_gemm equals torch's matrix product: odd sizes, a strided left matrix, row strides") {
+  TEST_CASE("block_gemm equals torch's matrix product: odd sizes, a strided left matrix, row strides, accumulating") {
     if (!block_gemm_available()) {
-      MESSAGE("skipped: this CPU has no AVX-512 (the Winograd convolution uses torch's bmm)");
+      MESSAGE("skipped: this CPU has no AVX-512 (neither block_gemm nor the Winograd convolutions run)");
       return;
     }
     torch::manual_seed(0);
@@ -435,10 +435,20 @@ TEST_SUITE("models") {
       const auto expected = torch::mm(a, b);
       CHECK(((c.narrow(1, 0, n) - expected).abs() <= 1e-5 * (1 + expected.abs())).all().item<bool>());
       CHECK(torch::equal(c.narrow(1, n, 5), torch::full({m, 5}, 7.0f)));  // nothing past n written
+      block_gemm({a.const_data_ptr<float>(), a.stride(0), a.stride(1)}, b.const_data_ptr<float>(), b.stride(0),
+                 c.data_ptr<float>(), c.stride(0), m, k, n, /*accumulate=*/true);  // c += a b
+      CHECK(((c.narrow(1, 0, n) - 2 * expected).abs() <= 2e-5 * (1 + expected.abs())).all().item<bool>());
+      CHECK(torch::equal(c.narrow(1, n, 5), torch::full({m, 5}, 7.0f)));
     }
   }
 
   TEST_CASE("A 3x3 convolution by Winograd's F(4x4, 3x3) equals torch's: output and gradients, odd maps included") {
+    if (!block_gemm_available()) {
+      MESSAGE("skipped: this CPU has no AVX-512");
+      CHECK_THROWS_WITH_AS(vision::winograd_conv2d(torch::randn({1, 8, 4, 4}), torch::randn({8, 8, 3, 3}), {}),
+                           "winograd_conv2d: this CPU has no AVX-512, which its kernels need", Error);
+      return;
+    }
     // Rounding apart: within 2e-5 of each tensor's largest element (torch's differ by ~5e-6).
     const auto near = [](const torch::Tensor& a, const torch::Tensor& b) {
       return a.sizes() == b.sizes() && (a - b).abs().max().item<double>() <= 2e-5 * b.abs().max().item<double>();
@@ -451,7 +461,8 @@ TEST_SUITE("models") {
     for (const auto& c : std::vector<Case>{{"4x4, one tile", 2, 8, 8, 4, 4, false, true},
                                            {"7x10: overhanging tiles, a bias", 3, 5, 7, 7, 10, true, true},
                                            {"16x16, 40 to 24 channels (a chunk and a part)", 2, 40, 24, 16, 16, true, true},
-                                           {"9x5, the input without gradient", 1, 6, 3, 9, 5, true, false}}) {
+                                           {"9x5, the input without gradient", 1, 6, 3, 9, 5, true, false},
+                                           {"16x16, batch 8, 64 channels: blocks of tiles", 8, 64, 64, 16, 16, true, true}}) {
       CAPTURE(c.what);
       torch::manual_seed(0);
       torch::nn::Conv2d conv(torch::nn::Conv2dOptions(c.in, c.out, 3).padding(1).bias(c.bias));
@@ -495,8 +506,17 @@ TEST_SUITE("models") {
     const auto y = vision::conv2d(*wide, map);
     CHECK(count.stop().count("aten::convolution") == 0);
     CHECK(near(y, wide->forward(map)));
-    CHECK_FALSE(vision::winograd_applies(*wide, map.narrow(0, 0, 15)));          // 240 tiles
+    CHECK(vision::winograd_applies(*wide, map.narrow(0, 0, 4)));                 // 64 tiles
+    CHECK_FALSE(vision::winograd_applies(*wide, map.narrow(0, 0, 3)));           // 48 tiles
     CHECK_FALSE(vision::winograd_applies(*wide, map.contiguous()));              // not channels-last
+    const auto narrow = map.narrow(1, 0, 64).narrow(0, 0, 3).contiguous(torch::MemoryFormat::ChannelsLast);
+    torch::nn::Conv2d to_32(torch::nn::Conv2dOptions(64, 32, 3).padding(1));
+    torch::nn::Conv2d to_16(torch::nn::Conv2dOptions(64, 16, 3).padding(1));
+    CHECK_FALSE(vision::winograd_applies(*to_32, narrow));                       // 48 tiles
+    CHECK(vision::winograd_applies(*to_32, map.narrow(1, 0, 64).contiguous(torch::MemoryFormat::ChannelsLast)));
+    CHECK_FALSE(vision::winograd_applies(*to_16, map.narrow(1, 0, 64).contiguous(torch::MemoryFormat::ChannelsLast)));
+    torch::nn::Conv2d from_32(torch::nn::Conv2dOptions(32, 64, 3).padding(1));
+    CHECK_FALSE(vision::winograd_applies(*from_32, map.narrow(1, 0, 32).contiguous(torch::MemoryFormat::ChannelsLast)));
     torch::nn::Conv2d widest(torch::nn::Conv2dOptions(128, 1024, 3).padding(1));
     CHECK_FALSE(vision::winograd_applies(*widest, map));                         // 256 tiles for 1024 channels
     CHECK(vision::winograd_applies(*widest, torch::cat({map, map}).contiguous(torch::MemoryFormat::ChannelsLast)));

@@ -22,11 +22,11 @@ using torch::autograd::variable_list;
 constexpr int64_t kOut = 4;  // output pixels along a tile's side
 constexpr int64_t kIn = 6;   // input pixels along a tile's side: kOut + 3 - 1
 constexpr int64_t kPositions = kIn * kIn;
-// Where the 36 matrix products beat oneDNN's direct convolution in every run of
-// bench_cpu_kernels: 128 channels or more, and 256 tiles or more, as many as half the
-// channels (the transformed kernels, 36 x in x out, are read for every tile). At 64 and 128
-// tiles (8x8 maps at batch 16, 4x4 at batch 128) it won in some runs and lost in others.
-constexpr int64_t kMinTiles = 256, kMinChannels = 128;
+// Where this beat oneDNN's direct convolution in every run of bench_cpu_kernels: 64 input
+// channels or more, 32 output channels or more, 64 tiles or more, and at least half as many
+// tiles as channels (every block of tiles reads the transformed kernel, 36 x in x out: ResNet's
+// 256 channels over 64 tiles lost in some runs, its 512 over 16 and 16 or 32 channels in all).
+constexpr int64_t kMinTiles = 64, kMinInChannels = 64, kMinOutChannels = 32;
 
 // A channels-last map [n, h, w, c] cut into tiles of 4x4 output pixels, row by row, image by
 // image; the last row and column of tiles overhang a map whose sides are not multiples of 4.
@@ -56,9 +56,6 @@ struct Positions {
   int64_t tile_stride, position_stride;
   float* at(int64_t t, int64_t p) const { return data + t * tile_stride + p * position_stride; }
 };
-
-// Tiles per task: enough floats to be worth a thread.
-int64_t grain(int64_t channels) { return std::max<int64_t>(1, 4096 / (kPositions * channels)); }
 
 using InputBlock = std::array<std::array<const float*, kIn>, kIn>;
 using OutputBlock = std::array<std::array<float*, kOut>, kOut>;
@@ -170,31 +167,22 @@ void transform_output_gradient(const GradientBlock& dy, int64_t t, int64_t chann
 
 #pragma GCC pop_options
 
-// Runs per_tile(block(t), t) over every tile t, the tiles split between the threads; block(t)
-// is what per_tile needs of the tile's pixels.
-template <typename Block, typename PerTile>
-void for_tiles(int64_t tiles, int64_t channels, const Block& block, const PerTile& per_tile) {
-  at::parallel_for(0, tiles, grain(channels), [&](int64_t begin, int64_t end) {
-    for (int64_t t = begin; t < end; ++t) per_tile(block(t), t);
-  });
+// Tiles that one thread transforms, multiplies and transforms back in one go: their V and M
+// (36 x tiles x channels each) near 1 MiB, in the core's L2 cache, in whole 14-row blocks of
+// block_gemm.
+int64_t block_tiles(int64_t in_channels, int64_t out_channels) {
+  return std::max<int64_t>(14, 256 * 1024 / (kPositions * (in_channels + out_channels)) / 14 * 14);
 }
 
-// out[i] = a[i] b[i] for each matrix i of a batch: a [batch, m, k] in any strides, b [batch,
-// k, n] with its rows contiguous (every caller's), out [batch, m, n] contiguous. The threads
-// split the batch, or the columns where there are fewer matrices than threads.
-void multiply(const torch::Tensor& a, const torch::Tensor& b, torch::Tensor& out) {
-  const int64_t batch = a.size(0), m = a.size(1), k = a.size(2), n = b.size(2);
-  const int64_t slice = batch >= at::get_num_threads() ? n : std::min<int64_t>(n, 512);
-  const int64_t slices = (n + slice - 1) / slice;
-  const float* pa = a.const_data_ptr<float>();
-  const float* pb = b.const_data_ptr<float>();
-  float* po = out.data_ptr<float>();
-  at::parallel_for(0, batch * slices, 1, [&](int64_t begin, int64_t end) {
-    for (int64_t task = begin; task < end; ++task) {
-      const int64_t i = task / slices, c0 = task % slices * slice;
-      block_gemm({pa + i * a.stride(0), a.stride(1), a.stride(2)}, pb + i * b.stride(0) + c0, b.stride(1),
-                 po + i * m * n + c0, n, m, k, std::min(slice, n - c0));
-    }
+// Runs per_block(begin, end, first) over blocks of at most `block` tiles, the threads
+// splitting the tiles; `first`: the block is its thread's first. Each thread reads back only
+// what it wrote itself: on CPUs whose cores share no cache (a virtual machine's cores on two
+// of a host's core complexes), handing the transforms from one thread to another cost as much
+// as computing them.
+template <typename PerBlock>
+void for_tile_blocks(int64_t tiles, int64_t block, const PerBlock& per_block) {
+  at::parallel_for(0, tiles, 14, [&](int64_t begin, int64_t end) {
+    for (int64_t b0 = begin; b0 < end; b0 += block) per_block(b0, std::min(end, b0 + block), b0 == begin);
   });
 }
 
@@ -208,6 +196,19 @@ torch::Tensor workspace(Buffer slot, const std::vector<int64_t>& shape) {
   for (auto s : shape) numel *= s;
   if (!kept[slot].defined() || kept[slot].numel() < numel) kept[slot] = torch::empty({numel});
   return kept[slot].narrow(0, 0, numel).view(shape);
+}
+
+// out = a b for the kernels' transforms: a [m, k] in any strides, b [k, n] and out [m, n]
+// contiguous, the threads splitting the columns.
+void multiply_columns(const torch::Tensor& a, const torch::Tensor& b, torch::Tensor& out) {
+  const int64_t m = a.size(0), k = a.size(1), n = b.size(1), slice = 512;
+  const float* pa = a.const_data_ptr<float>();
+  const float* pb = b.const_data_ptr<float>();
+  float* po = out.data_ptr<float>();
+  at::parallel_for(0, (n + slice - 1) / slice, 1, [&](int64_t begin, int64_t end) {
+    for (int64_t c0 = begin * slice; c0 < std::min(n, end * slice); c0 += slice)
+      block_gemm({pa, a.stride(0), a.stride(1)}, pb + c0, n, po + c0, n, m, k, std::min(slice, n - c0));
+  });
 }
 
 // G (x) G: the 3x3 kernel, as 9 taps, to the 6x6 one the 36 positions multiply by (U = GgG');
@@ -234,46 +235,68 @@ const torch::Tensor& kernel_transform(bool turned) {
 torch::Tensor transform_kernel(const torch::Tensor& weight, bool turned) {
   const auto taps = turned ? weight.permute({2, 3, 0, 1}) : weight.permute({2, 3, 1, 0});  // [3, 3, k, n]
   const int64_t k = taps.size(2), n = taps.size(3);
-  auto flat = workspace(kKernelTaps, {1, 9, k * n});
+  auto flat = workspace(kKernelTaps, {9, k * n});
   flat.view({3, 3, k, n}).copy_(taps);
-  auto u = workspace(kKernel, {1, kPositions, k * n});
-  multiply(kernel_transform(turned).unsqueeze(0), flat, u);
+  auto u = workspace(kKernel, {kPositions, k * n});
+  multiply_columns(kernel_transform(turned), flat, u);
   return u.view({kPositions, k, n});
 }
 
 // The weight's gradient (G (x) G)' dU from the 36 positions' dU [36, o, i], in the weight's layout.
 torch::Tensor kernel_gradient(const torch::Tensor& du, const torch::Tensor& weight) {
-  auto taps = workspace(kKernelTaps, {1, 9, du.size(1) * du.size(2)});
-  multiply(kernel_transform(false).t().unsqueeze(0), du.view({1, kPositions, -1}), taps);
+  auto taps = workspace(kKernelTaps, {9, du.size(1) * du.size(2)});
+  multiply_columns(kernel_transform(false).t(), du.view({kPositions, -1}), taps);
   return taps.view({3, 3, du.size(1), du.size(2)}).permute({2, 3, 0, 1}).clone(weight.suggest_memory_format());
-}
-
-// The 36 input transforms V [tiles, 36, c] of a channels-last map.
-torch::Tensor transform_map(const torch::Tensor& x, const Tiling& g) {
-  auto v = workspace(kInputs, {g.tiles(), kPositions, g.c});
-  const Positions pv{v.data_ptr<float>(), kPositions * g.c, g.c};
-  const float* in = x.const_data_ptr<float>();
-  for_tiles(
-      g.tiles(), g.c, [&](int64_t t) { return g.block<kIn>(in, t, -1); },
-      [&](const InputBlock& d, int64_t t) { transform_input(d, t, g.c, pv); });
-  return v;
 }
 
 // The convolution of a channels-last map x by the transformed kernel u [36, c, o] (+ bias).
 torch::Tensor convolve(const torch::Tensor& x, const torch::Tensor& u, const torch::Tensor& bias) {
   const Tiling in(x.size(0), x.size(2), x.size(3), x.size(1));
-  const int64_t o = u.size(2);
-  auto m = workspace(kProducts, {kPositions, in.tiles(), o});
-  multiply(transform_map(x, in).transpose(0, 1), u, m);
+  const int64_t c = in.c, o = u.size(2);
   auto y = torch::empty({in.n, o, in.h, in.w}, x.options().memory_format(torch::MemoryFormat::ChannelsLast));
   const Tiling out(in.n, in.h, in.w, o);
-  const Positions pm{m.data_ptr<float>(), o, in.tiles() * o};
-  const float* b = bias.defined() ? bias.const_data_ptr<float>() : nullptr;
+  const float* px = x.const_data_ptr<float>();
+  const float* pu = u.const_data_ptr<float>();
+  const float* pb = bias.defined() ? bias.const_data_ptr<float>() : nullptr;
   float* py = y.data_ptr<float>();
-  for_tiles(
-      out.tiles(), o, [&](int64_t t) { return out.block<kOut>(py, t, 0); },
-      [&](const OutputBlock& y, int64_t t) { transform_output(pm, b, t, o, y); });
+  for_tile_blocks(in.tiles(), block_tiles(c, o), [&](int64_t begin, int64_t end, bool) {
+    const int64_t n = end - begin;
+    const Positions v{workspace(kInputs, {n, kPositions, c}).data_ptr<float>(), kPositions * c, c};
+    const Positions m{workspace(kProducts, {kPositions, n, o}).data_ptr<float>(), o, n * o};
+    for (int64_t t = begin; t < end; ++t) transform_input(in.block<kIn>(px, t, -1), t - begin, c, v);
+    for (int64_t p = 0; p < kPositions; ++p)
+      block_gemm({v.at(0, p), v.tile_stride, 1}, pu + p * c * o, o, m.at(0, p), o, n, c, o);
+    for (int64_t t = begin; t < end; ++t) transform_output(m, pb, t - begin, o, out.block<kOut>(py, t, 0));
+  });
   return y;
+}
+
+// The weight's gradient: dU[p] = dM[p]' V[p] over the tiles, dM = A dy A', V = B'xB. Each
+// thread sums its own tiles' products; their sums are added at the end.
+torch::Tensor weight_gradient(const torch::Tensor& x, const torch::Tensor& dy, const torch::Tensor& weight) {
+  const Tiling in(x.size(0), x.size(2), x.size(3), x.size(1)), out(dy.size(0), dy.size(2), dy.size(3), dy.size(1));
+  const int64_t c = in.c, o = out.c, threads = at::get_num_threads();
+  auto sums = workspace(kKernelGradient, {threads, kPositions, o, c});
+  std::vector<uint8_t> summed(threads, 0);
+  const float* px = x.const_data_ptr<float>();
+  const float* pdy = dy.const_data_ptr<float>();
+  for_tile_blocks(in.tiles(), block_tiles(c, o), [&](int64_t begin, int64_t end, bool first) {
+    const int64_t n = end - begin, thread = at::get_thread_num();
+    const Positions v{workspace(kInputs, {n, kPositions, c}).data_ptr<float>(), kPositions * c, c};
+    const Positions dm{workspace(kProductGradients, {kPositions, n, o}).data_ptr<float>(), o, n * o};
+    for (int64_t t = begin; t < end; ++t) {
+      transform_input(in.block<kIn>(px, t, -1), t - begin, c, v);
+      transform_output_gradient(out.block<kOut>(pdy, t, 0), t - begin, o, dm);
+    }
+    float* du = sums[thread].data_ptr<float>();
+    for (int64_t p = 0; p < kPositions; ++p)  // dU[p] [o, c] (+)= dM[p]' [o, n] V[p] [n, c]
+      block_gemm({dm.at(0, p), 1, o}, v.at(0, p), v.tile_stride, du + p * o * c, c, o, n, c, !first);
+    summed[thread] = 1;
+  });
+  torch::Tensor du;
+  for (int64_t thread = 0; thread < threads; ++thread)
+    if (summed[thread]) du = du.defined() ? du.add_(sums[thread]) : sums[thread];
+  return kernel_gradient(du, weight);
 }
 
 // The gradients where the backward pass records a graph of its own (create_graph: a second
@@ -308,19 +331,7 @@ struct WinogradConv : torch::autograd::Function<WinogradConv> {
     const auto dy = grads[0].contiguous(torch::MemoryFormat::ChannelsLast);
     if (ctx->needs_input_grad(0))  // the transposed convolution: the kernel turned and its channels swapped
       out[0] = convolve(dy, transform_kernel(weight, true), torch::Tensor());
-    if (ctx->needs_input_grad(1)) {
-      const Tiling g(x.size(0), x.size(2), x.size(3), weight.size(0));
-      auto dm = workspace(kProductGradients, {kPositions, g.tiles(), g.c});
-      const Positions pdm{dm.data_ptr<float>(), g.c, g.tiles() * g.c};
-      const float* pdy = dy.const_data_ptr<float>();
-      for_tiles(
-          g.tiles(), g.c, [&](int64_t t) { return g.block<kOut>(pdy, t, 0); },
-          [&](const GradientBlock& d, int64_t t) { transform_output_gradient(d, t, g.c, pdm); });
-      const auto v = transform_map(x, Tiling(x.size(0), x.size(2), x.size(3), x.size(1)));
-      auto du = workspace(kKernelGradient, {kPositions, g.c, x.size(1)});  // [36, o, c]
-      multiply(dm.transpose(1, 2), v.transpose(0, 1), du);
-      out[1] = kernel_gradient(du, weight);
-    }
+    if (ctx->needs_input_grad(1)) out[1] = weight_gradient(x, dy, weight);
     if (bias.numel() && ctx->needs_input_grad(2)) out[2] = dy.sum({0, 2, 3});
     return out;
   }
@@ -336,7 +347,7 @@ bool winograd_applies(const torch::nn::Conv2dImpl& conv, const torch::Tensor& x)
   return padding && (**padding)[0] == 1 && (**padding)[1] == 1 && (*o.stride())[0] == 1 && (*o.stride())[1] == 1 &&
          (*o.kernel_size())[0] == 3 && (*o.kernel_size())[1] == 3 && o.groups() == 1 && (*o.dilation())[0] == 1 &&
          (*o.dilation())[1] == 1 && std::holds_alternative<torch::enumtype::kZeros>(o.padding_mode()) &&
-         x.dim() == 4 && x.size(1) == weight.size(1) && x.size(1) >= kMinChannels && weight.size(0) >= kMinChannels &&
+         x.dim() == 4 && x.size(1) == weight.size(1) && x.size(1) >= kMinInChannels && weight.size(0) >= kMinOutChannels &&
          tiles >= kMinTiles && 2 * tiles >= std::max(x.size(1), weight.size(0)) && x.size(2) >= kOut &&
          x.size(3) >= kOut &&
          x.device().is_cpu() && x.scalar_type() == torch::kFloat && weight.scalar_type() == torch::kFloat &&
