@@ -8,7 +8,7 @@
 namespace fastcpp {
 namespace {
 
-constexpr int64_t kRows = 14, kColumns = 32;
+constexpr int64_t kRows = kBlockGemmRows, kColumns = 32;
 
 // c[0, rows)[0, columns) = a b over k_count (+ c with `accumulate`), columns <= 32 (the rest
 // masked off).

@@ -15,6 +15,9 @@ struct MatrixView {
   int64_t row, column;
 };
 
+// The rows of its register block: a product of m rows takes m / 14 whole blocks and one short one.
+constexpr int64_t kBlockGemmRows = 14;
+
 // Whether block_gemm runs on this CPU (AVX-512F); where not, use torch's matmul.
 bool block_gemm_available();
 

@@ -168,20 +168,21 @@ void transform_output_gradient(const GradientBlock& dy, int64_t t, int64_t chann
 #pragma GCC pop_options
 
 // Tiles that one thread transforms, multiplies and transforms back in one go: their V and M
-// (36 x tiles x channels each) near 1 MiB, in the core's L2 cache, in whole 14-row blocks of
+// (36 x tiles x channels each) near 1 MiB, in the core's L2 cache, in whole row blocks of
 // block_gemm.
 int64_t block_tiles(int64_t in_channels, int64_t out_channels) {
-  return std::max<int64_t>(14, 256 * 1024 / (kPositions * (in_channels + out_channels)) / 14 * 14);
+  const int64_t fitting = 256 * 1024 / (kPositions * (in_channels + out_channels));
+  return std::max(kBlockGemmRows, fitting / kBlockGemmRows * kBlockGemmRows);
 }
 
 // Runs per_block(begin, end, first) over blocks of at most `block` tiles, the threads
 // splitting the tiles; `first`: the block is its thread's first. Each thread reads back only
-// what it wrote itself: on CPUs whose cores share no cache (a virtual machine's cores on two
-// of a host's core complexes), handing the transforms from one thread to another cost as much
-// as computing them.
+// what it wrote itself: handing the transforms from one thread to another made two threads
+// no faster than one in some processes on a 2-core virtual machine (likely its cores on two of
+// the host's core complexes, which share no cache).
 template <typename PerBlock>
 void for_tile_blocks(int64_t tiles, int64_t block, const PerBlock& per_block) {
-  at::parallel_for(0, tiles, 14, [&](int64_t begin, int64_t end) {
+  at::parallel_for(0, tiles, kBlockGemmRows, [&](int64_t begin, int64_t end) {
     for (int64_t b0 = begin; b0 < end; b0 += block) per_block(b0, std::min(end, b0 + block), b0 == begin);
   });
 }
@@ -277,6 +278,7 @@ torch::Tensor weight_gradient(const torch::Tensor& x, const torch::Tensor& dy, c
   const Tiling in(x.size(0), x.size(2), x.size(3), x.size(1)), out(dy.size(0), dy.size(2), dy.size(3), dy.size(1));
   const int64_t c = in.c, o = out.c, threads = at::get_num_threads();
   auto sums = workspace(kKernelGradient, {threads, kPositions, o, c});
+  float* thread_sums = sums.data_ptr<float>();
   std::vector<uint8_t> summed(threads, 0);
   const float* px = x.const_data_ptr<float>();
   const float* pdy = dy.const_data_ptr<float>();
@@ -288,7 +290,7 @@ torch::Tensor weight_gradient(const torch::Tensor& x, const torch::Tensor& dy, c
       transform_input(in.block<kIn>(px, t, -1), t - begin, c, v);
       transform_output_gradient(out.block<kOut>(pdy, t, 0), t - begin, o, dm);
     }
-    float* du = sums[thread].data_ptr<float>();
+    float* du = thread_sums + thread * kPositions * o * c;
     for (int64_t p = 0; p < kPositions; ++p)  // dU[p] [o, c] (+)= dM[p]' [o, n] V[p] [n, c]
       block_gemm({dm.at(0, p), 1, o}, v.at(0, p), v.tile_stride, du + p * o * c, c, o, n, c, !first);
     summed[thread] = 1;
