@@ -104,23 +104,33 @@ inline __mmask16 lanes_mask(int64_t channels) { return channels >= 16 ? 0xFFFF :
   m[5] = y[3];
 }
 
+// A 1-D transform along each column of a size x size block of registers, then along each row
+// of the result: a block of the transform's output size. load(r, s) reads the block's element
+// at row r and column s, store(r, s, value) writes the result's.
+template <int64_t size, int64_t out, typename Transform, typename Load, typename Store>
+[[gnu::always_inline]] inline void transform_2d(const Transform& transform, const Load& load, const Store& store) {
+  Lanes half[out][size];  // the columns transformed
+  for (int64_t s = 0; s < size; ++s) {
+    Lanes column[size], transformed[out];
+    for (int64_t r = 0; r < size; ++r) column[r] = load(r, s);
+    transform(column, transformed);
+    for (int64_t r = 0; r < out; ++r) half[r][s] = transformed[r];
+  }
+  for (int64_t r = 0; r < out; ++r) {
+    Lanes row[out];
+    transform(half[r], row);
+    for (int64_t s = 0; s < out; ++s) store(r, s, row[s]);
+  }
+}
+
 // V = B'dB for tile t: d is the 6x6 input block whose top-left pixel is one up and one left
 // of the tile's (the padding), zeros outside the map.
 void transform_input(const InputBlock& d, int64_t t, int64_t channels, const Positions& v) {
   for (int64_t c0 = 0; c0 < channels; c0 += 16) {
     const __mmask16 mask = lanes_mask(channels - c0);
-    Lanes b[kIn][kIn];  // B'd, [row][column]
-    for (int64_t s = 0; s < kIn; ++s) {
-      Lanes column[kIn], transformed[kIn];
-      for (int64_t r = 0; r < kIn; ++r) column[r] = load(d[r][s], c0, mask);
-      input_1d(column, transformed);
-      for (int64_t r = 0; r < kIn; ++r) b[r][s] = transformed[r];
-    }
-    for (int64_t r = 0; r < kIn; ++r) {
-      Lanes row[kIn];
-      input_1d(b[r], row);
-      for (int64_t s = 0; s < kIn; ++s) _mm512_mask_storeu_ps(v.at(t, r * kIn + s) + c0, mask, row[s]);
-    }
+    transform_2d<kIn, kIn>(
+        input_1d, [&](int64_t r, int64_t s) { return load(d[r][s], c0, mask); },
+        [&](int64_t r, int64_t s, Lanes value) { _mm512_mask_storeu_ps(v.at(t, r * kIn + s) + c0, mask, value); });
   }
 }
 
@@ -128,20 +138,12 @@ void transform_input(const InputBlock& d, int64_t t, int64_t channels, const Pos
 void transform_output(const Positions& m, const float* bias, int64_t t, int64_t channels, const OutputBlock& y) {
   for (int64_t c0 = 0; c0 < channels; c0 += 16) {
     const __mmask16 mask = lanes_mask(channels - c0);
-    Lanes a[kOut][kIn];  // A'M
-    for (int64_t s = 0; s < kIn; ++s) {
-      Lanes column[kIn], transformed[kOut];
-      for (int64_t r = 0; r < kIn; ++r) column[r] = load(m.at(t, r * kIn + s), c0, mask);
-      output_1d(column, transformed);
-      for (int64_t k = 0; k < kOut; ++k) a[k][s] = transformed[k];
-    }
     const Lanes b = bias ? _mm512_maskz_loadu_ps(mask, bias + c0) : _mm512_setzero_ps();
-    for (int64_t k = 0; k < kOut; ++k) {
-      Lanes row[kOut];
-      output_1d(a[k], row);
-      for (int64_t l = 0; l < kOut; ++l)
-        if (y[k][l]) _mm512_mask_storeu_ps(y[k][l] + c0, mask, row[l] + b);
-    }
+    transform_2d<kIn, kOut>(
+        output_1d, [&](int64_t r, int64_t s) { return load(m.at(t, r * kIn + s), c0, mask); },
+        [&](int64_t k, int64_t l, Lanes value) {
+          if (y[k][l]) _mm512_mask_storeu_ps(y[k][l] + c0, mask, value + b);
+        });
   }
 }
 
@@ -150,18 +152,9 @@ void transform_output(const Positions& m, const float* bias, int64_t t, int64_t 
 void transform_output_gradient(const GradientBlock& dy, int64_t t, int64_t channels, const Positions& dm) {
   for (int64_t c0 = 0; c0 < channels; c0 += 16) {
     const __mmask16 mask = lanes_mask(channels - c0);
-    Lanes a[kIn][kOut];  // A dy
-    for (int64_t l = 0; l < kOut; ++l) {
-      Lanes column[kOut], transformed[kIn];
-      for (int64_t k = 0; k < kOut; ++k) column[k] = load(dy[k][l], c0, mask);
-      output_gradient_1d(column, transformed);
-      for (int64_t r = 0; r < kIn; ++r) a[r][l] = transformed[r];
-    }
-    for (int64_t r = 0; r < kIn; ++r) {
-      Lanes row[kIn];
-      output_gradient_1d(a[r], row);
-      for (int64_t s = 0; s < kIn; ++s) _mm512_mask_storeu_ps(dm.at(t, r * kIn + s) + c0, mask, row[s]);
-    }
+    transform_2d<kOut, kIn>(
+        output_gradient_1d, [&](int64_t k, int64_t l) { return load(dy[k][l], c0, mask); },
+        [&](int64_t r, int64_t s, Lanes value) { _mm512_mask_storeu_ps(dm.at(t, r * kIn + s) + c0, mask, value); });
   }
 }
 
