@@ -87,7 +87,7 @@ int main(int argc, char** argv) {
   int64_t bs = 16, width = 16;  // 64: torchvision's ResNet-18 (about 3 min an epoch on 2 cores)
   double lr = 1e-2;
   std::string data = vision::fashion_mnist_dir(), set = "segmentation_data", stem = "imagenet", batch_aug = "none",
-              out = "segmentation", export_path = "export.pt", valid_list, parallel;
+              out = "segmentation", export_path = "export.pt", valid_list, parallel, memory_format = "channels-last";
   CommandLine cli("segmentation",
                   "Semantic segmentation: writes a set made from Fashion-MNIST once (72x56 canvases of three items, "
                   "masks of 11 classes with a void rim, as PNG folders under --set), trains a U-Net on a ResNet-18 "
@@ -103,6 +103,9 @@ int main(int argc, char** argv) {
            "fastai: fastai's aug_transforms on each training batch (flip, rotate, zoom, warp, lighting), the masks "
            "moved with their images")
       .choices({"none", "fastai"});
+  cli.flag("--memory-format", memory_format,
+           "channels-last: oneDNN's and cuDNN's fastest convolutions, and the CPU's Winograd convolutions")
+      .choices({"channels-last", "contiguous"});
   cli.flag("--threads", threads, "CPU threads").range(1, 4096);
   cli.flag("--workers", workers, "the loader's threads (-1: one per core)").range(-1, 4096);
   cli.flag("--seed", seed, "seed of the set, the split and the weights");
@@ -133,6 +136,7 @@ int main(int argc, char** argv) {
     auto learn = vision::unet_learner(dls, vision::resnet18, {vision::dice_multi(), iou},
                                       {.stem = stem == "cifar" ? vision::Stem::cifar : vision::Stem::imagenet,
                                        .width = width});
+    if (memory_format == "channels-last") learn.to_channels_last();
     if (!parallel.empty()) learn.to_parallel(parse_devices(parallel));
     const auto start = std::chrono::steady_clock::now();
     learn.fit_one_cycle(epochs, lr);
