@@ -5,7 +5,7 @@
 // so that any tool can read the same files (bench/detection_vs_torchvision.sh gives
 // torchvision's training loop the same set).
 //
-//   detection [--epochs 15] [--fpn 128] ...  (detection --help lists the flags)
+//   detection [--epochs 20] [--fpn 128] ...  (detection --help lists the flags)
 //
 // Prints the epoch table with COCO's AP and AP50 on the validation set, each class's AP,
 // the training loop's time and `final valid AP, AP50`; writes in detection/ (--out)
@@ -41,7 +41,7 @@ void make_set(const std::string& set, int images) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  int epochs = 15, images = 800, seed = 42, threads = static_cast<int>(std::thread::hardware_concurrency());
+  int epochs = 20, images = 800, seed = 42, threads = static_cast<int>(std::thread::hardware_concurrency());
   int workers = -1;
   int64_t bs = 16, width = 64, fpn = 128;
   double lr = 2e-3;
@@ -69,7 +69,7 @@ int main(int argc, char** argv) {
   cli.flag("--set", set, "the set's folder (made there when it has no instances.json)");
   cli.flag("--out", out, "the folder it writes its files in");
   cli.flag("--parallel", parallel, "to_parallel over these devices: all, or e.g. cuda:0,cuda:1 or cpu,cpu");
-  cli.example("detection --epochs 15");
+  cli.example("detection --epochs 20");
   cli.parse(argc, argv);
   torch::set_num_threads(threads);
   try {
