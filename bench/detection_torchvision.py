@@ -11,7 +11,8 @@ layer2-4, LastLevelP6P7 from P5, fastcpp's detection_learner; --head group-norm:
 in the head's convs, as torchvision's v2), random weights; its
 transform neither resizes (min_size = max_size = the images' side) nor normalizes (mean 0,
 std 1), as the example's loaders give pixels / 255. Optimizer and schedule as fastai's
-fit_one_cycle: AdamW (betas 0.9/0.99, eps 1e-5, weight decay 0.01), OneCycleLR (25% warm-up,
+fit_one_cycle: AdamW (betas 0.9/0.99, eps 1e-5, weight decay 0.01 but none on the norm layers'
+parameters and the biases, as fastai's and fastcpp's wd_bn_bias=False), OneCycleLR (25% warm-up,
 div 25, final div 1e5, cosine, beta1 0.95 -> 0.85 -> 0.95). Each epoch: the training pass,
 then the validation loss and COCO's AP and AP50 (pycocotools) on the validation images,
 as fastai's fit runs its metrics. Loading on the main thread, batches of --bs, copied to
@@ -147,7 +148,13 @@ def main():
     train_loader = torch.utils.data.DataLoader(Images(train), batch_size=args.bs, shuffle=True, drop_last=True,
                                                collate_fn=collate, num_workers=0)
     valid_loader = torch.utils.data.DataLoader(Images(valid), batch_size=args.bs, collate_fn=collate, num_workers=0)
-    opt = torch.optim.AdamW(model.parameters(), lr=args.lr, betas=(0.9, 0.99), eps=1e-5, weight_decay=0.01)
+    norms = (torch.nn.modules.batchnorm._BatchNorm, torch.nn.modules.instancenorm._InstanceNorm, torch.nn.GroupNorm,
+             torch.nn.LayerNorm)
+    no_decay = {id(p) for m in model.modules() if isinstance(m, norms) for p in m.parameters(recurse=False)}
+    no_decay |= {id(p) for name, p in model.named_parameters() if name.endswith("bias")}
+    groups = [{"params": [p for p in model.parameters() if id(p) not in no_decay]},
+              {"params": [p for p in model.parameters() if id(p) in no_decay], "weight_decay": 0.0}]
+    opt = torch.optim.AdamW(groups, lr=args.lr, betas=(0.9, 0.99), eps=1e-5, weight_decay=0.01)
     schedule = torch.optim.lr_scheduler.OneCycleLR(opt, max_lr=args.lr, total_steps=args.epochs * len(train_loader),
                                                    pct_start=0.25, div_factor=25, final_div_factor=1e5,
                                                    base_momentum=0.85, max_momentum=0.95)
