@@ -14,8 +14,8 @@
 #
 #   bench/detection_vs_torchvision.sh [--epochs 4] [--lr 1e-3] [--fpn 128] [--head group-norm] [--seed 42] [--threads 2] [--build DIR] [--python PY]
 #
-# An epoch of 640 images takes about 30 s on 2 cores (fastcpp). The last lines: "AP50
-# fastcpp A torchvision B" (percent), "whole processes: ... ratio W" and "fastcpp/torchvision
+# An epoch of 640 images takes about 30 s on 2 cores (fastcpp). The last lines: "AP (and
+# AP50) fastcpp A torchvision B" (percent), "whole processes: ... ratio W", "fastcpp/torchvision
 # time ratio R" (the training loops).
 set -euo pipefail
 source "$(dirname "$0")/../scripts/command_line.sh"
@@ -59,13 +59,16 @@ start=$(now)
 "$python" bench/detection_torchvision.py "$work/set" --epochs "$epochs" --lr "$lr" --fpn "$fpn" --head "$head" \
   --seed "$seed" --threads "$threads" --bs 16 | tee "$work/py.txt"
 py_seconds=$(seconds_since "$start")
+cpp_ap=$(grep -o 'final valid AP [0-9.]*' "$work/cpp.txt" | tail -1 | awk '{print $4}')
 cpp_ap50=$(grep -o 'AP50 [0-9.]*' "$work/cpp.txt" | tail -1 | awk '{print $2}')
 cpp_loop=$(grep -o 'training loop [0-9.]*' "$work/cpp.txt" | awk '{print $3}')
+py_ap=$(grep -o ' ap=[0-9.]*' "$work/py.txt" | cut -d= -f2)
 py_ap50=$(grep -o 'ap50=[0-9.]*' "$work/py.txt" | cut -d= -f2)
 py_loop=$(grep -o 'loop_seconds=[0-9.]*' "$work/py.txt" | cut -d= -f2)
 echo
 printf 'training loops: fastcpp %6.1fs, torchvision %6.1fs (%d epochs, %d threads)\n' "$cpp_loop" "$py_loop" "$epochs" "$threads"
 printf 'whole processes: fastcpp %6.1fs, torchvision %6.1fs\n' "$cpp_seconds" "$py_seconds"
+awk -v a="$cpp_ap" -v b="$py_ap" 'BEGIN {printf "AP fastcpp %.2f torchvision %.2f\n", a * 100, b * 100}'
 awk -v a="$cpp_ap50" -v b="$py_ap50" 'BEGIN {printf "AP50 fastcpp %.2f torchvision %.2f\n", a * 100, b * 100}'
 awk -v a="$cpp_seconds" -v b="$py_seconds" 'BEGIN {printf "whole processes: fastcpp/torchvision time ratio %.3f\n", a / b}'
 awk -v a="$cpp_loop" -v b="$py_loop" 'BEGIN {printf "fastcpp/torchvision time ratio %.3f\n", a / b}'

@@ -70,7 +70,8 @@ using Lanes = __m512;
 
 inline __mmask16 lanes_mask(int64_t channels) { return channels >= 16 ? 0xFFFF : (1u << channels) - 1; }
 
-// The 16 channels from `c0` of a pixel; zeros for a pixel outside the map (nullptr).
+// The 16 channels from `c0` of a pixel (or the bias); zeros for nullptr: a pixel outside the
+// map, no bias.
 [[gnu::always_inline]] inline Lanes load(const float* pixel, int64_t c0, __mmask16 mask) {
   return pixel ? _mm512_maskz_loadu_ps(mask, pixel + c0) : _mm512_setzero_ps();
 }
@@ -104,58 +105,61 @@ inline __mmask16 lanes_mask(int64_t channels) { return channels >= 16 ? 0xFFFF :
   m[5] = y[3];
 }
 
-// A 1-D transform along each column of a size x size block of registers, then along each row
-// of the result: a block of the transform's output size. load(r, s) reads the block's element
-// at row r and column s, store(r, s, value) writes the result's.
+// For each 16 of the channels: a 1-D transform along each column of a size x size block of
+// registers, then along each row of the result, a block of the transform's output size.
+// load(r, s, c0, mask) reads the block's element at row r and column s, store(r, s, c0, mask,
+// value) writes the result's.
 template <int64_t size, int64_t out, typename Transform, typename Load, typename Store>
-[[gnu::always_inline]] inline void transform_2d(const Transform& transform, const Load& load, const Store& store) {
-  Lanes half[out][size];  // the columns transformed
-  for (int64_t s = 0; s < size; ++s) {
-    Lanes column[size], transformed[out];
-    for (int64_t r = 0; r < size; ++r) column[r] = load(r, s);
-    transform(column, transformed);
-    for (int64_t r = 0; r < out; ++r) half[r][s] = transformed[r];
+[[gnu::always_inline]] inline void transform_2d(int64_t channels, const Transform& transform, const Load& load,
+                                                const Store& store) {
+  for (int64_t c0 = 0; c0 < channels; c0 += 16) {
+    const __mmask16 mask = lanes_mask(channels - c0);
+    Lanes half[out][size];  // the columns transformed
+    for (int64_t s = 0; s < size; ++s) {
+      Lanes column[size], transformed[out];
+      for (int64_t r = 0; r < size; ++r) column[r] = load(r, s, c0, mask);
+      transform(column, transformed);
+      for (int64_t r = 0; r < out; ++r) half[r][s] = transformed[r];
+    }
+    for (int64_t r = 0; r < out; ++r) {
+      Lanes row[out];
+      transform(half[r], row);
+      for (int64_t s = 0; s < out; ++s) store(r, s, c0, mask, row[s]);
+    }
   }
-  for (int64_t r = 0; r < out; ++r) {
-    Lanes row[out];
-    transform(half[r], row);
-    for (int64_t s = 0; s < out; ++s) store(r, s, row[s]);
-  }
+}
+
+// A store for transform_2d into tile t's 36 positions.
+auto to_positions(const Positions& positions, int64_t t) {
+  return [&positions, t](int64_t r, int64_t s, int64_t c0, __mmask16 mask, Lanes value) {
+    _mm512_mask_storeu_ps(positions.at(t, r * kIn + s) + c0, mask, value);
+  };
 }
 
 // V = B'dB for tile t: d is the 6x6 input block whose top-left pixel is one up and one left
 // of the tile's (the padding), zeros outside the map.
 void transform_input(const InputBlock& d, int64_t t, int64_t channels, const Positions& v) {
-  for (int64_t c0 = 0; c0 < channels; c0 += 16) {
-    const __mmask16 mask = lanes_mask(channels - c0);
-    transform_2d<kIn, kIn>(
-        input_1d, [&](int64_t r, int64_t s) { return load(d[r][s], c0, mask); },
-        [&](int64_t r, int64_t s, Lanes value) { _mm512_mask_storeu_ps(v.at(t, r * kIn + s) + c0, mask, value); });
-  }
+  transform_2d<kIn, kIn>(
+      channels, input_1d, [&](int64_t r, int64_t s, int64_t c0, __mmask16 mask) { return load(d[r][s], c0, mask); },
+      to_positions(v, t));
 }
 
 // y = A'MA (+ bias) for tile t; the pixels outside the map are not written.
 void transform_output(const Positions& m, const float* bias, int64_t t, int64_t channels, const OutputBlock& y) {
-  for (int64_t c0 = 0; c0 < channels; c0 += 16) {
-    const __mmask16 mask = lanes_mask(channels - c0);
-    const Lanes b = bias ? _mm512_maskz_loadu_ps(mask, bias + c0) : _mm512_setzero_ps();
-    transform_2d<kIn, kOut>(
-        output_1d, [&](int64_t r, int64_t s) { return load(m.at(t, r * kIn + s), c0, mask); },
-        [&](int64_t k, int64_t l, Lanes value) {
-          if (y[k][l]) _mm512_mask_storeu_ps(y[k][l] + c0, mask, value + b);
-        });
-  }
+  transform_2d<kIn, kOut>(
+      channels, output_1d,
+      [&](int64_t r, int64_t s, int64_t c0, __mmask16 mask) { return load(m.at(t, r * kIn + s), c0, mask); },
+      [&](int64_t k, int64_t l, int64_t c0, __mmask16 mask, Lanes value) {
+        if (y[k][l]) _mm512_mask_storeu_ps(y[k][l] + c0, mask, value + load(bias, c0, mask));
+      });
 }
 
 // dM = A dy A' for tile t: the transpose of transform_output, the gradient of the 36
 // products from the tile's 4x4 output gradient (zeros outside the map).
 void transform_output_gradient(const GradientBlock& dy, int64_t t, int64_t channels, const Positions& dm) {
-  for (int64_t c0 = 0; c0 < channels; c0 += 16) {
-    const __mmask16 mask = lanes_mask(channels - c0);
-    transform_2d<kOut, kIn>(
-        output_gradient_1d, [&](int64_t k, int64_t l) { return load(dy[k][l], c0, mask); },
-        [&](int64_t r, int64_t s, Lanes value) { _mm512_mask_storeu_ps(dm.at(t, r * kIn + s) + c0, mask, value); });
-  }
+  transform_2d<kOut, kIn>(
+      channels, output_gradient_1d,
+      [&](int64_t k, int64_t l, int64_t c0, __mmask16 mask) { return load(dy[k][l], c0, mask); }, to_positions(dm, t));
 }
 
 #pragma GCC pop_options
