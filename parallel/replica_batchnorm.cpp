@@ -23,52 +23,144 @@ torch::Tensor unless_needed(AutogradContext* ctx, size_t input, torch::Tensor gr
   return ctx->needs_input_grad(input) ? std::move(gradient) : torch::Tensor();
 }
 
+// One replica's share of a synchronized layer's forward. Its thread computes the
+// statistics of its input and makes its output tensor before the replicas meet, and fills
+// that output after they met: the meeting itself only combines the statistics, so the
+// replicas' threads queue most of the layer's work side by side.
+struct ReplicaShare {
+  torch::Tensor x, weight, bias;
+  // On the CPU, [sum, sum of squares, count] in double; on CUDA, ATen's mean and 1/std
+  // of this input (in `statistics` and `invstd`) and its count per channel.
+  torch::Tensor statistics, invstd, count;
+  torch::Tensor y;                  // empty until the meeting's statistics fill it
+  std::optional<StreamMark> ready;  // the statistics are computed (CUDA)
+};
+
+// The whole batch's statistics as the last replica to arrive combined them, and what the
+// backward keeps of them.
+struct Combined {
+  batchnorm::Normalization cpu;
+  // CUDA: the mean and 1/std on each replica's device, ready where `done` marks them.
+  std::vector<torch::Tensor> mean, invstd;
+  std::vector<std::optional<StreamMark>> done;
+  torch::Tensor home_mean, home_invstd, counts;
+};
+
+// On the replica's thread, before the meeting: the statistics of its input and its output
+// tensor. On CUDA by ATen's kernel, as the processes' synced layer does
+// (distributed/sync_batchnorm.cpp), in the input's dtype and memory format, with nothing
+// read back to the host; on the CPU the sums in double, as to_distributed's CPU path.
+void compute_statistics(ReplicaShare& share, double eps) {
+  torch::NoGradGuard no_grad;
+  const auto& x = share.x;
+  if (x.is_cuda()) {
+    std::tie(share.statistics, share.invstd) = at::batch_norm_stats(x, eps);
+    share.count = torch::full({1}, static_cast<double>(x.numel() / x.size(1)), share.statistics.options());
+    share.ready.emplace(x.device());
+  } else {
+    share.statistics = batchnorm::local_stats(x);
+  }
+  share.y = at::empty_like(x, x.suggest_memory_format());
+}
+
+// By the last replica to arrive: the statistics of every share combined, the running
+// statistics updated.
+Combined combine(c10::ArrayRef<ReplicaShare> shares, SyncBatchNormImpl& keeper) {
+  torch::NoGradGuard no_grad;
+  Combined combined;
+  const auto home = keeper.running_mean.device();
+  const int64_t channels = shares[0].x.size(1);
+  if (!shares[0].x.is_cuda()) {
+    auto summed = shares[0].statistics.to(home);
+    for (size_t i = 1; i < shares.size(); ++i) summed += shares[i].statistics.to(home);
+    combined.cpu = batchnorm::normalization(summed, channels, keeper.eps, keeper.momentum, keeper.running_mean,
+                                            keeper.running_var);
+    return combined;
+  }
+  std::vector<torch::Tensor> means, invstds, counts;
+  for (const auto& share : shares) {
+    // Made on the replica's stream, read on this thread's.
+    share.ready->wait();
+    for (const auto* t : {&share.statistics, &share.invstd, &share.count}) keep_for_current_stream(*t);
+    means.push_back(share.statistics.to(home));
+    invstds.push_back(share.invstd.to(home));
+    counts.push_back(share.count.to(home));
+  }
+  // In the running statistics' dtype, which is how the kernel reads them.
+  const auto all_counts = torch::cat(counts).to(keeper.running_mean.scalar_type());
+  std::tie(combined.home_mean, combined.home_invstd) = at::batch_norm_gather_stats_with_counts(
+      shares[0].x, torch::stack(means), torch::stack(invstds), keeper.running_mean, keeper.running_var,
+      keeper.momentum, keeper.eps, all_counts);
+  combined.counts = all_counts.to(torch::kInt);
+  for (const auto& share : shares) {
+    const auto device = share.x.device();
+    combined.mean.push_back(combined.home_mean.to(device));
+    combined.invstd.push_back(combined.home_invstd.to(device));
+    combined.done.emplace_back(std::in_place, device);
+  }
+  return combined;
+}
+
+// On the replica's thread, after the meeting: its output, normalized with the whole
+// batch's statistics and scaled and shifted by its weight and bias.
+void normalize_share(ReplicaShare& share, const Combined& combined, size_t replica, double eps) {
+  torch::NoGradGuard no_grad;
+  const auto& x = share.x;
+  if (x.is_cuda()) {
+    combined.done[replica]->wait();
+    keep_for_current_stream(combined.mean[replica]);
+    keep_for_current_stream(combined.invstd[replica]);
+    at::batch_norm_elemt_out(share.y, x, share.weight, share.bias, combined.mean[replica], combined.invstd[replica],
+                             eps);
+    return;
+  }
+  const auto x_hat = batchnorm::normalize(x, combined.cpu);
+  // In the input's dtype, as BatchNorm's own kernels answer under autocast: fp32
+  // weights would otherwise promote a bf16 activation to fp32.
+  const auto dtype = x_hat.scalar_type();
+  torch::addcmul_out(share.y, batchnorm::per_channel(share.bias.to(dtype), x_hat), x_hat,
+                     batchnorm::per_channel(share.weight.to(dtype), x_hat));
+}
+
 // One node for all replicas: inputs x_0..x_n-1, each replica's weight and bias (as
-// ReplicaParametersFunction hands them over), outputs y_0..y_n-1, each normalized with
-// the statistics of the whole batch and scaled and shifted by its replica's weight and
-// bias. In backward it returns each replica's input, weight and bias gradient.
+// ReplicaParametersFunction hands them over), outputs y_0..y_n-1. Its forward only hands
+// over the outputs the replicas fill (normalize_share); in backward it returns each
+// replica's input, weight and bias gradient: the input gradients need the sums of every
+// replica, so backward runs here once for all of them.
 struct ReplicaSyncBatchNormFunction : torch::autograd::Function<ReplicaSyncBatchNormFunction> {
-  static variable_list forward(AutogradContext* ctx, at::TensorList xs, at::TensorList weights, at::TensorList biases,
-                               SyncBatchNormImpl* keeper) {
-    const auto home = keeper->running_mean.device();
-    auto summed = batchnorm::local_stats(xs[0]).to(home);
-    for (size_t i = 1; i < xs.size(); ++i) summed += batchnorm::local_stats(xs[i]).to(home);
-    const auto n = batchnorm::normalization(summed, xs[0].size(1), keeper->eps, keeper->momentum,
-                                            keeper->running_mean, keeper->running_var);
-    variable_list ys, saved;
-    for (size_t i = 0; i < xs.size(); ++i) {
-      auto x_hat = batchnorm::normalize(xs[i], n);
-      // In the input's dtype, as BatchNorm's own kernels answer under autocast: fp32
-      // weights would otherwise promote a bf16 activation to fp32.
-      const auto dtype = x_hat.scalar_type();
-      ys.push_back(torch::addcmul(batchnorm::per_channel(biases[i].to(dtype), x_hat), x_hat,
-                                  batchnorm::per_channel(weights[i].to(dtype), x_hat)));
-      saved.push_back(x_hat);
-    }
+  static variable_list forward(AutogradContext* ctx, at::TensorList xs, at::TensorList weights, at::TensorList,
+                               const Combined* combined, const std::vector<torch::Tensor>* outputs) {
+    variable_list saved(xs.begin(), xs.end());
     saved.insert(saved.end(), weights.begin(), weights.end());
-    saved.push_back(n.invstd);
+    saved.push_back(combined->cpu.mean);
+    saved.push_back(combined->cpu.invstd);
     ctx->save_for_backward(saved);
-    ctx->saved_data["count"] = n.count;
-    return ys;
+    ctx->saved_data["count"] = combined->cpu.count;
+    return *outputs;
   }
 
   static variable_list backward(AutogradContext* ctx, variable_list grads) {
     const auto saved = ctx->get_saved_variables();
     const size_t n = grads.size();
-    const auto& invstd = saved[2 * n];
-    const int64_t channels = invstd.size(0);
-    std::vector<torch::Tensor> dys, locals;
+    batchnorm::Normalization normalization;
+    normalization.mean = saved[2 * n];
+    normalization.invstd = saved[2 * n + 1];
+    normalization.count = ctx->saved_data["count"].toDouble();
+    const int64_t channels = normalization.invstd.size(0);
+    std::vector<torch::Tensor> dys, x_hats, locals;
     for (size_t i = 0; i < n; ++i) {
-      dys.push_back(grads[i].defined() ? grads[i].contiguous() : torch::zeros_like(saved[i]));
-      locals.push_back(batchnorm::local_grad_sums(dys[i], saved[i]));  // [sum of dy, sum of dy * x_hat]
+      x_hats.push_back(batchnorm::normalize(saved[i], normalization));  // not kept from forward: recomputed
+      dys.push_back(grads[i].defined() ? grads[i].contiguous() : torch::zeros_like(x_hats[i]));
+      locals.push_back(batchnorm::local_grad_sums(dys[i], x_hats[i]));  // [sum of dy, sum of dy * x_hat]
     }
+    const auto& invstd = normalization.invstd;
     auto summed = locals[0].to(invstd.device(), torch::kDouble);
     for (size_t i = 1; i < n; ++i) summed += locals[i].to(invstd.device(), torch::kDouble);
-    const double count = ctx->saved_data["count"].toDouble();
-    variable_list out(3 * n + 1);  // inputs, weights, biases, `keeper`
+    variable_list out(3 * n + 2);  // inputs, weights, biases, `combined`, `outputs`
     for (size_t i = 0; i < n; ++i) {
       const auto& weight = saved[n + i];
-      out[i] = batchnorm::input_grad(dys[i], saved[i], summed, count, invstd, weight.to(dys[i].scalar_type()));
+      out[i] = batchnorm::input_grad(dys[i], x_hats[i], summed, normalization.count, invstd,
+                                     weight.to(dys[i].scalar_type()));
       out[n + i] = unless_needed(ctx, n + i, locals[i].narrow(0, channels, channels).to(weight.scalar_type()));
       out[2 * n + i] = unless_needed(ctx, 2 * n + i, locals[i].narrow(0, 0, channels).to(weight.scalar_type()));
     }
@@ -76,41 +168,17 @@ struct ReplicaSyncBatchNormFunction : torch::autograd::Function<ReplicaSyncBatch
   }
 };
 
-// On CUDA, as the processes' synced layer does (distributed/sync_batchnorm.cpp): ATen's
-// kernels for each replica's statistics, their gather over the replicas' counts (which
-// also updates the running statistics), the normalization with the replica's weight and
-// bias in one pass, and the backward, in the input's dtype and memory format. Nothing is
-// read back to the host, so the replicas' threads keep queueing work while the GPU runs:
-// the arithmetic above converts to double, reads the count with .item() and makes the
-// gradient contiguous, which on a GPU stops every replica at every layer.
+// The same node on CUDA: ATen's backward kernels, in the input's dtype and memory format.
 struct CudaReplicaSyncBatchNormFunction : torch::autograd::Function<CudaReplicaSyncBatchNormFunction> {
-  static variable_list forward(AutogradContext* ctx, at::TensorList xs, at::TensorList weights, at::TensorList biases,
-                               SyncBatchNormImpl* keeper) {
-    const auto home = keeper->running_mean.device();
-    const int64_t channels = xs[0].size(1);
-    std::vector<torch::Tensor> means, invstds, counts;
-    for (const auto& x : xs) {
-      auto [mean, invstd] = at::batch_norm_stats(x, keeper->eps);
-      means.push_back(mean.to(home));
-      invstds.push_back(invstd.to(home));
-      counts.push_back(torch::full({1}, static_cast<double>(x.numel() / channels), means.back().options()));
-    }
-    // In the running statistics' dtype, which is how the kernel reads them.
-    const auto all_counts = torch::cat(counts).to(keeper->running_mean.scalar_type());
-    const auto [mean, invstd] = at::batch_norm_gather_stats_with_counts(
-        xs[0], torch::stack(means), torch::stack(invstds), keeper->running_mean, keeper->running_var,
-        keeper->momentum, keeper->eps, all_counts);
-    variable_list ys, saved(xs.begin(), xs.end());
+  static variable_list forward(AutogradContext* ctx, at::TensorList xs, at::TensorList weights, at::TensorList,
+                               const Combined* combined, const std::vector<torch::Tensor>* outputs) {
+    variable_list saved(xs.begin(), xs.end());
     saved.insert(saved.end(), weights.begin(), weights.end());
-    for (size_t i = 0; i < xs.size(); ++i) {
-      const auto device = xs[i].device();
-      ys.push_back(at::batch_norm_elemt(xs[i], weights[i], biases[i], mean.to(device), invstd.to(device), keeper->eps));
-    }
-    saved.push_back(mean);
-    saved.push_back(invstd);
-    saved.push_back(all_counts.to(torch::kInt));
+    saved.push_back(combined->home_mean);
+    saved.push_back(combined->home_invstd);
+    saved.push_back(combined->counts);
     ctx->save_for_backward(saved);
-    return ys;
+    return *outputs;
   }
 
   static variable_list backward(AutogradContext* ctx, variable_list grads) {
@@ -129,7 +197,7 @@ struct CudaReplicaSyncBatchNormFunction : torch::autograd::Function<CudaReplicaS
         others.push_back(device);
     const StreamMark gradients_ready(home);
     for (const auto& device : others) gradients_ready.wait_on(device);
-    variable_list out(3 * n + 1);  // inputs, weights, biases, `keeper`
+    variable_list out(3 * n + 2);  // inputs, weights, biases, `combined`, `outputs`
     // Per replica, on its device: the incoming gradient, the statistics, and the sums
     // [sum of dy (C), sum of dy * (x - mean) (C)], which also give its weight's and bias's gradients.
     std::vector<torch::Tensor> dys, means, invstds;
@@ -164,10 +232,20 @@ struct CudaReplicaSyncBatchNormFunction : torch::autograd::Function<CudaReplicaS
   }
 };
 
-variable_list replicas_batch_norm(at::TensorList xs, at::TensorList weights, at::TensorList biases,
-                                  SyncBatchNormImpl* keeper) {
-  if (xs[0].is_cuda()) return CudaReplicaSyncBatchNormFunction::apply(xs, weights, biases, keeper);
-  return ReplicaSyncBatchNormFunction::apply(xs, weights, biases, keeper);
+// The outputs (the shares' y, filled after the meeting) with the shared node as their history.
+variable_list replicas_batch_norm(c10::ArrayRef<ReplicaShare> shares, const Combined& combined) {
+  std::vector<torch::Tensor> xs, weights, biases, outputs;
+  for (const auto& share : shares) {
+    xs.push_back(share.x);
+    weights.push_back(share.weight);
+    biases.push_back(share.bias);
+    outputs.push_back(share.y);
+  }
+  // As TensorLists, so that autograd sees each tensor as an input (a vector would be one opaque argument).
+  const at::TensorList inputs(xs), replica_weights(weights), replica_biases(biases);
+  if (xs[0].is_cuda())
+    return CudaReplicaSyncBatchNormFunction::apply(inputs, replica_weights, replica_biases, &combined, &outputs);
+  return ReplicaSyncBatchNormFunction::apply(inputs, replica_weights, replica_biases, &combined, &outputs);
 }
 
 // Hands a replica's weight and bias on to the shared node unchanged. Made on the
@@ -184,14 +262,16 @@ struct ReplicaParametersFunction : torch::autograd::Function<ReplicaParametersFu
 
 }  // namespace
 
-// Where the replicas' layer k meets: the inputs of this step, then the outputs. On CUDA
-// the last to arrive computes on its stream after every input is ready on its
-// replica's stream (`ready`), and each replica's stream waits for its output (`done`).
+// Where the replicas' layer k meets. Each replica brings its share (statistics computed,
+// output made); the last to arrive combines the statistics and makes the shared node; each
+// then fills its own output. On CUDA the combining waits on every replica's stream for its
+// statistics (`ready`), and each replica's stream for the combined ones (`done`).
 struct ReplicaGroup::Meeting {
   std::mutex mutex;
   std::condition_variable all_there;
-  std::vector<torch::Tensor> xs, weights, biases, ys;
-  std::vector<std::optional<StreamMark>> ready, done;
+  std::vector<ReplicaShare> shares;
+  std::vector<torch::Tensor> ys;  // the shares' outputs with their autograd history
+  std::shared_ptr<const Combined> combined;
   std::vector<SyncBatchNormImpl*> layers;
   int arrived = 0;
   uint64_t round = 0;
@@ -199,28 +279,20 @@ struct ReplicaGroup::Meeting {
 
   torch::Tensor meet(const ReplicaGroup::State& state, size_t replica, SyncBatchNormImpl& layer, const torch::Tensor& x,
                      const torch::Tensor& weight, const torch::Tensor& bias) {
+    ReplicaShare share{x, weight, bias};
+    compute_statistics(share, layer.eps);  // before the meeting: side by side with the other replicas
     std::unique_lock<std::mutex> lock(mutex);
     const int expected = state.replicas.load();
     const uint64_t my_round = round;
-    xs[replica] = x;
-    weights[replica] = weight;
-    biases[replica] = bias;
+    shares[replica] = std::move(share);
     layers[replica] = &layer;
-    ready[replica].emplace(x.device());
     if (++arrived == expected) {
       error = nullptr;
       try {
-        for (int r = 0; r < expected; ++r) {
-          ready[static_cast<size_t>(r)]->wait();
-          keep_for_current_stream(xs[static_cast<size_t>(r)]);
-        }
-        const std::vector<torch::Tensor> inputs(xs.begin(), xs.begin() + expected),
-            replica_weights(weights.begin(), weights.begin() + expected),
-            replica_biases(biases.begin(), biases.begin() + expected);
-        // TensorLists, so that autograd sees each tensor as an input.
-        auto outputs = replicas_batch_norm(inputs, replica_weights, replica_biases, layers[0]);
+        const c10::ArrayRef<ReplicaShare> present(shares.data(), static_cast<size_t>(expected));
+        combined = std::make_shared<const Combined>(combine(present, *layers[0]));
+        auto outputs = replicas_batch_norm(present, *combined);
         std::copy(outputs.begin(), outputs.end(), ys.begin());
-        for (size_t r = 0; r < outputs.size(); ++r) done[r].emplace(outputs[r].device());
       } catch (...) {
         error = std::current_exception();
       }
@@ -232,23 +304,21 @@ struct ReplicaGroup::Meeting {
       if (round == my_round) throw Error("to_parallel: another replica's forward failed");
     }
     // Autograd keeps what it needs; nothing else outlives the step.
-    xs[replica] = weights[replica] = biases[replica] = torch::Tensor();
+    share = std::exchange(shares[replica], ReplicaShare());
+    const auto statistics = combined;
+    auto y = std::exchange(ys[replica], torch::Tensor());
     if (error) std::rethrow_exception(error);
-    done[replica]->wait();
-    keep_for_current_stream(ys[replica]);
-    return std::exchange(ys[replica], torch::Tensor());
+    lock.unlock();
+    normalize_share(share, *statistics, replica, layer.eps);
+    return y;
   }
 
   void reset(size_t replicas) {
     std::lock_guard<std::mutex> lock(mutex);
-    xs.assign(replicas, {});
-    weights.assign(replicas, {});
-    biases.assign(replicas, {});
+    shares.clear();  // shares hold marks, which are not copyable: emptied, then sized
+    shares.resize(replicas);
     ys.assign(replicas, {});
-    ready.clear();  // marks are not copyable: emptied, then sized
-    ready.resize(replicas);
-    done.clear();
-    done.resize(replicas);
+    combined.reset();
     layers.assign(replicas, nullptr);
     arrived = 0;
   }
@@ -318,7 +388,7 @@ void ReplicaGroup::disconnect() {
 void ReplicaGroup::start_step(int replicas) {
   state_->aborted = false;
   state_->replicas = replicas;
-  for (auto& meeting : meetings_) meeting->reset(meeting->xs.size());
+  for (auto& meeting : meetings_) meeting->reset(meeting->ys.size());
 }
 
 void ReplicaGroup::abort() {

@@ -3,7 +3,10 @@
 #include <ATen/record_function.h>
 
 #include <map>
+#include <mutex>
 #include <string>
+#include <thread>
+#include <vector>
 
 namespace fastcpp::testing {
 
@@ -34,6 +37,49 @@ class OperatorCount {
   static inline thread_local std::map<std::string, int>* active_ = nullptr;
   at::CallbackHandle handle_;
   std::map<std::string, int> counts_;
+};
+
+// The same by thread: this thread's and those that inherit its callbacks (to_parallel's
+// replica workers, the autograd engine's), each on its own.
+class OperatorCountByThread {
+ public:
+  using Counts = std::map<std::thread::id, std::map<std::string, int>>;
+  OperatorCountByThread() {
+    handle_ = at::addThreadLocalCallback(
+        at::RecordFunctionCallback(
+            [](const at::RecordFunction& fn) -> std::unique_ptr<at::ObserverContext> {
+              std::lock_guard<std::mutex> lock(mutex_);
+              if (active_) ++(*active_)[std::this_thread::get_id()][fn.name()];
+              return nullptr;
+            })
+            .scopes({at::RecordScope::FUNCTION}));
+  }
+  ~OperatorCountByThread() { at::removeCallback(handle_); }
+  OperatorCountByThread(const OperatorCountByThread&) = delete;  // one registration, one owner
+  OperatorCountByThread& operator=(const OperatorCountByThread&) = delete;
+  void start() {
+    std::lock_guard<std::mutex> lock(mutex_);
+    counts_.clear();
+    active_ = &counts_;
+  }
+  Counts stop() {
+    std::lock_guard<std::mutex> lock(mutex_);
+    active_ = nullptr;
+    return counts_;
+  }
+  // How many times each thread that dispatched `name` did.
+  static std::vector<int> per_thread(const Counts& counts, const std::string& name) {
+    std::vector<int> found;
+    for (const auto& [thread, names] : counts)
+      if (auto it = names.find(name); it != names.end()) found.push_back(it->second);
+    return found;
+  }
+
+ private:
+  static inline std::mutex mutex_;
+  static inline Counts* active_ = nullptr;
+  at::CallbackHandle handle_;
+  Counts counts_;
 };
 
 }  // namespace fastcpp::testing

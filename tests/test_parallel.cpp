@@ -168,6 +168,34 @@ TrainedState fine_tune_unet(const std::vector<torch::Device>& devices) {
   return trained_state_of(learn);
 }
 
+
+// The operators of the first training forward under to_parallel on `devices`, by thread,
+// for a model with one BatchNorm layer, batches of 8.
+OperatorCountByThread::Counts first_forward_operators(const std::vector<torch::Device>& devices) {
+  struct FirstForward : Callback {
+    void before_batch() override {
+      if (learn().training && seen.empty()) count.start();
+    }
+    void after_pred() override {
+      if (learn().training && seen.empty()) seen = count.stop();
+    }
+    OperatorCountByThread count;
+    OperatorCountByThread::Counts seen;
+  };
+  torch::manual_seed(0);
+  auto model = torch::nn::Sequential(torch::nn::Conv2d(torch::nn::Conv2dOptions(3, 4, 3).padding(1).bias(false)),
+                                     torch::nn::BatchNorm2d(4), torch::nn::ReLU(), torch::nn::AdaptiveAvgPool2d(1),
+                                     torch::nn::Flatten(), torch::nn::Linear(4, 3));
+  auto options = quiet();
+  options.device = devices.front();
+  Learner learn(image_dls(48), model, CrossEntropyLoss(), {}, options);
+  silence(learn);
+  auto first = std::make_shared<FirstForward>();
+  learn.add_cb(first);
+  learn.to_parallel(devices);
+  learn.fit(1, 0.05);
+  return first->seen;
+}
 }  // namespace
 
 TEST_SUITE("parallel") {
@@ -265,6 +293,16 @@ TEST_SUITE("parallel") {
     const auto& own = threads.at(probe->copy);
     CHECK(own.size() == 3 * (6 + 2));  // 3 epochs of 6 training and 2 validation batches
     CHECK(own.front() == std::this_thread::get_id());
+  }
+
+  TEST_CASE("each replica computes its BatchNorm statistics and normalizes on its own thread; the meeting only combines") {
+    const auto counts = first_forward_operators(kTwoCpus);
+    using Count = OperatorCountByThread;
+    // The statistics (their count beside the sums) and the normalization, once on each
+    // replica's thread; the combining once, on one of them.
+    CHECK(Count::per_thread(counts, "aten::full") == std::vector<int>{1, 1});
+    CHECK(Count::per_thread(counts, "aten::addcmul") == std::vector<int>{1, 1});  // x_hat * weight + bias
+    CHECK(Count::per_thread(counts, "aten::rsqrt") == std::vector<int>{1});  // the whole batch's 1/std
   }
 
   TEST_CASE("the replicas' gradients reach replica 0's in one multi-tensor add per replica, not one per parameter") {
@@ -458,6 +496,15 @@ TEST_SUITE("gpu" * doctest::skip(!torch::cuda::is_available())) {
       CAPTURE(devices.size());
       check_equal(train(devices, sgd({.mom = 0.9}), {}, cuda0), single, 1e-4);
     }
+  }
+
+  TEST_CASE("on {cuda:0, cuda:0} each replica's thread queues its BatchNorm statistics and normalization") {
+    const torch::Device cuda0("cuda:0");
+    const auto counts = first_forward_operators({cuda0, cuda0});
+    using Count = OperatorCountByThread;
+    CHECK(Count::per_thread(counts, "aten::batch_norm_stats") == std::vector<int>{1, 1});
+    CHECK(Count::per_thread(counts, "aten::batch_norm_elemt") == std::vector<int>{1, 1});
+    CHECK(Count::per_thread(counts, "aten::batch_norm_gather_stats_with_counts") == std::vector<int>{1});
   }
 
   TEST_CASE("a U-Net on {cuda:0, cuda:0} in fp32 and fp16 ends as on one GPU") {
