@@ -31,7 +31,7 @@ bool same_detections_in_any_order(const vision::Detections& found, const vision:
   for (int64_t i = 0; i < n; ++i) {
     bool matched = false;
     for (int64_t j = 0; j < n && !matched; ++j) {
-      if (taken[static_cast<size_t>(j)] || found.labels[j].item<int64_t>() != expected.labels[i].item<int64_t>()) continue;
+      if (taken[static_cast<size_t>(j)] || !torch::equal(found.labels[j], expected.labels[i])) continue;
       matched = torch::allclose(found.scores[j], expected.scores[i], 1e-5, 1e-6) &&
                 torch::allclose(found.boxes[j], expected.boxes[i], 1e-4, 1e-4);
       if (matched) taken[static_cast<size_t>(j)] = true;

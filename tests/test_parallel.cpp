@@ -168,7 +168,6 @@ TrainedState fine_tune_unet(const std::vector<torch::Device>& devices) {
   return trained_state_of(learn);
 }
 
-
 // The operators of the first training forward under to_parallel on `devices`, by thread,
 // for a model with one BatchNorm layer, batches of 8.
 OperatorCountByThread::Counts first_forward_operators(const std::vector<torch::Device>& devices) {
@@ -196,6 +195,7 @@ OperatorCountByThread::Counts first_forward_operators(const std::vector<torch::D
   learn.fit(1, 0.05);
   return first->seen;
 }
+
 }  // namespace
 
 TEST_SUITE("parallel") {
