@@ -3,7 +3,8 @@
 // inputs in channels-last with fp32 affine parameters, as autocast trains them. The
 // synced path runs in a one-rank process group, so it times the statistics, their
 // gather over the ranks' counts, the normalization, the backward and the collectives'
-// own cost, where the layer itself would skip the sync (no peers). The same arithmetic
+// own cost, where the layer itself would skip the sync (no peers); its kernels are the
+// library's channels-last ones (FASTCPP_SYNC_BN_KERNELS=aten: ATen's). The same arithmetic
 // without the collectives is timed too, to tell the kernels' share from the
 // collectives', and PyTorch's own synced path (its SyncBatchNorm function in ATen's
 // operators, as it runs at a world above one) as the peer. The four alternate per round;
@@ -178,19 +179,28 @@ int main(int argc, char** argv) {
     time_passes(layers, 2, plain);  // cuDNN's algorithm choice, the allocator's blocks, the communicator
     time_passes(layers, 2, synced);
     time_passes(layers, 2, arithmetic);
+    // On one rank a synced path must compute what BatchNorm computes: the output and the
+    // input gradient of the first layer (the widest maps) and the last (the most channels).
+    auto agrees_with_batchnorm = [&](auto forward) {
+      for (auto* layer : {&layers.front(), &layers.back()}) {
+        auto pass = [layer](auto f) {
+          const auto y = f(*layer);
+          const auto dx = torch::autograd::grad({y}, {layer->x}, {layer->dy})[0];
+          return std::pair{y.to(torch::kFloat), dx.to(torch::kFloat)};
+        };
+        const auto [y, dx] = pass(plain);
+        const auto [other_y, other_dx] = pass(forward);
+        if (!torch::allclose(y, other_y, 1e-2, 1e-2) || !torch::allclose(dx, other_dx, 1e-2, 1e-2)) return false;
+      }
+      return true;
+    };
+    if (!agrees_with_batchnorm(synced))
+      std::printf("WRONG: SyncBatchNorm's synced path (its channels-last kernels, unless FASTCPP_SYNC_BN_KERNELS=aten) "
+                  "differs from BatchNorm's output or input gradient on one rank\n");
     bool with_peer = true;  // a peer that fails is reported, and the figures above still come
     try {
       time_passes(layers, 2, pytorch_synced);
-      // On one rank it must compute what BatchNorm computes: the output and the input gradient.
-      auto& first = layers.front();
-      auto pass = [&first](auto forward) {
-        const auto y = forward(first);
-        const auto dx = torch::autograd::grad({y}, {first.x}, {first.dy})[0];
-        return std::pair{y.to(torch::kFloat), dx.to(torch::kFloat)};
-      };
-      const auto [y, dx] = pass(plain);
-      const auto [peer_y, peer_dx] = pass(pytorch_synced);
-      if (!torch::allclose(y, peer_y, 1e-2, 1e-2) || !torch::allclose(dx, peer_dx, 1e-2, 1e-2))
+      if (!agrees_with_batchnorm(pytorch_synced))
         throw std::runtime_error("its output or input gradient differs from BatchNorm's");
     } catch (const std::exception& e) {
       std::printf("PyTorch's synced path failed, left out: %s\n", e.what());

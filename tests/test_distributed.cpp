@@ -8,12 +8,16 @@
 #include <fstream>
 #include <thread>
 
+#include "channels_last_batchnorm_check.h"
 #include "helpers.h"
 #include "operator_count.h"
 #include "synced_arithmetic.h"
 #include "worker_process.h"
 #include "distributed/network.h"
 #include "distributed/reducer.h"
+#ifdef FASTCPP_HAS_CUDA
+#include "distributed/channels_last_batchnorm_kernels.h"
+#endif
 
 using namespace fastcpp;
 using namespace fastcpp::testing;
@@ -191,6 +195,49 @@ TEST_SUITE("distributed") {
     check_synced_arithmetic_equals_batchnorm(torch::kFloat, at::MemoryFormat::Contiguous, 1e-5, 1e-6);
     check_synced_arithmetic_equals_batchnorm(torch::kFloat, at::MemoryFormat::ChannelsLast, 1e-5, 1e-6);
   }
+
+  TEST_CASE("SyncBatchNorm's channels-last steps (the CUDA kernels' CPU twin) equal BatchNorm, as one peer and two") {
+    for (const auto& shape : std::vector<std::vector<int64_t>>{{6, 8, 5, 3}, {5, 7, 3, 2}, {1, 3, 4, 4}, {9, 12}})
+      check_channels_last_batchnorm(torch::TensorOptions(torch::kFloat), shape, 1e-5, 1e-5);
+    check_channels_last_batchnorm(torch::TensorOptions(torch::kBFloat16), {6, 8, 5, 3}, 1e-2, 2e-2);
+  }
+
+#ifdef FASTCPP_HAS_CUDA
+  TEST_CASE("SyncBatchNorm's CUDA kernels' tiling: 256 threads a block, every channel covered, the GPU kept busy") {
+    namespace cl = distributed::channels_last;
+    // ResNet-50's first BatchNorm at batch 128 in fp16 on an H100's 132 multiprocessors.
+    auto t = cl::tiling({128 * 112 * 112, 64, 8}, 132);
+    CHECK(t.block_x == 8);
+    CHECK(t.block_y == 32);
+    CHECK(t.grid_x == 1);
+    CHECK(t.reduce_grid_y == 528);  // 4 blocks a multiprocessor: each thread reads 95 rows
+    CHECK(t.elementwise_grid_y == 1056);
+    // Its last ones: 2048 channels over 7x7 maps.
+    t = cl::tiling({128 * 7 * 7, 2048, 8}, 132);
+    CHECK(t.block_x == 32);
+    CHECK(t.grid_x == 8);
+    CHECK(t.reduce_grid_y == 49);  // 16 rows a thread
+    CHECK(t.elementwise_grid_y == 132);
+    CHECK(cl::partials_size({128 * 7 * 7, 2048, 8}, t) == 49 * (2 * 2048 + 1));
+    // Odd channels, one at a time; a single row.
+    t = cl::tiling({10, 7, 1}, 132);
+    CHECK(t.block_x == 8);
+    CHECK(t.block_y == 32);
+    CHECK(t.grid_x == 1);
+    CHECK(t.reduce_grid_y == 1);
+    CHECK(t.elementwise_grid_y == 1);
+    for (const auto& shape : std::vector<cl::Shape>{{1, 1, 1}, {3, 300, 4}, {1 << 20, 1000, 8}, {1 << 24, 3, 1}}) {
+      CAPTURE(shape.channels);
+      t = cl::tiling(shape, 132);
+      CHECK(t.block_x * t.block_y == 256);
+      CHECK(static_cast<int64_t>(t.grid_x) * t.block_x * shape.pack >= shape.channels);
+      CHECK(t.reduce_grid_y >= 1);
+      CHECK(t.reduce_grid_y <= 1024);
+      CHECK(t.elementwise_grid_y >= 1);
+      CHECK(t.elementwise_grid_y <= 65535);
+    }
+  }
+#endif
 
   TEST_CASE("SyncBatchNorm's forward_relu equals relu(BatchNorm + residual), its fused channels-last CPU kernel included") {
     struct Case {
@@ -440,11 +487,17 @@ TEST_SUITE("distributed") {
     std::string errors[2];
     torch::manual_seed(1);
     const auto inputs = torch::randn({2, 3, 6});
+    // The same weights on both ranks, drawn before the ranks' threads start: the global
+    // generator is shared by both threads, whose draws could interleave.
+    std::vector<std::shared_ptr<ReversedLayers>> models;
+    for (int r = 0; r < 2; ++r) {
+      torch::manual_seed(0);
+      models.push_back(std::make_shared<ReversedLayers>());
+    }
     auto rank = [&](int r) {
       try {
         auto comm = std::make_shared<distributed::Communicator>(env_of(r, 2, port));
-        torch::manual_seed(0);  // the same weights on both ranks
-        ReversedLayers model;
+        ReversedLayers& model = *models[static_cast<size_t>(r)];
         distributed::Reducer reducer(model.parameters(), comm, {.bucket_bytes = 150, .first_bucket_bytes = 150});
         for (int step = 0; step < 2; ++step) {
           reduced_backward(reducer, model, [&] { return model.forward(inputs[r]).sum(); });

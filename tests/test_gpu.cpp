@@ -10,6 +10,7 @@
 #include "core/autocast.h"
 #include "core/device.h"
 #include "helpers.h"
+#include "channels_last_batchnorm_check.h"
 #include "synced_arithmetic.h"
 #include "vision/augment.h"
 #if FASTCPP_HAS_OPENCV
@@ -283,7 +284,20 @@ TEST_SUITE("gpu" * doctest::skip(!torch::cuda::is_available())) {
     check_syncbn_equals_batchnorm(36, kSharedGpuEnv);
   }
 
-  TEST_CASE("SyncBatchNorm's synced arithmetic on CUDA (ATen's kernels, no collective) equals BatchNorm, fp16 models too") {
+  TEST_CASE("SyncBatchNorm's channels-last CUDA kernels equal BatchNorm: fp32, fp16, bf16, 16-byte packs and single "
+            "values, odd channels, batch 1, many blocks, one peer and two") {
+    const auto cuda = torch::TensorOptions().device(kCuda0);
+    const std::vector<std::vector<int64_t>> shapes{{6, 8, 5, 3},  {5, 7, 3, 2},   {1, 3, 4, 4},     {9, 12},
+                                                   {2, 24, 5, 5}, {64, 64, 28, 28}, {3, 2048, 7, 7}, {4, 1000}};
+    for (const auto& shape : shapes) {
+      check_channels_last_batchnorm(cuda.dtype(torch::kFloat), shape, 1e-4, 1e-4);
+      check_channels_last_batchnorm(cuda.dtype(torch::kHalf), shape, 1e-2, 1e-2);
+      check_channels_last_batchnorm(cuda.dtype(torch::kBFloat16), shape, 2e-2, 5e-2);
+    }
+  }
+
+  TEST_CASE("SyncBatchNorm's synced arithmetic on CUDA (its kernels channels-last, ATen's else; no collective) equals "
+            "BatchNorm, fp16 models too") {
     const auto cuda = torch::TensorOptions().device(kCuda0);
     check_synced_arithmetic_equals_batchnorm(cuda.dtype(torch::kFloat), at::MemoryFormat::Contiguous, 1e-4, 1e-5);
     check_synced_arithmetic_equals_batchnorm(cuda.dtype(torch::kHalf), at::MemoryFormat::ChannelsLast, 1e-2, 1e-2);
