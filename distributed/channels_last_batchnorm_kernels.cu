@@ -47,54 +47,80 @@ __device__ __forceinline__ void store(T* p, const float (&in)[PACK]) {
   *reinterpret_cast<Pack<T, PACK>*>(p) = pack;
 }
 
-// The block's threads merge their moments over threadIdx.y, in shared memory; thread
-// (x, 0) ends with the block's moments of its channels.
-template <int PACK>
-__device__ void merge_over_rows(float* s_count, float* s_mean, float* s_m2, Moments (&m)[PACK]) {
-  const int slot = threadIdx.y * blockDim.x + threadIdx.x;
-  s_count[slot] = m[0].count;
+// This thread's rows of its block row, kLoads at a time so that their loads are in flight
+// together: use(row, values of a, values of b) for each (b read only when kTwo).
+template <class T, int PACK, bool kTwo, class Use>
+__device__ __forceinline__ void for_each_row(const T* a, const T* b, int64_t rows, int channels, int c0, Use use) {
+  const int64_t step = static_cast<int64_t>(gridDim.y) * blockDim.y;
+  for (int64_t row = static_cast<int64_t>(blockIdx.y) * blockDim.y + threadIdx.y; row < rows; row += kLoads * step) {
+    float va[kLoads][PACK], vb[kLoads][kTwo ? PACK : 1];
 #pragma unroll
-  for (int i = 0; i < PACK; ++i) {
-    s_mean[slot * PACK + i] = m[i].mean;
-    s_m2[slot * PACK + i] = m[i].m2;
-  }
-  for (int half = blockDim.y / 2; half > 0; half /= 2) {
-    __syncthreads();
-    if (threadIdx.y < half) {
-      const int other = slot + half * blockDim.x;
-#pragma unroll
-      for (int i = 0; i < PACK; ++i) {
-        m[i] = merge(m[i], Moments{s_count[other], s_mean[other * PACK + i], s_m2[other * PACK + i]});
-        s_mean[slot * PACK + i] = m[i].mean;
-        s_m2[slot * PACK + i] = m[i].m2;
+    for (int j = 0; j < kLoads; ++j)
+      if (row + j * step < rows) {
+        load<T, PACK>(a + (row + j * step) * channels + c0, va[j]);
+        if constexpr (kTwo) load<T, PACK>(b + (row + j * step) * channels + c0, vb[j]);
       }
-      s_count[slot] = m[0].count;
+#pragma unroll
+    for (int j = 0; j < kLoads; ++j) {
+      if (row + j * step >= rows) break;
+      use(row + j * step, va[j], vb[j]);
     }
   }
 }
 
-// The same for plain sums (two per channel).
-template <int PACK>
-__device__ void sum_over_rows(float* s_a, float* s_b, float (&a)[PACK], float (&b)[PACK]) {
+// A tree over threadIdx.y in shared memory, after which thread (x, 0) holds what every
+// thread (x, y) held, combined: save(slot) writes this thread's values into its slot,
+// combine(other) folds in another slot's.
+template <class Save, class Combine>
+__device__ void tree_over_rows(Save save, Combine combine) {
   const int slot = threadIdx.y * blockDim.x + threadIdx.x;
-#pragma unroll
-  for (int i = 0; i < PACK; ++i) {
-    s_a[slot * PACK + i] = a[i];
-    s_b[slot * PACK + i] = b[i];
-  }
+  save(slot);
   for (int half = blockDim.y / 2; half > 0; half /= 2) {
     __syncthreads();
     if (threadIdx.y < half) {
-      const int other = slot + half * blockDim.x;
-#pragma unroll
-      for (int i = 0; i < PACK; ++i) {
-        a[i] += s_a[other * PACK + i];
-        b[i] += s_b[other * PACK + i];
-        s_a[slot * PACK + i] = a[i];
-        s_b[slot * PACK + i] = b[i];
-      }
+      combine(slot + half * blockDim.x);
+      save(slot);
     }
   }
+}
+
+// The block's moments of each channel (one count for a thread's PACK channels).
+template <int PACK>
+__device__ void merge_over_rows(float* s_count, float* s_mean, float* s_m2, Moments (&m)[PACK]) {
+  tree_over_rows(
+      [&](int slot) {
+        s_count[slot] = m[0].count;
+#pragma unroll
+        for (int i = 0; i < PACK; ++i) {
+          s_mean[slot * PACK + i] = m[i].mean;
+          s_m2[slot * PACK + i] = m[i].m2;
+        }
+      },
+      [&](int other) {
+#pragma unroll
+        for (int i = 0; i < PACK; ++i)
+          m[i] = merge(m[i], Moments{s_count[other], s_mean[other * PACK + i], s_m2[other * PACK + i]});
+      });
+}
+
+// The block's two sums of each channel.
+template <int PACK>
+__device__ void sum_over_rows(float* s_a, float* s_b, float (&a)[PACK], float (&b)[PACK]) {
+  tree_over_rows(
+      [&](int slot) {
+#pragma unroll
+        for (int i = 0; i < PACK; ++i) {
+          s_a[slot * PACK + i] = a[i];
+          s_b[slot * PACK + i] = b[i];
+        }
+      },
+      [&](int other) {
+#pragma unroll
+        for (int i = 0; i < PACK; ++i) {
+          a[i] += s_a[other * PACK + i];
+          b[i] += s_b[other * PACK + i];
+        }
+      });
 }
 
 // Partial moments of each block row's share of the rows: partial_mean and partial_m2
@@ -106,30 +132,21 @@ __global__ void __launch_bounds__(kThreads) statistics_partials(const T* __restr
   __shared__ float s_count[kThreads], s_mean[kThreads * PACK], s_m2[kThreads * PACK];
   const int c0 = (blockIdx.x * blockDim.x + threadIdx.x) * PACK;
   const bool has_channels = c0 < channels;
-  const int64_t step = static_cast<int64_t>(gridDim.y) * blockDim.y;
-  int64_t row = static_cast<int64_t>(blockIdx.y) * blockDim.y + threadIdx.y;
-  float shift[PACK], s1[PACK], s2[PACK];
+  const int64_t first_row = static_cast<int64_t>(blockIdx.y) * blockDim.y + threadIdx.y;
+  float shift[PACK], s1[PACK], s2[PACK], count = 0;
 #pragma unroll
   for (int i = 0; i < PACK; ++i) shift[i] = s1[i] = s2[i] = 0;
-  if (has_channels && row < rows) load<T, PACK>(x + row * channels + c0, shift);
-  float count = 0;
-  for (; row < rows; row += kLoads * step) {
-    float v[kLoads][PACK];
-#pragma unroll
-    for (int j = 0; j < kLoads; ++j)
-      if (has_channels && row + j * step < rows) load<T, PACK>(x + (row + j * step) * channels + c0, v[j]);
-#pragma unroll
-    for (int j = 0; j < kLoads; ++j) {
-      if (row + j * step >= rows) break;
+  if (has_channels && first_row < rows) {
+    load<T, PACK>(x + first_row * channels + c0, shift);
+    for_each_row<T, PACK, false>(x, x, rows, channels, c0, [&](int64_t, const float(&v)[PACK], const float(&)[1]) {
       count += 1;
-      if (!has_channels) continue;
 #pragma unroll
       for (int i = 0; i < PACK; ++i) {
-        const float d = v[j][i] - shift[i];
+        const float d = v[i] - shift[i];
         s1[i] += d;
         s2[i] = fmaf(d, d, s2[i]);
       }
-    }
+    });
   }
   Moments m[PACK];
 #pragma unroll
@@ -203,21 +220,12 @@ __global__ void __launch_bounds__(kThreads)
                 invstd_out, count_out, blockDim.x * PACK, s_mean, s_scale, s_bias);
   const int local = threadIdx.x * PACK, c0 = blockIdx.x * blockDim.x * PACK + local;
   if (c0 >= channels) return;
-  const int64_t step = static_cast<int64_t>(gridDim.y) * blockDim.y;
-  for (int64_t row = static_cast<int64_t>(blockIdx.y) * blockDim.y + threadIdx.y; row < rows; row += kLoads * step) {
-    float v[kLoads][PACK];
+  for_each_row<T, PACK, false>(x, x, rows, channels, c0, [&](int64_t row, const float(&v)[PACK], const float(&)[1]) {
+    float out[PACK];
 #pragma unroll
-    for (int j = 0; j < kLoads; ++j)
-      if (row + j * step < rows) load<T, PACK>(x + (row + j * step) * channels + c0, v[j]);
-#pragma unroll
-    for (int j = 0; j < kLoads; ++j) {
-      if (row + j * step >= rows) break;
-#pragma unroll
-      for (int i = 0; i < PACK; ++i)
-        v[j][i] = normalized(v[j][i], s_mean[local + i], s_scale[local + i], s_bias[local + i]);
-      store<T, PACK>(y + (row + j * step) * channels + c0, v[j]);
-    }
-  }
+    for (int i = 0; i < PACK; ++i) out[i] = normalized(v[i], s_mean[local + i], s_scale[local + i], s_bias[local + i]);
+    store<T, PACK>(y + row * channels + c0, out);
+  });
 }
 
 // Partial sums of dy and dy * (x - mean): [reduce_grid_y, C] each.
@@ -234,27 +242,14 @@ __global__ void __launch_bounds__(kThreads) grad_partials(const T* __restrict__ 
     m[i] = has_channels ? mean[c0 + i] : 0.0f;
     sum_dy[i] = sum_dy_xmu[i] = 0;
   }
-  const int64_t step = static_cast<int64_t>(gridDim.y) * blockDim.y;
   if (has_channels)
-    for (int64_t row = static_cast<int64_t>(blockIdx.y) * blockDim.y + threadIdx.y; row < rows;
-         row += kLoads * step) {
-      float g[kLoads][PACK], v[kLoads][PACK];
+    for_each_row<T, PACK, true>(dy, x, rows, channels, c0, [&](int64_t, const float(&g)[PACK], const float(&v)[PACK]) {
 #pragma unroll
-      for (int j = 0; j < kLoads; ++j)
-        if (row + j * step < rows) {
-          load<T, PACK>(dy + (row + j * step) * channels + c0, g[j]);
-          load<T, PACK>(x + (row + j * step) * channels + c0, v[j]);
-        }
-#pragma unroll
-      for (int j = 0; j < kLoads; ++j) {
-        if (row + j * step >= rows) break;
-#pragma unroll
-        for (int i = 0; i < PACK; ++i) {
-          sum_dy[i] += g[j][i];
-          sum_dy_xmu[i] = fmaf(g[j][i], v[j][i] - m[i], sum_dy_xmu[i]);
-        }
+      for (int i = 0; i < PACK; ++i) {
+        sum_dy[i] += g[i];
+        sum_dy_xmu[i] = fmaf(g[i], v[i] - m[i], sum_dy_xmu[i]);
       }
-    }
+    });
   sum_over_rows<PACK>(s_a, s_b, sum_dy, sum_dy_xmu);
   if (threadIdx.y != 0 || !has_channels) return;
 #pragma unroll
@@ -301,23 +296,12 @@ __global__ void __launch_bounds__(kThreads)
   __syncthreads();
   const int local = threadIdx.x * PACK, c0 = first + local;
   if (c0 >= channels) return;
-  const int64_t step = static_cast<int64_t>(gridDim.y) * blockDim.y;
-  for (int64_t row = static_cast<int64_t>(blockIdx.y) * blockDim.y + threadIdx.y; row < rows; row += kLoads * step) {
-    float g[kLoads][PACK], v[kLoads][PACK];
+  for_each_row<T, PACK, true>(dy, x, rows, channels, c0, [&](int64_t row, const float(&g)[PACK], const float(&v)[PACK]) {
+    float out[PACK];
 #pragma unroll
-    for (int j = 0; j < kLoads; ++j)
-      if (row + j * step < rows) {
-        load<T, PACK>(dy + (row + j * step) * channels + c0, g[j]);
-        load<T, PACK>(x + (row + j * step) * channels + c0, v[j]);
-      }
-#pragma unroll
-    for (int j = 0; j < kLoads; ++j) {
-      if (row + j * step >= rows) break;
-#pragma unroll
-      for (int i = 0; i < PACK; ++i) g[j][i] = input_grad(g[j][i], v[j][i], s_k[local + i]);
-      store<T, PACK>(dx + (row + j * step) * channels + c0, g[j]);
-    }
-  }
+    for (int i = 0; i < PACK; ++i) out[i] = input_grad(g[i], v[i], s_k[local + i]);
+    store<T, PACK>(dx + row * channels + c0, out);
+  });
 }
 
 // Calls f(T{}, std::integral_constant<int, PACK>{}) with dtype's CUDA type and a pack width
