@@ -290,7 +290,7 @@ TEST_SUITE("gpu" * doctest::skip(!torch::cuda::is_available())) {
     const std::vector<std::vector<int64_t>> shapes{{6, 8, 5, 3},  {5, 7, 3, 2},   {1, 3, 4, 4},     {9, 12},
                                                    {2, 24, 5, 5}, {64, 64, 28, 28}, {3, 2048, 7, 7}, {4, 1000}};
     for (const auto& shape : shapes) {
-      check_channels_last_batchnorm(cuda.dtype(torch::kFloat), shape, 1e-4, 1e-4);
+      check_channels_last_batchnorm(cuda.dtype(torch::kFloat), shape, 1e-5, 1e-5);
       check_channels_last_batchnorm(cuda.dtype(torch::kHalf), shape, 1e-2, 1e-2);
       check_channels_last_batchnorm(cuda.dtype(torch::kBFloat16), shape, 2e-2, 5e-2);
     }
