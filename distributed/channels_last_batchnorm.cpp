@@ -20,11 +20,18 @@
 namespace fastcpp::distributed::channels_last {
 namespace {
 
-bool channels_innermost(const torch::Tensor& t) { return t.movedim(1, -1).is_contiguous(); }
-
-// t with the channels innermost (a copy only where they are not).
-torch::Tensor with_channels_innermost(const torch::Tensor& t) {
-  return channels_innermost(t) ? t : t.movedim(1, -1).contiguous().movedim(-1, 1);
+// t.movedim(1, -1).is_contiguous() without making the view: this runs per layer and step.
+bool channels_innermost(const torch::Tensor& t) {
+  int64_t expected = 1;
+  const auto dense = [&](int64_t dim) {
+    if (t.size(dim) != 1 && t.stride(dim) != expected) return false;
+    expected *= t.size(dim);
+    return true;
+  };
+  if (!dense(1)) return false;
+  for (int64_t dim = t.dim() - 1; dim >= 2; --dim)
+    if (!dense(dim)) return false;
+  return dense(0);
 }
 
 float fp32(double v) { return static_cast<float>(v); }
@@ -48,7 +55,6 @@ torch::Tensor cpu_local_statistics(const torch::Tensor& x, float eps) {
   const float* p = v.data_ptr<float>();
   auto out = torch::empty({2 * channels + 1});
   float* o = out.data_ptr<float>();
-  Moments total;
   for (int64_t c = 0; c < channels; ++c) {
     Moments m;
     for (int64_t g = 0; g < groups; ++g) {
@@ -63,43 +69,39 @@ torch::Tensor cpu_local_statistics(const torch::Tensor& x, float eps) {
     }
     o[c] = m.mean;
     o[channels + c] = invstd_of(m, eps);
-    total = m;
   }
-  o[2 * channels] = total.count;
+  o[2 * channels] = static_cast<float>(rows);
   return out;
 }
+
+// The twin reads fp32 parameters and statistics, as the kernels do.
+const float* floats_of(const torch::Tensor& t) { return t.data_ptr<float>(); }
 
 Normalized cpu_normalize(const torch::Tensor& x, const torch::Tensor& gathered, const torch::Tensor& weight,
                          const torch::Tensor& bias, torch::Tensor running_mean, torch::Tensor running_var,
                          float momentum, float eps) {
   const auto v = rows_of(x);
   const int64_t rows = v.size(0), channels = v.size(1), peers = gathered.size(0);
-  const auto g = gathered.to(torch::kFloat).contiguous();
-  const auto w = weight.to(torch::kFloat).contiguous(), b = bias.to(torch::kFloat).contiguous();
-  auto rm = running_mean.defined() ? running_mean.to(torch::kFloat).contiguous() : torch::Tensor();
-  auto rv = running_var.defined() ? running_var.to(torch::kFloat).contiguous() : torch::Tensor();
-  auto y = torch::empty_like(v), mean = torch::empty({channels}), invstd = torch::empty({channels});
-  auto count = torch::empty({1});
+  auto y = torch::empty_like(v);
+  Normalized n{{}, torch::empty({channels}), torch::empty({channels}), torch::empty({1})};
+  const float *in = floats_of(v), *g = floats_of(gathered), *w = floats_of(weight), *b = floats_of(bias);
+  float *out = y.data_ptr<float>(), *mean = n.mean.data_ptr<float>(), *invstd = n.invstd.data_ptr<float>();
   for (int64_t c = 0; c < channels; ++c) {
     Moments m;
     for (int64_t peer = 0; peer < peers; ++peer) {
-      const float* s = g.data_ptr<float>() + peer * (2 * channels + 1);
+      const float* s = g + peer * (2 * channels + 1);
       m = merge(m, from_peer(s[c], s[channels + c], s[2 * channels], eps));
     }
-    const float is = invstd_of(m, eps), scale = is * w.data_ptr<float>()[c], shift = b.data_ptr<float>()[c];
-    mean.data_ptr<float>()[c] = m.mean;
-    invstd.data_ptr<float>()[c] = is;
-    count.data_ptr<float>()[0] = m.count;
-    if (rm.defined()) update_running(m, momentum, rm.data_ptr<float>()[c], rv.data_ptr<float>()[c]);
+    mean[c] = m.mean;
+    invstd[c] = invstd_of(m, eps);
+    n.count.data_ptr<float>()[0] = m.count;
+    if (running_mean.defined())
+      update_running(m, momentum, running_mean.data_ptr<float>()[c], running_var.data_ptr<float>()[c]);
     for (int64_t r = 0; r < rows; ++r)
-      y.data_ptr<float>()[r * channels + c] = normalized(v.data_ptr<float>()[r * channels + c], m.mean, scale, shift);
+      out[r * channels + c] = normalized(in[r * channels + c], m.mean, invstd[c] * w[c], b[c]);
   }
-  if (rm.defined()) {
-    torch::NoGradGuard no_grad;
-    running_mean.copy_(rm);
-    running_var.copy_(rv);
-  }
-  return {like(y, x), mean, invstd, count};
+  n.y = like(y, x);
+  return n;
 }
 
 GradSums cpu_grad_sums(const torch::Tensor& dy, const torch::Tensor& x, const torch::Tensor& mean,
@@ -107,12 +109,13 @@ GradSums cpu_grad_sums(const torch::Tensor& dy, const torch::Tensor& x, const to
   const auto g = rows_of(dy), v = rows_of(x);
   const int64_t rows = v.size(0), channels = v.size(1);
   auto sums = torch::zeros({2 * channels});
+  const float *grad = floats_of(g), *in = floats_of(v), *m = floats_of(mean);
   float* s = sums.data_ptr<float>();
   for (int64_t r = 0; r < rows; ++r)
     for (int64_t c = 0; c < channels; ++c) {
-      const float d = g.data_ptr<float>()[r * channels + c];
+      const float d = grad[r * channels + c];
       s[c] += d;
-      s[channels + c] += d * (v.data_ptr<float>()[r * channels + c] - mean.data_ptr<float>()[c]);
+      s[channels + c] += d * (in[r * channels + c] - m[c]);
     }
   return {sums, sums.narrow(0, channels, channels) * invstd, sums.narrow(0, 0, channels).clone()};
 }
@@ -120,16 +123,16 @@ GradSums cpu_grad_sums(const torch::Tensor& dy, const torch::Tensor& x, const to
 torch::Tensor cpu_input_grad(const torch::Tensor& dy, const torch::Tensor& x, const torch::Tensor& mean,
                              const torch::Tensor& invstd, const torch::Tensor& weight, const torch::Tensor& summed,
                              const torch::Tensor& count) {
-  const auto g = rows_of(dy), v = rows_of(x), w = weight.to(torch::kFloat).contiguous();
+  const auto g = rows_of(dy), v = rows_of(x);
   const int64_t rows = v.size(0), channels = v.size(1);
   auto dx = torch::empty_like(v);
+  const float *grad = floats_of(g), *in = floats_of(v), *s = floats_of(summed);
+  float* out = dx.data_ptr<float>();
   for (int64_t c = 0; c < channels; ++c) {
-    const auto k = input_grad_coefficients(mean.data_ptr<float>()[c], invstd.data_ptr<float>()[c],
-                                           w.data_ptr<float>()[c], summed.data_ptr<float>()[c],
-                                           summed.data_ptr<float>()[channels + c], count.data_ptr<float>()[0]);
+    const auto k = input_grad_coefficients(floats_of(mean)[c], floats_of(invstd)[c], floats_of(weight)[c], s[c],
+                                           s[channels + c], floats_of(count)[0]);
     for (int64_t r = 0; r < rows; ++r)
-      dx.data_ptr<float>()[r * channels + c] =
-          input_grad(g.data_ptr<float>()[r * channels + c], v.data_ptr<float>()[r * channels + c], k);
+      out[r * channels + c] = input_grad(grad[r * channels + c], in[r * channels + c], k);
   }
   return like(dx, x);
 }
@@ -174,6 +177,13 @@ void require_channels_innermost(const torch::Tensor& x) {
                 c10::str(x.strides()) + " does not hold its channels innermost (channels-last, or [N, C])");
 }
 
+void require_gradient_like(const torch::Tensor& dy, const torch::Tensor& x) {
+  if (dy.sizes() != x.sizes() || dy.scalar_type() != x.scalar_type() || !channels_innermost(dy))
+    throw Error("SyncBatchNorm's CUDA kernels: the output gradient " + c10::str(dy.sizes()) + " " +
+                c10::toString(dy.scalar_type()) + " is not laid out as the input " + c10::str(x.sizes()) + " " +
+                c10::toString(x.scalar_type()) + " (gradient_like_input makes it so)");
+}
+
 torch::Tensor cuda_local_statistics(const torch::Tensor& x, float eps) {
   require_channels_innermost(x);
   const c10::cuda::CUDAGuard guard(x.device());
@@ -209,6 +219,7 @@ Normalized cuda_normalize(const torch::Tensor& x, const torch::Tensor& gathered,
 GradSums cuda_grad_sums(const torch::Tensor& dy, const torch::Tensor& x, const torch::Tensor& mean,
                         const torch::Tensor& invstd) {
   require_channels_innermost(x);
+  require_gradient_like(dy, x);
   const c10::cuda::CUDAGuard guard(x.device());
   const auto shape = shape_of(x, {x.data_ptr(), dy.data_ptr()});
   const auto t = tiling_for(x, shape);
@@ -228,6 +239,7 @@ torch::Tensor cuda_input_grad(const torch::Tensor& dy, const torch::Tensor& x, c
                               const torch::Tensor& invstd, const torch::Tensor& weight, const torch::Tensor& summed,
                               const torch::Tensor& count) {
   require_channels_innermost(x);
+  require_gradient_like(dy, x);
   const c10::cuda::CUDAGuard guard(x.device());
   auto dx = torch::empty_like(x);
   const auto shape = shape_of(x, {x.data_ptr(), dy.data_ptr(), dx.data_ptr()});
@@ -263,6 +275,11 @@ bool kernels_apply(const SyncBatchNormImpl& bn, const torch::Tensor& x) {
 #endif
 }
 
+torch::Tensor gradient_like_input(const torch::Tensor& dy, const torch::Tensor& x) {
+  const auto typed = dy.to(x.scalar_type());
+  return channels_innermost(typed) ? typed : typed.movedim(1, -1).contiguous().movedim(-1, 1);
+}
+
 torch::Tensor local_statistics(const torch::Tensor& x, double eps) {
 #ifdef FASTCPP_HAS_CUDA
   if (x.is_cuda()) return cuda_local_statistics(x, fp32(eps));
@@ -283,7 +300,7 @@ Normalized normalize(const torch::Tensor& x, const torch::Tensor& gathered, cons
 GradSums grad_sums(const torch::Tensor& dy, const torch::Tensor& x, const torch::Tensor& mean,
                    const torch::Tensor& invstd) {
 #ifdef FASTCPP_HAS_CUDA
-  if (x.is_cuda()) return cuda_grad_sums(with_channels_innermost(dy.to(x.scalar_type())), x, mean, invstd);
+  if (x.is_cuda()) return cuda_grad_sums(dy, x, mean, invstd);
 #endif
   return cpu_grad_sums(dy, x, mean, invstd);
 }
@@ -292,8 +309,7 @@ torch::Tensor input_grad(const torch::Tensor& dy, const torch::Tensor& x, const 
                          const torch::Tensor& invstd, const torch::Tensor& weight, const torch::Tensor& summed,
                          const torch::Tensor& count) {
 #ifdef FASTCPP_HAS_CUDA
-  if (x.is_cuda())
-    return cuda_input_grad(with_channels_innermost(dy.to(x.scalar_type())), x, mean, invstd, weight, summed, count);
+  if (x.is_cuda()) return cuda_input_grad(dy, x, mean, invstd, weight, summed, count);
 #endif
   return cpu_input_grad(dy, x, mean, invstd, weight, summed, count);
 }

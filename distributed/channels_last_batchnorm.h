@@ -36,6 +36,10 @@ Normalized normalize(const torch::Tensor& x, const torch::Tensor& gathered, cons
                      const torch::Tensor& bias, torch::Tensor running_mean, torch::Tensor running_var,
                      double momentum, double eps);
 
+// The output gradient in x's dtype with its channels innermost, as grad_sums and
+// input_grad read it (a copy only where it is not; on CUDA they refuse it otherwise).
+torch::Tensor gradient_like_input(const torch::Tensor& dy, const torch::Tensor& x);
+
 struct GradSums {
   torch::Tensor sums;                     // [sum dy (C), sum dy * (x - mean) (C)]: what the peers add up
   torch::Tensor grad_weight, grad_bias;  // this peer's own

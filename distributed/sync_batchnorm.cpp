@@ -100,10 +100,11 @@ struct ChannelsLastSyncBatchNormFunction : torch::autograd::Function<ChannelsLas
   static variable_list backward(AutogradContext* ctx, variable_list grads) {
     const auto saved = ctx->get_saved_variables();
     const auto &x = saved[0], &weight = saved[1], &mean = saved[2], &invstd = saved[3], &count = saved[4];
-    auto sums = channels_last::grad_sums(grads[0], x, mean, invstd);
+    const auto dy = channels_last::gradient_like_input(grads[0], x);
+    auto sums = channels_last::grad_sums(dy, x, mean, invstd);
     auto* comm = reinterpret_cast<Communicator*>(ctx->saved_data["comm"].toInt());
     if (comm) comm->all_reduce_sum(sums.sums);  // weight and bias gradients stay local: DDP averages them
-    auto dx = channels_last::input_grad(grads[0], x, mean, invstd, weight, sums.sums, count);
+    auto dx = channels_last::input_grad(dy, x, mean, invstd, weight, sums.sums, count);
     return {dx, sums.grad_weight, sums.grad_bias, torch::Tensor(), torch::Tensor()};
   }
 };

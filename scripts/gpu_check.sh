@@ -369,6 +369,8 @@ if [ -s "$out/bench.log" ]; then
       "example with to_graphs, 5 epochs bf16 batch 512: accuracy"
       "example with to_graphs / PyTorch loop, batch 128 fp32 contiguous"
       "SyncBatchNorm's synced path on" "SyncBatchNorm's synced path against PyTorch's"
+      "SyncBatchNorm's synced path, GPU time against BatchNorm's"
+      "SyncBatchNorm's synced path, wall time against its GPU time"
       "to_parallel {cuda:0, cuda:0} resnet18 fp32 contiguous"
       "to_parallel {cuda:0, cuda:0} resnet50 fp16 channels-last" "DDP overhead at world size 1 (NCCL)"
       "image folder resnet50 fp16 channels-last, fastcpp best / resident ceiling"

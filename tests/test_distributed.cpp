@@ -200,6 +200,20 @@ TEST_SUITE("distributed") {
     for (const auto& shape : std::vector<std::vector<int64_t>>{{6, 8, 5, 3}, {5, 7, 3, 2}, {1, 3, 4, 4}, {9, 12}})
       check_channels_last_batchnorm(torch::TensorOptions(torch::kFloat), shape, 1e-5, 1e-5);
     check_channels_last_batchnorm(torch::TensorOptions(torch::kBFloat16), {6, 8, 5, 3}, 1e-2, 2e-2);
+    // The output gradient as the backward hands it over: copied only where it is not laid
+    // out as the input (channels innermost, the input's dtype).
+    namespace cl = distributed::channels_last;
+    const auto x = torch::randn({2, 8, 3, 3}).contiguous(at::MemoryFormat::ChannelsLast);
+    const auto same = torch::randn({2, 8, 3, 3}).contiguous(at::MemoryFormat::ChannelsLast);
+    CHECK(cl::gradient_like_input(same, x).is_same(same));
+    const auto contiguous = torch::randn({2, 8, 3, 3}, torch::kDouble);
+    const auto laid_out = cl::gradient_like_input(contiguous, x);
+    CHECK(laid_out.strides() == x.strides());
+    CHECK(laid_out.dtype() == x.dtype());
+    CHECK(torch::equal(laid_out, contiguous.to(torch::kFloat)));
+    // [N, C, L] with the channels innermost, a 3-d layout no memory format names.
+    const auto sequence = torch::randn({2, 5, 6}).permute({0, 2, 1});
+    CHECK(cl::gradient_like_input(torch::randn({2, 6, 5}), sequence).strides() == sequence.strides());
   }
 
 #ifdef FASTCPP_HAS_CUDA
