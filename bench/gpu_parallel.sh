@@ -4,7 +4,9 @@
 # and on every GPU when there are several (the scaling). The two replicas on cuda:0 run twice,
 # with BatchNorm synchronized (the default) and each replica's its own, and one replica runs
 # the half batch a replica gets: what the synchronization costs, what the replication costs
-# without it, and what the smaller batch alone costs the GPU are then told apart.
+# without it, and what the smaller batch alone costs the GPU are then told apart. The
+# channels-last cell also runs synced by ATen's kernels (FASTCPP_SYNC_BN_KERNELS=aten), to
+# compare with the library's.
 #
 #   bench/gpu_parallel.sh [--build build] [--traces DIR]
 #
@@ -44,6 +46,12 @@ for cell in "${cells[@]}"; do
   echo "1 replica, half the batch: $half"
   awk -v a="$(rate "$one")" -v s="$(rate "$shared")" -v u="$(rate "$unsynced")" -v h="$(rate "$half")" \
     'BEGIN {printf "  of the 2 replicas: unsynced %.3fx 1 replica, synced %.3fx unsynced; 1 replica on half the batch %.3fx the whole\n", u / a, s / u, h / a}'
+  if [ "$layout" = channels-last ]; then  # the synced layers ran the library's kernels: against ATen's
+    aten=$(FASTCPP_SYNC_BN_KERNELS=aten "$bench" "${args[@]}" --parallel cuda:0,cuda:0)
+    echo "2 replicas, 1 GPU, ATen's BatchNorm kernels: $aten"
+    awk -v s="$(rate "$shared")" -v t="$(rate "$aten")" \
+      'BEGIN {printf "  synced by the library'"'"'s channels-last kernels: %.3fx the images/s of ATen'"'"'s\n", s / t}'
+  fi
   if [ "$gpus" -gt 1 ]; then
     every=$("$bench" "${args[@]}" --parallel all)
     echo "$gpus replicas, $gpus GPUs: $every"

@@ -1,7 +1,9 @@
 #include "distributed/channels_last_batchnorm.h"
 
+#include <ATen/record_function.h>
 #include <torch/torch.h>
 
+#include <atomic>
 #include <climits>
 #include <cstdlib>
 #include <string>
@@ -77,13 +79,12 @@ torch::Tensor cpu_local_statistics(const torch::Tensor& x, float eps) {
 // The twin reads fp32 parameters and statistics, as the kernels do.
 const float* floats_of(const torch::Tensor& t) { return t.data_ptr<float>(); }
 
-Normalized cpu_normalize(const torch::Tensor& x, const torch::Tensor& gathered, const torch::Tensor& weight,
-                         const torch::Tensor& bias, torch::Tensor running_mean, torch::Tensor running_var,
-                         float momentum, float eps) {
+void cpu_normalize_into(Normalized& n, const torch::Tensor& x, const torch::Tensor& gathered,
+                        const torch::Tensor& weight, const torch::Tensor& bias, torch::Tensor running_mean,
+                        torch::Tensor running_var, float momentum, float eps) {
   const auto v = rows_of(x);
   const int64_t rows = v.size(0), channels = v.size(1), peers = gathered.size(0);
   auto y = torch::empty_like(v);
-  Normalized n{{}, torch::empty({channels}), torch::empty({channels}), torch::empty({1})};
   const float *in = floats_of(v), *g = floats_of(gathered), *w = floats_of(weight), *b = floats_of(bias);
   float *out = y.data_ptr<float>(), *mean = n.mean.data_ptr<float>(), *invstd = n.invstd.data_ptr<float>();
   for (int64_t c = 0; c < channels; ++c) {
@@ -100,8 +101,8 @@ Normalized cpu_normalize(const torch::Tensor& x, const torch::Tensor& gathered, 
     for (int64_t r = 0; r < rows; ++r)
       out[r * channels + c] = normalized(in[r * channels + c], m.mean, invstd[c] * w[c], b[c]);
   }
-  n.y = like(y, x);
-  return n;
+  // Not counted as a change of n.y by autograd, as the kernel's writes are not.
+  n.y.variable_data().copy_(like(y, x));
 }
 
 GradSums cpu_grad_sums(const torch::Tensor& dy, const torch::Tensor& x, const torch::Tensor& mean,
@@ -177,11 +178,16 @@ void require_channels_innermost(const torch::Tensor& x) {
                 c10::str(x.strides()) + " does not hold its channels innermost (channels-last, or [N, C])");
 }
 
+// `t` (the output gradient, or the output: `what`, which `maker` makes right) as the kernels read x.
+void require_laid_out_as_input(const torch::Tensor& t, const char* what, const torch::Tensor& x, const char* maker) {
+  if (t.sizes() != x.sizes() || t.scalar_type() != x.scalar_type() || !channels_innermost(t))
+    throw Error(std::string("SyncBatchNorm's CUDA kernels: the ") + what + " " + c10::str(t.sizes()) + " " +
+                c10::toString(t.scalar_type()) + " is not laid out as the input " + c10::str(x.sizes()) + " " +
+                c10::toString(x.scalar_type()) + " (" + maker + " makes it so)");
+}
+
 void require_gradient_like(const torch::Tensor& dy, const torch::Tensor& x) {
-  if (dy.sizes() != x.sizes() || dy.scalar_type() != x.scalar_type() || !channels_innermost(dy))
-    throw Error("SyncBatchNorm's CUDA kernels: the output gradient " + c10::str(dy.sizes()) + " " +
-                c10::toString(dy.scalar_type()) + " is not laid out as the input " + c10::str(x.sizes()) + " " +
-                c10::toString(x.scalar_type()) + " (gradient_like_input makes it so)");
+  require_laid_out_as_input(dy, "output gradient", x, "gradient_like_input");
 }
 
 torch::Tensor cuda_local_statistics(const torch::Tensor& x, float eps) {
@@ -197,23 +203,20 @@ torch::Tensor cuda_local_statistics(const torch::Tensor& x, float eps) {
   return out;
 }
 
-Normalized cuda_normalize(const torch::Tensor& x, const torch::Tensor& gathered, const torch::Tensor& weight,
-                          const torch::Tensor& bias, const torch::Tensor& running_mean,
-                          const torch::Tensor& running_var, float momentum, float eps) {
+void cuda_normalize_into(Normalized& n, const torch::Tensor& x, const torch::Tensor& gathered,
+                         const torch::Tensor& weight, const torch::Tensor& bias, const torch::Tensor& running_mean,
+                         const torch::Tensor& running_var, float momentum, float eps) {
   require_channels_innermost(x);
+  require_laid_out_as_input(n.y, "output", x, "empty_normalized");
   const c10::cuda::CUDAGuard guard(x.device());
-  auto y = torch::empty_like(x);
+  const auto& y = n.y;
   const auto shape = shape_of(x, {x.data_ptr(), y.data_ptr()});
-  const auto floats = x.options().dtype(torch::kFloat);
-  Normalized n{y, torch::empty({shape.channels}, floats), torch::empty({shape.channels}, floats),
-               torch::empty({1}, floats)};
-  const auto g = gathered.to(floats).contiguous();
+  const auto g = gathered.to(x.options().dtype(torch::kFloat)).contiguous();
   check(launch_normalize(dtype_of(x), x.data_ptr(), shape, tiling_for(x, shape), g.data_ptr<float>(),
                          static_cast<int>(g.size(0)), fp32_ptr(weight), fp32_ptr(bias), fp32_ptr(running_mean),
                          fp32_ptr(running_var), momentum, eps, y.data_ptr(), n.mean.data_ptr<float>(),
                          n.invstd.data_ptr<float>(), n.count.data_ptr<float>(), at::cuda::getCurrentCUDAStream()),
         "the normalization");
-  return n;
 }
 
 GradSums cuda_grad_sums(const torch::Tensor& dy, const torch::Tensor& x, const torch::Tensor& mean,
@@ -254,14 +257,35 @@ torch::Tensor cuda_input_grad(const torch::Tensor& dy, const torch::Tensor& x, c
 
 }  // namespace
 
-bool kernels_apply(const SyncBatchNormImpl& bn, const torch::Tensor& x) {
-#ifdef FASTCPP_HAS_CUDA
-  static const bool aten = [] {
-    const char* choice = std::getenv("FASTCPP_SYNC_BN_KERNELS");
-    return choice && std::string(choice) == "aten";
+namespace {
+
+std::atomic<KernelChoice>& chosen_kernels() {
+  static std::atomic<KernelChoice> choice = [] {
+    const char* name = std::getenv("FASTCPP_SYNC_BN_KERNELS");
+    const std::string given = name ? name : "";
+    if (given == "aten") return KernelChoice::aten;
+    if (given == "twin") return KernelChoice::cpu_twin;
+    if (!given.empty() && given != "auto")
+      throw Error("FASTCPP_SYNC_BN_KERNELS=" + given + ": expected auto, aten or twin");
+    return KernelChoice::automatic;
   }();
+  return choice;
+}
+
+}  // namespace
+
+void use_kernels(KernelChoice choice) { chosen_kernels() = choice; }
+
+KernelChoice kernel_choice() { return chosen_kernels(); }
+
+bool kernels_apply(const SyncBatchNormImpl& bn, const torch::Tensor& x) {
+  const auto choice = kernel_choice();
+  if (choice == KernelChoice::aten || (!x.is_cuda() && choice != KernelChoice::cpu_twin)) return false;
+#ifndef FASTCPP_HAS_CUDA
+  if (x.is_cuda()) return false;
+#endif
   const auto type = x.scalar_type();
-  if (aten || !x.is_cuda() || x.dim() < 2 || x.numel() == 0 || x.size(1) > INT_MAX) return false;
+  if (x.dim() < 2 || x.numel() == 0 || x.size(1) > INT_MAX) return false;
   if (type != torch::kFloat && type != torch::kHalf && type != torch::kBFloat16) return false;
   if (!channels_innermost(x)) return false;
   const auto fp32_beside_x = [&](const torch::Tensor& t) {
@@ -270,9 +294,6 @@ bool kernels_apply(const SyncBatchNormImpl& bn, const torch::Tensor& x) {
   };
   return fp32_beside_x(bn.weight) && fp32_beside_x(bn.bias) && fp32_beside_x(bn.running_mean) &&
          fp32_beside_x(bn.running_var);
-#else
-  return false;
-#endif
 }
 
 torch::Tensor gradient_like_input(const torch::Tensor& dy, const torch::Tensor& x) {
@@ -281,24 +302,41 @@ torch::Tensor gradient_like_input(const torch::Tensor& dy, const torch::Tensor& 
 }
 
 torch::Tensor local_statistics(const torch::Tensor& x, double eps) {
+  RECORD_FUNCTION("fastcpp::sync_batch_norm_statistics", std::vector<c10::IValue>());
 #ifdef FASTCPP_HAS_CUDA
   if (x.is_cuda()) return cuda_local_statistics(x, fp32(eps));
 #endif
   return cpu_local_statistics(x, fp32(eps));
 }
 
+Normalized empty_normalized(const torch::Tensor& x) {
+  const auto floats = x.options().dtype(torch::kFloat);
+  return {at::empty_like(x), torch::empty({x.size(1)}, floats), torch::empty({x.size(1)}, floats),
+          torch::empty({1}, floats)};
+}
+
+void normalize_into(Normalized& out, const torch::Tensor& x, const torch::Tensor& gathered,
+                    const torch::Tensor& weight, const torch::Tensor& bias, torch::Tensor running_mean,
+                    torch::Tensor running_var, double momentum, double eps) {
+  RECORD_FUNCTION("fastcpp::sync_batch_norm_normalize", std::vector<c10::IValue>());
+#ifdef FASTCPP_HAS_CUDA
+  if (x.is_cuda())
+    return cuda_normalize_into(out, x, gathered, weight, bias, running_mean, running_var, fp32(momentum), fp32(eps));
+#endif
+  cpu_normalize_into(out, x, gathered, weight, bias, running_mean, running_var, fp32(momentum), fp32(eps));
+}
+
 Normalized normalize(const torch::Tensor& x, const torch::Tensor& gathered, const torch::Tensor& weight,
                      const torch::Tensor& bias, torch::Tensor running_mean, torch::Tensor running_var,
                      double momentum, double eps) {
-#ifdef FASTCPP_HAS_CUDA
-  if (x.is_cuda())
-    return cuda_normalize(x, gathered, weight, bias, running_mean, running_var, fp32(momentum), fp32(eps));
-#endif
-  return cpu_normalize(x, gathered, weight, bias, running_mean, running_var, fp32(momentum), fp32(eps));
+  auto out = empty_normalized(x);
+  normalize_into(out, x, gathered, weight, bias, std::move(running_mean), std::move(running_var), momentum, eps);
+  return out;
 }
 
 GradSums grad_sums(const torch::Tensor& dy, const torch::Tensor& x, const torch::Tensor& mean,
                    const torch::Tensor& invstd) {
+  RECORD_FUNCTION("fastcpp::sync_batch_norm_grad_sums", std::vector<c10::IValue>());
 #ifdef FASTCPP_HAS_CUDA
   if (x.is_cuda()) return cuda_grad_sums(dy, x, mean, invstd);
 #endif
@@ -308,6 +346,7 @@ GradSums grad_sums(const torch::Tensor& dy, const torch::Tensor& x, const torch:
 torch::Tensor input_grad(const torch::Tensor& dy, const torch::Tensor& x, const torch::Tensor& mean,
                          const torch::Tensor& invstd, const torch::Tensor& weight, const torch::Tensor& summed,
                          const torch::Tensor& count) {
+  RECORD_FUNCTION("fastcpp::sync_batch_norm_input_grad", std::vector<c10::IValue>());
 #ifdef FASTCPP_HAS_CUDA
   if (x.is_cuda()) return cuda_input_grad(dy, x, mean, invstd, weight, summed, count);
 #endif

@@ -3,7 +3,9 @@
 // images, [N, C] features): the steps a peer takes, as tensors. On CUDA they run
 // channels_last_batchnorm_kernels.cu (three kernels a forward, three a backward, besides
 // the collectives); on the CPU a twin computes the same formulas
-// (channels_last_batchnorm_math.h) for the tests. Every statistic is fp32.
+// (channels_last_batchnorm_math.h) for the tests. Every statistic is fp32. Each step is a
+// named scope for profilers and tests (fastcpp::sync_batch_norm_statistics, _normalize,
+// _grad_sums, _input_grad).
 //
 // A peer's forward: local_statistics, an all-gather of them over the peers, normalize.
 // Its backward: grad_sums, an all-reduce of GradSums::sums, input_grad.
@@ -15,10 +17,19 @@ struct SyncBatchNormImpl;
 
 namespace fastcpp::distributed::channels_last {
 
-// Whether the CUDA kernels take this layer's training forward of x: x on a CUDA device in
-// fp32, fp16 or bf16 with its channels innermost and dense, at least one row; the layer's
-// weight, bias and running statistics fp32 on x's device. Not when FASTCPP_SYNC_BN_KERNELS=aten
-// (ATen's kernels, PyTorch's synced path, instead).
+// Where the synchronized paths run these steps. `automatic`: on CUDA wherever
+// kernels_apply holds, never on the CPU (whose synced path sums in double). `aten`: never
+// (ATen's kernels, PyTorch's synced path). `cpu_twin`: also on the CPU, by the twin, so that
+// the paths that call the kernels on a GPU (to_distributed's and to_parallel's) can be run
+// and checked without one; it is slow. FASTCPP_SYNC_BN_KERNELS=aten or =twin sets it at
+// start-up; use_kernels changes it for the layers' next forwards.
+enum class KernelChoice { automatic, aten, cpu_twin };
+void use_kernels(KernelChoice choice);
+KernelChoice kernel_choice();
+
+// Whether these steps take this layer's training forward of x: x in fp32, fp16 or bf16 with
+// its channels innermost and dense, at least one row, on a CUDA device (on the CPU with
+// KernelChoice::cpu_twin); the layer's weight, bias and running statistics fp32 on x's device.
 bool kernels_apply(const SyncBatchNormImpl& bn, const torch::Tensor& x);
 
 // This peer's [mean (C), 1/sqrt(biased var + eps) (C), count (1)], fp32: what the peers gather.
@@ -35,6 +46,13 @@ struct Normalized {
 Normalized normalize(const torch::Tensor& x, const torch::Tensor& gathered, const torch::Tensor& weight,
                      const torch::Tensor& bias, torch::Tensor running_mean, torch::Tensor running_var,
                      double momentum, double eps);
+// The same into tensors made beforehand by empty_normalized(x), written through their
+// memory (their autograd versions unchanged): to_parallel's replicas make them before
+// they meet, and the shared autograd node keeps them before they are filled.
+Normalized empty_normalized(const torch::Tensor& x);
+void normalize_into(Normalized& out, const torch::Tensor& x, const torch::Tensor& gathered,
+                    const torch::Tensor& weight, const torch::Tensor& bias, torch::Tensor running_mean,
+                    torch::Tensor running_var, double momentum, double eps);
 
 // The output gradient in x's dtype with its channels innermost, as grad_sums and
 // input_grad read it (a copy only where it is not; on CUDA they refuse it otherwise).

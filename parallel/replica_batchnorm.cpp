@@ -9,8 +9,9 @@
 
 #include "core/error.h"
 #include "distributed/batchnorm_math.h"
-#include "parallel/replica_streams.h"
+#include "distributed/channels_last_batchnorm.h"
 #include "distributed/sync_batchnorm.h"
+#include "parallel/replica_streams.h"
 
 namespace fastcpp::distributed {
 namespace {
@@ -23,103 +24,168 @@ torch::Tensor unless_needed(AutogradContext* ctx, size_t input, torch::Tensor gr
   return ctx->needs_input_grad(input) ? std::move(gradient) : torch::Tensor();
 }
 
+// How a layer's replicas compute, as the processes' synced layer would
+// (distributed/sync_batchnorm.cpp): the library's channels-last kernels where they apply
+// (channels_last_batchnorm.h; their CPU twin where chosen), else ATen's kernels on CUDA, the
+// sums in double on the CPU. Every replica of a layer takes the same one.
+enum class Arithmetic { channels_last, aten, double_sums };
+
+Arithmetic arithmetic_for(const SyncBatchNormImpl& layer, const torch::Tensor& x) {
+  if (channels_last::kernels_apply(layer, x)) return Arithmetic::channels_last;
+  return x.is_cuda() ? Arithmetic::aten : Arithmetic::double_sums;
+}
+
 // One replica's share of a synchronized layer's forward. Its thread computes the
-// statistics of its input and makes its output tensor before the replicas meet, and fills
-// that output after they met: the meeting itself only combines the statistics, so the
-// replicas' threads queue most of the layer's work side by side.
+// statistics of its input and makes its output tensors before the replicas meet, and fills
+// them after they met: the meeting itself only gathers the statistics, so the replicas'
+// threads queue most of the layer's work side by side.
 struct ReplicaShare {
   torch::Tensor x, weight, bias;
-  // On the CPU, [sum, sum of squares, count] in double; on CUDA, ATen's mean and 1/std
-  // of this input (in `statistics` and `invstd`) and its count per channel.
+  Arithmetic arithmetic = Arithmetic::double_sums;
+  // double_sums: [sum, sum of squares, count] in double; aten: ATen's mean and 1/std of
+  // this input (in `statistics` and `invstd`) and its count per channel; channels_last:
+  // [mean, 1/std, count] in fp32, what the kernels gather.
   torch::Tensor statistics, invstd, count;
-  torch::Tensor y;                  // empty until the meeting's statistics fill it
+  // Empty until filled after the meeting: the output y and, with channels_last, the whole
+  // batch's mean, 1/std and count as the normalization computes them for the backward.
+  channels_last::Normalized out;
   std::optional<StreamMark> ready;  // the statistics are computed (CUDA)
 };
 
-// The whole batch's statistics as the last replica to arrive combined them, and what the
-// backward keeps of them.
+// What the last replica to arrive made of the statistics, and what the backward keeps.
 struct Combined {
-  batchnorm::Normalization cpu;
-  // CUDA: the mean and 1/std on each replica's device, ready where `done` marks them.
-  std::vector<torch::Tensor> mean, invstd;
+  batchnorm::Normalization cpu;  // double_sums
+  // On each replica's device, ready where `done` marks them. aten: the whole batch's mean,
+  // 1/std and the replicas' counts; channels_last: every replica's statistics, stacked.
+  std::vector<torch::Tensor> mean, invstd, counts, gathered;
   std::vector<std::optional<StreamMark>> done;
-  torch::Tensor home_mean, home_invstd, counts;
 };
 
 // On the replica's thread, before the meeting: the statistics of its input and its output
-// tensor. On CUDA by ATen's kernel, as the processes' synced layer does
-// (distributed/sync_batchnorm.cpp), in the input's dtype and memory format, with nothing
-// read back to the host; on the CPU the sums in double, as to_distributed's CPU path.
-void compute_statistics(ReplicaShare& share, double eps) {
+// tensors, in the input's dtype and memory format, with nothing read back to the host.
+void compute_statistics(ReplicaShare& share, const SyncBatchNormImpl& layer) {
   torch::NoGradGuard no_grad;
   const auto& x = share.x;
-  if (x.is_cuda()) {
-    std::tie(share.statistics, share.invstd) = at::batch_norm_stats(x, eps);
-    share.count = torch::full({1}, static_cast<double>(x.numel() / x.size(1)), share.statistics.options());
-    share.ready.emplace(x.device());
-  } else {
-    share.statistics = batchnorm::local_stats(x);
+  share.arithmetic = arithmetic_for(layer, x);
+  switch (share.arithmetic) {
+    case Arithmetic::channels_last:
+      share.statistics = channels_last::local_statistics(x, layer.eps);
+      share.out = channels_last::empty_normalized(x);
+      break;
+    case Arithmetic::aten:
+      std::tie(share.statistics, share.invstd) = at::batch_norm_stats(x, layer.eps);
+      share.count = torch::full({1}, static_cast<double>(x.numel() / x.size(1)), share.statistics.options());
+      share.out.y = at::empty_like(x, x.suggest_memory_format());
+      break;
+    case Arithmetic::double_sums:
+      share.statistics = batchnorm::local_stats(x);
+      share.out.y = at::empty_like(x, x.suggest_memory_format());
+      break;
   }
-  share.y = at::empty_like(x, x.suggest_memory_format());
+  share.ready.emplace(x.device());
 }
 
-// By the last replica to arrive: the statistics of every share combined, the running
-// statistics updated.
+// `tensors`, each made on its share's stream, read on this thread's: each stream's work done first.
+void wait_for(c10::ArrayRef<ReplicaShare> shares, std::initializer_list<torch::Tensor ReplicaShare::*> tensors) {
+  for (const auto& share : shares) {
+    share.ready->wait();
+    for (const auto member : tensors) keep_for_current_stream(share.*member);
+  }
+}
+
+// By the last replica to arrive: every replica's statistics stacked on each replica's device
+// (channels_last, whose normalization combines them), or combined (the others, which also
+// update the running statistics).
 Combined combine(c10::ArrayRef<ReplicaShare> shares, SyncBatchNormImpl& keeper) {
   torch::NoGradGuard no_grad;
   Combined combined;
   const auto home = keeper.running_mean.device();
   const int64_t channels = shares[0].x.size(1);
-  if (!shares[0].x.is_cuda()) {
+  for (const auto& share : shares)
+    if (share.arithmetic != shares[0].arithmetic)
+      throw Error("to_parallel: the replicas of a synced BatchNorm of " + std::to_string(channels) +
+                  " channels got inputs of different kinds (dtype, memory format or device)");
+  if (shares[0].arithmetic == Arithmetic::channels_last) {
+    wait_for(shares, {&ReplicaShare::statistics});
+    for (const auto& share : shares) {
+      const auto device = share.x.device();
+      torch::Tensor gathered;
+      for (size_t i = 0; i < combined.gathered.size() && !gathered.defined(); ++i)
+        if (combined.gathered[i].device() == device) gathered = combined.gathered[i];  // one stack a device
+      if (!gathered.defined()) {
+        std::vector<torch::Tensor> statistics;
+        for (const auto& peer : shares) statistics.push_back(peer.statistics.to(device));
+        gathered = torch::stack(statistics);
+      }
+      combined.gathered.push_back(gathered);
+      combined.done.emplace_back(std::in_place, device);
+    }
+    return combined;
+  }
+  if (shares[0].arithmetic == Arithmetic::double_sums) {
     auto summed = shares[0].statistics.to(home);
     for (size_t i = 1; i < shares.size(); ++i) summed += shares[i].statistics.to(home);
     combined.cpu = batchnorm::normalization(summed, channels, keeper.eps, keeper.momentum, keeper.running_mean,
                                             keeper.running_var);
     return combined;
   }
+  wait_for(shares, {&ReplicaShare::statistics, &ReplicaShare::invstd, &ReplicaShare::count});
   std::vector<torch::Tensor> means, invstds, counts;
   for (const auto& share : shares) {
-    // Made on the replica's stream, read on this thread's.
-    share.ready->wait();
-    for (const auto* t : {&share.statistics, &share.invstd, &share.count}) keep_for_current_stream(*t);
     means.push_back(share.statistics.to(home));
     invstds.push_back(share.invstd.to(home));
     counts.push_back(share.count.to(home));
   }
   // In the running statistics' dtype, which is how the kernel reads them.
   const auto all_counts = torch::cat(counts).to(keeper.running_mean.scalar_type());
-  std::tie(combined.home_mean, combined.home_invstd) = at::batch_norm_gather_stats_with_counts(
+  const auto [mean, invstd] = at::batch_norm_gather_stats_with_counts(
       shares[0].x, torch::stack(means), torch::stack(invstds), keeper.running_mean, keeper.running_var,
       keeper.momentum, keeper.eps, all_counts);
-  combined.counts = all_counts.to(torch::kInt);
+  const auto int_counts = all_counts.to(torch::kInt);
   for (const auto& share : shares) {
     const auto device = share.x.device();
-    combined.mean.push_back(combined.home_mean.to(device));
-    combined.invstd.push_back(combined.home_invstd.to(device));
+    combined.mean.push_back(mean.to(device));
+    combined.invstd.push_back(invstd.to(device));
+    combined.counts.push_back(int_counts.to(device));
     combined.done.emplace_back(std::in_place, device);
   }
   return combined;
 }
 
 // On the replica's thread, after the meeting: its output, normalized with the whole
-// batch's statistics and scaled and shifted by its weight and bias.
-void normalize_share(ReplicaShare& share, const Combined& combined, size_t replica, double eps) {
+// batch's statistics and scaled and shifted by its weight and bias. With channels_last the
+// normalization combines the statistics itself, and replica 0's updates the running ones.
+void normalize_share(ReplicaShare& share, const Combined& combined, size_t replica, SyncBatchNormImpl& layer) {
   torch::NoGradGuard no_grad;
   const auto& x = share.x;
-  if (x.is_cuda()) {
-    combined.done[replica]->wait();
-    keep_for_current_stream(combined.mean[replica]);
-    keep_for_current_stream(combined.invstd[replica]);
-    at::batch_norm_elemt_out(share.y, x, share.weight, share.bias, combined.mean[replica], combined.invstd[replica],
-                             eps);
-    return;
+  switch (share.arithmetic) {
+    case Arithmetic::channels_last: {
+      combined.done[replica]->wait();
+      const auto& gathered = combined.gathered[replica];
+      keep_for_current_stream(gathered);
+      const bool keeper = replica == 0;
+      channels_last::normalize_into(share.out, x, gathered, share.weight, share.bias,
+                                    keeper ? layer.running_mean : torch::Tensor(),
+                                    keeper ? layer.running_var : torch::Tensor(), layer.momentum, layer.eps);
+      return;
+    }
+    case Arithmetic::aten:
+      combined.done[replica]->wait();
+      keep_for_current_stream(combined.mean[replica]);
+      keep_for_current_stream(combined.invstd[replica]);
+      at::batch_norm_elemt_out(share.out.y, x, share.weight, share.bias, combined.mean[replica],
+                               combined.invstd[replica], layer.eps);
+      return;
+    case Arithmetic::double_sums: {
+      const auto x_hat = batchnorm::normalize(x, combined.cpu);
+      // In the input's dtype, as BatchNorm's own kernels answer under autocast: fp32
+      // weights would otherwise promote a bf16 activation to fp32.
+      const auto dtype = x_hat.scalar_type();
+      torch::addcmul_out(share.out.y, batchnorm::per_channel(share.bias.to(dtype), x_hat), x_hat,
+                         batchnorm::per_channel(share.weight.to(dtype), x_hat));
+      return;
+    }
   }
-  const auto x_hat = batchnorm::normalize(x, combined.cpu);
-  // In the input's dtype, as BatchNorm's own kernels answer under autocast: fp32
-  // weights would otherwise promote a bf16 activation to fp32.
-  const auto dtype = x_hat.scalar_type();
-  torch::addcmul_out(share.y, batchnorm::per_channel(share.bias.to(dtype), x_hat), x_hat,
-                     batchnorm::per_channel(share.weight.to(dtype), x_hat));
 }
 
 // One node for all replicas: inputs x_0..x_n-1, each replica's weight and bias (as
@@ -168,64 +234,78 @@ struct ReplicaSyncBatchNormFunction : torch::autograd::Function<ReplicaSyncBatch
   }
 };
 
-// The same node on CUDA: ATen's backward kernels, in the input's dtype and memory format.
-struct CudaReplicaSyncBatchNormFunction : torch::autograd::Function<CudaReplicaSyncBatchNormFunction> {
+// The same node for ATen's kernels and the library's channels-last ones (on CUDA, or the
+// twin on the CPU), in the input's dtype and memory format. It keeps per replica the whole
+// batch's mean, 1/std and count on that replica's device; channels_last's are filled after
+// the node is made (normalize_share), which does not count as a change for autograd.
+struct DeviceReplicaSyncBatchNormFunction : torch::autograd::Function<DeviceReplicaSyncBatchNormFunction> {
   static variable_list forward(AutogradContext* ctx, at::TensorList xs, at::TensorList weights, at::TensorList,
-                               const Combined* combined, const std::vector<torch::Tensor>* outputs) {
-    variable_list saved(xs.begin(), xs.end());
-    saved.insert(saved.end(), weights.begin(), weights.end());
-    saved.push_back(combined->home_mean);
-    saved.push_back(combined->home_invstd);
-    saved.push_back(combined->counts);
+                               at::TensorList means, at::TensorList invstds, at::TensorList counts,
+                               bool channels_last_kernels, const std::vector<torch::Tensor>* outputs) {
+    variable_list saved;
+    for (const auto list : {xs, weights, means, invstds, counts}) saved.insert(saved.end(), list.begin(), list.end());
     ctx->save_for_backward(saved);
+    ctx->saved_data["channels_last"] = channels_last_kernels;
     return *outputs;
   }
 
   static variable_list backward(AutogradContext* ctx, variable_list grads) {
     const auto saved = ctx->get_saved_variables();
     const size_t n = grads.size();
-    const auto &mean = saved[2 * n], &invstd = saved[2 * n + 1], &counts = saved[2 * n + 2];
-    const auto home = mean.device();
-    const int64_t channels = mean.size(0);
+    const bool kernels = ctx->saved_data["channels_last"].toBool();
+    // Replica i's input, weight, and the whole batch's mean, 1/std and count(s) on its device.
+    const auto x = [&](size_t i) -> const torch::Tensor& { return saved[i]; };
+    const auto weight = [&](size_t i) -> const torch::Tensor& { return saved[n + i]; };
+    const auto mean = [&](size_t i) -> const torch::Tensor& { return saved[2 * n + i]; };
+    const auto invstd = [&](size_t i) -> const torch::Tensor& { return saved[3 * n + i]; };
+    const auto count = [&](size_t i) -> const torch::Tensor& { return saved[4 * n + i]; };
+    const auto home = x(0).device();
+    const int64_t channels = mean(0).size(0);
     // Autograd knows this node by one stream, the home device's current one: it made that
     // stream wait for every incoming gradient and takes every output as ready there. The
     // work on another GPU's current stream starts after it and ends before it.
     std::vector<torch::Device> others;
     for (size_t i = 0; i < n; ++i)
-      if (const auto device = saved[i].device();
+      if (const auto device = x(i).device();
           device != home && std::find(others.begin(), others.end(), device) == others.end())
         others.push_back(device);
     const StreamMark gradients_ready(home);
     for (const auto& device : others) gradients_ready.wait_on(device);
-    variable_list out(3 * n + 2);  // inputs, weights, biases, `combined`, `outputs`
-    // Per replica, on its device: the incoming gradient, the statistics, and the sums
+    variable_list out(6 * n + 2);  // inputs, weights, biases, means, invstds, counts; the flag, `outputs`
+    // Per replica, on its device: the incoming gradient and the sums
     // [sum of dy (C), sum of dy * (x - mean) (C)], which also give its weight's and bias's gradients.
-    std::vector<torch::Tensor> dys, means, invstds;
+    std::vector<torch::Tensor> dys;
     torch::Tensor summed;  // the sums over every replica
     for (size_t i = 0; i < n; ++i) {
-      const auto& x = saved[i];
       // Made on the replica's stream, read on this one (autograd's, or the default
       // stream of a replica's other GPU): not reused before these reads are done.
-      keep_for_current_stream(x);
-      keep_for_current_stream(grads[i]);
-      dys.push_back(grads[i].defined() ? grads[i].contiguous(x.suggest_memory_format()) : torch::zeros_like(x));
-      means.push_back(mean.to(x.device()));
-      invstds.push_back(invstd.to(x.device()));
-      auto [sum_dy, sum_dy_xmu, grad_weight, grad_bias] =
-          at::batch_norm_backward_reduce(dys[i], x, means[i], invstds[i], saved[n + i], /*input_g=*/true,
-                                         ctx->needs_input_grad(n + i), ctx->needs_input_grad(2 * n + i));
-      out[n + i] = grad_weight;  // undefined where not asked for
-      out[2 * n + i] = grad_bias;
-      auto local = torch::cat({sum_dy, sum_dy_xmu}).to(home);
+      for (const auto& t : {x(i), grads[i], mean(i), invstd(i), count(i)}) keep_for_current_stream(t);
+      const auto given = grads[i].defined() ? grads[i] : torch::zeros_like(x(i));
+      torch::Tensor local;
+      if (kernels) {
+        dys.push_back(channels_last::gradient_like_input(given, x(i)));
+        auto sums = channels_last::grad_sums(dys[i], x(i), mean(i), invstd(i));
+        out[n + i] = unless_needed(ctx, n + i, sums.grad_weight);
+        out[2 * n + i] = unless_needed(ctx, 2 * n + i, sums.grad_bias);
+        local = sums.sums.to(home);
+      } else {
+        dys.push_back(given.contiguous(x(i).suggest_memory_format()));
+        auto [sum_dy, sum_dy_xmu, grad_weight, grad_bias] =
+            at::batch_norm_backward_reduce(dys[i], x(i), mean(i), invstd(i), weight(i), /*input_g=*/true,
+                                           ctx->needs_input_grad(n + i), ctx->needs_input_grad(2 * n + i));
+        out[n + i] = grad_weight;  // undefined where not asked for
+        out[2 * n + i] = grad_bias;
+        local = torch::cat({sum_dy, sum_dy_xmu}).to(home);
+      }
       summed = summed.defined() ? summed + local : local;
     }
     for (size_t i = 0; i < n; ++i) {
-      const auto& x = saved[i];
-      const auto sums = summed.to(x.device());
-      out[i] = at::batch_norm_backward_elemt(dys[i], x, means[i], invstds[i],
-                                             batchnorm::in_dtype_of(saved[n + i], mean),
-                                             sums.narrow(0, 0, channels), sums.narrow(0, channels, channels),
-                                             counts.to(x.device()));
+      const auto sums = summed.to(x(i).device());
+      out[i] = kernels ? channels_last::input_grad(dys[i], x(i), mean(i), invstd(i), weight(i), sums, count(i))
+                       : at::batch_norm_backward_elemt(dys[i], x(i), mean(i), invstd(i),
+                                                       batchnorm::in_dtype_of(weight(i), mean(i)),
+                                                       sums.narrow(0, 0, channels),
+                                                       sums.narrow(0, channels, channels), count(i));
     }
     for (const auto& device : others) StreamMark(device).wait_on(home);
     return out;
@@ -234,18 +314,27 @@ struct CudaReplicaSyncBatchNormFunction : torch::autograd::Function<CudaReplicaS
 
 // The outputs (the shares' y, filled after the meeting) with the shared node as their history.
 variable_list replicas_batch_norm(c10::ArrayRef<ReplicaShare> shares, const Combined& combined) {
-  std::vector<torch::Tensor> xs, weights, biases, outputs;
-  for (const auto& share : shares) {
+  std::vector<torch::Tensor> xs, weights, biases, outputs, means, invstds, counts;
+  const auto arithmetic = shares[0].arithmetic;
+  for (size_t i = 0; i < shares.size(); ++i) {
+    const auto& share = shares[i];
     xs.push_back(share.x);
     weights.push_back(share.weight);
     biases.push_back(share.bias);
-    outputs.push_back(share.y);
+    outputs.push_back(share.out.y);
+    if (arithmetic == Arithmetic::double_sums) continue;
+    const bool kernels = arithmetic == Arithmetic::channels_last;
+    means.push_back(kernels ? share.out.mean : combined.mean[i]);
+    invstds.push_back(kernels ? share.out.invstd : combined.invstd[i]);
+    counts.push_back(kernels ? share.out.count : combined.counts[i]);
   }
   // As TensorLists, so that autograd sees each tensor as an input (a vector would be one opaque argument).
   const at::TensorList inputs(xs), replica_weights(weights), replica_biases(biases);
-  if (xs[0].is_cuda())
-    return CudaReplicaSyncBatchNormFunction::apply(inputs, replica_weights, replica_biases, &combined, &outputs);
-  return ReplicaSyncBatchNormFunction::apply(inputs, replica_weights, replica_biases, &combined, &outputs);
+  if (arithmetic == Arithmetic::double_sums)
+    return ReplicaSyncBatchNormFunction::apply(inputs, replica_weights, replica_biases, &combined, &outputs);
+  return DeviceReplicaSyncBatchNormFunction::apply(inputs, replica_weights, replica_biases, at::TensorList(means),
+                                                   at::TensorList(invstds), at::TensorList(counts),
+                                                   arithmetic == Arithmetic::channels_last, &outputs);
 }
 
 // Hands a replica's weight and bias on to the shared node unchanged. Made on the
@@ -263,9 +352,9 @@ struct ReplicaParametersFunction : torch::autograd::Function<ReplicaParametersFu
 }  // namespace
 
 // Where the replicas' layer k meets. Each replica brings its share (statistics computed,
-// output made); the last to arrive combines the statistics and makes the shared node; each
-// then fills its own output. On CUDA the combining waits on every replica's stream for its
-// statistics (`ready`), and each replica's stream for the combined ones (`done`).
+// output made); the last to arrive gathers (or combines) the statistics and makes the shared
+// node; each then fills its own output. On CUDA the gathering waits on every replica's stream
+// for its statistics (`ready`), and each replica's stream for the gathered ones (`done`).
 struct ReplicaGroup::Meeting {
   std::mutex mutex;
   std::condition_variable all_there;
@@ -280,7 +369,7 @@ struct ReplicaGroup::Meeting {
   torch::Tensor meet(const ReplicaGroup::State& state, size_t replica, SyncBatchNormImpl& layer, const torch::Tensor& x,
                      const torch::Tensor& weight, const torch::Tensor& bias) {
     ReplicaShare share{x, weight, bias};
-    compute_statistics(share, layer.eps);  // before the meeting: side by side with the other replicas
+    compute_statistics(share, layer);  // before the meeting: side by side with the other replicas
     std::unique_lock<std::mutex> lock(mutex);
     const int expected = state.replicas.load();
     const uint64_t my_round = round;
@@ -309,7 +398,7 @@ struct ReplicaGroup::Meeting {
     auto y = std::exchange(ys[replica], torch::Tensor());
     if (error) std::rethrow_exception(error);
     lock.unlock();
-    normalize_share(share, *statistics, replica, layer.eps);
+    normalize_share(share, *statistics, replica, layer);
     return y;
   }
 

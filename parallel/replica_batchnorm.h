@@ -1,11 +1,13 @@
 #pragma once
 // SyncBatchNorm across to_parallel's replicas, whose forwards run on threads of one
 // process. At each synchronized layer every replica's thread computes the statistics of
-// its own input, then the replicas meet: the last to arrive combines the statistics
-// (updating the running ones) and makes one autograd node for all of them, and each
-// thread normalizes its own input with the whole batch's statistics and its replica's
-// weight and bias. The meeting holds only the combining, so the threads queue the rest
-// of the layer side by side. In backward nobody has to meet: autograd runs that node
+// its own input, then the replicas meet: the last to arrive gathers the statistics (and,
+// on ATen's and the CPU's paths, combines them and updates the running ones) and makes one
+// autograd node for all of them, and each thread normalizes its own input with the whole
+// batch's statistics and its replica's weight and bias (with the library's channels-last
+// kernels that normalization combines the gathered statistics itself, and replica 0's
+// updates the running ones). The meeting holds only the gathering, so the threads queue the
+// rest of the layer side by side. In backward nobody has to meet: autograd runs that node
 // once the gradients of all its outputs are there (whichever device threads computed
 // them), and it combines the replicas' gradient sums itself. Running statistics and the
 // batch count are kept by replica 0's layer.

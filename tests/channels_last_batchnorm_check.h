@@ -3,7 +3,7 @@
 // torch::batch_norm in training over the whole batch, in fp64 on the CPU: as one peer, and
 // as two peers holding the two halves of the batch (their statistics gathered and their
 // backward sums added, as to_distributed's collectives do). The CPU suite runs it on the CPU
-// twin, the gpu suite on the CUDA kernels.
+// twin, the gpu suite on the CUDA kernels. KernelChoiceFor sets the synced layers' choice.
 #include "helpers.h"
 
 #include "distributed/channels_last_batchnorm.h"
@@ -86,5 +86,21 @@ inline void check_channels_last_batchnorm(const torch::TensorOptions& options, c
     CHECK(close(sums[0].grad_bias + sums[1].grad_bias, b_ref.grad()));
   }
 }
+
+// While it lives, the synced layers take `choice` (on the CPU, cpu_twin runs the kernels'
+// path by their twin); then the choice before.
+class KernelChoiceFor {
+ public:
+  explicit KernelChoiceFor(distributed::channels_last::KernelChoice choice)
+      : previous_(distributed::channels_last::kernel_choice()) {
+    distributed::channels_last::use_kernels(choice);
+  }
+  ~KernelChoiceFor() { distributed::channels_last::use_kernels(previous_); }
+  KernelChoiceFor(const KernelChoiceFor&) = delete;
+  KernelChoiceFor& operator=(const KernelChoiceFor&) = delete;
+
+ private:
+  distributed::channels_last::KernelChoice previous_;
+};
 
 }  // namespace fastcpp::testing

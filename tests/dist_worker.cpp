@@ -19,8 +19,11 @@
 // FASTCPP_WORKER_NCCL_TIMEOUT_S shortens NCCL's watchdog timeout; FASTCPP_WORKER_MODEL=unet
 // trains a U-Net on masks instead (its metric: mean IoU), FASTCPP_WORKER_MODEL=retinanet a
 // RetinaNet on painted boxes (its metric: COCO's AP50 of
-// the detections at any score).
+// the detections at any score). syncbn and syncbn_single take a channels-last input where
+// FASTCPP_WORKER_CHANNELS_LAST=1.
 #include <fastcpp.h>
+
+#include "distributed/channels_last_batchnorm.h"
 
 #include <csignal>
 #include <cstdio>
@@ -132,7 +135,10 @@ std::string worker_backend() {
 int batchnorm_run(bool distributed, const std::string& out) {
   auto gen = at::make_generator<at::CPUGeneratorImpl>(5);
   const auto device = worker_device();
-  auto x_all = (torch::randn({8, 4, 3, 3}, gen) * 2 + 1).to(device);
+  const char* channels_last = std::getenv("FASTCPP_WORKER_CHANNELS_LAST");
+  const auto format = channels_last && std::string(channels_last) == "1" ? at::MemoryFormat::ChannelsLast
+                                                                         : at::MemoryFormat::Contiguous;
+  auto x_all = (torch::randn({8, 4, 3, 3}, gen) * 2 + 1).to(device).contiguous(format);
   auto w_out = torch::randn({8, 4, 3, 3}, gen).to(device);
   int64_t first = 0, count = 8;
   std::shared_ptr<distributed::Communicator> comm;
@@ -144,11 +150,13 @@ int batchnorm_run(bool distributed, const std::string& out) {
     count = env.rank == 0 ? 3 : 5;
   }
   auto x = x_all.narrow(0, first, count).clone().requires_grad_(true);
+  bool kernels = false;  // whether the synced layer took the channels-last kernels' path
   if (distributed) {
     distributed::SyncBatchNorm bn(4);
     bn->to(device);
     bn->set_communicator(comm);
     bn->weight.data().copy_(torch::linspace(0.5, 2, 4));
+    kernels = distributed::channels_last::kernels_apply(*bn, x);
     y = bn(x);
     (y * w_out.narrow(0, first, count)).sum().backward();
     weight = bn->weight.grad().clone(), bias = bn->bias.grad().clone();
@@ -166,6 +174,7 @@ int batchnorm_run(bool distributed, const std::string& out) {
   }
   c10::List<torch::Tensor> result;
   for (const auto& t : {y.detach(), x.grad(), weight, bias, running_mean, running_var}) result.push_back(t.cpu());
+  result.push_back(torch::tensor({kernels ? 1 : 0, y.is_contiguous(format) ? 1 : 0}));
   const auto bytes = torch::pickle_save(result);
   std::ofstream(out, std::ios::binary).write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
   return 0;

@@ -191,6 +191,33 @@ TEST_SUITE("distributed") {
     check_syncbn_equals_batchnorm(6);
   }
 
+  TEST_CASE("SyncBatchNorm's channels-last path (its CUDA kernels' CPU twin) on shards of 3 and 5 over Gloo equals "
+            "BatchNorm on the 8") {
+    // The autograd function and the collectives the kernels run between, checked without a GPU.
+    check_syncbn_equals_batchnorm(44, {"FASTCPP_SYNC_BN_KERNELS=twin", "FASTCPP_WORKER_CHANNELS_LAST=1"}, true);
+    // Without the twin, the CPU's double sums take the same channels-last input.
+    check_syncbn_equals_batchnorm(44, {"FASTCPP_WORKER_CHANNELS_LAST=1"}, false);
+  }
+
+  TEST_CASE("the synced layers' kernel choice: the twin only where chosen and the input suits the kernels") {
+    namespace cl = distributed::channels_last;
+    distributed::SyncBatchNorm bn(4);
+    const auto channels_last = torch::randn({2, 4, 3, 3}).contiguous(at::MemoryFormat::ChannelsLast);
+    CHECK(cl::kernel_choice() == cl::KernelChoice::automatic);
+    CHECK_FALSE(cl::kernels_apply(*bn, channels_last));  // the CPU's double sums by default
+    const KernelChoiceFor twin(cl::KernelChoice::cpu_twin);
+    CHECK(cl::kernels_apply(*bn, channels_last));
+    CHECK(cl::kernels_apply(*bn, torch::randn({5, 4})));                                 // [N, C]
+    CHECK_FALSE(cl::kernels_apply(*bn, torch::randn({2, 4, 3, 3})));                     // channels outermost
+    CHECK_FALSE(cl::kernels_apply(*bn, channels_last.to(torch::kDouble)));               // no fp64 kernels
+    CHECK_FALSE(cl::kernels_apply(*bn, torch::randn({0, 4, 3, 3})));                     // no rows
+    distributed::SyncBatchNorm half(4);
+    half->to(torch::kHalf);  // a model made fp16 as a whole: its statistics are not fp32
+    CHECK_FALSE(cl::kernels_apply(*half, channels_last.to(torch::kHalf)));
+    const KernelChoiceFor aten(cl::KernelChoice::aten);
+    CHECK_FALSE(cl::kernels_apply(*bn, channels_last));
+  }
+
   TEST_CASE("SyncBatchNorm's synced arithmetic without a communicator equals BatchNorm on the batch") {
     check_synced_arithmetic_equals_batchnorm(torch::kFloat, at::MemoryFormat::Contiguous, 1e-5, 1e-6);
     check_synced_arithmetic_equals_batchnorm(torch::kFloat, at::MemoryFormat::ChannelsLast, 1e-5, 1e-6);

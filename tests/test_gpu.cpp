@@ -280,8 +280,12 @@ TEST_SUITE("gpu" * doctest::skip(!torch::cuda::is_available())) {
     CHECK(check_two_ranks_equal_one_process(42, env, 1e-4, 1e-5) > 0);  // AP50
   }
 
-  TEST_CASE("SyncBatchNorm on CUDA tensors equals BatchNorm on the whole batch") {
+  TEST_CASE("SyncBatchNorm on CUDA tensors equals BatchNorm on the whole batch: ATen's kernels, and channels-last "
+            "the library's, between the collectives of 2 processes") {
     check_syncbn_equals_batchnorm(36, kSharedGpuEnv);
+    auto channels_last = kSharedGpuEnv;
+    channels_last.push_back("FASTCPP_WORKER_CHANNELS_LAST=1");
+    check_syncbn_equals_batchnorm(45, channels_last, /*kernels=*/true);
   }
 
   TEST_CASE("SyncBatchNorm's channels-last CUDA kernels equal BatchNorm: fp32, fp16, bf16, 16-byte packs and single "

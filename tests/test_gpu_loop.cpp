@@ -246,13 +246,15 @@ TEST_SUITE("gpu" * doctest::skip(!torch::cuda::is_available())) {
     CHECK(learn.get_cb<distributed::DataParallel>()->devices() == std::vector<torch::Device>{kCuda0, kCuda0});
   }
 
-  TEST_CASE("to_parallel on {cuda:0, cuda:0}: no host sync inside a training batch, the replicas' synced BatchNorm included (fp32, bf16)") {
-    for (const std::string precision : {"fp32", "bf16"}) {
+  TEST_CASE("to_parallel on {cuda:0, cuda:0}: no host sync inside a training batch, the replicas' synced BatchNorm "
+            "included (fp32, bf16; bf16 channels-last by the library's kernels)") {
+    for (const std::string precision : {"fp32", "bf16", "bf16 channels-last"}) {
       CAPTURE(precision);
       Learner learn(image_dls(), small_cnn(), CrossEntropyLoss(), {metrics::accuracy()}, {.device = kCuda0});
       silence(learn);
       learn.add_cb(SyncForbidden());
-      if (precision == "bf16") learn.to_bf16();
+      if (precision != "fp32") learn.to_bf16();
+      if (precision == "bf16 channels-last") learn.to_channels_last();
       learn.to_parallel({kCuda0, kCuda0});
       CHECK_NOTHROW(learn.fit(1, 1e-2));
       c10::cuda::warning_state().set_sync_debug_mode(c10::cuda::SyncDebugMode::L_DISABLED);  // a fit cut mid-batch

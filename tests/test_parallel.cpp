@@ -2,6 +2,7 @@
 // one device (weights and BatchNorm statistics), with uneven and tiny batches, gradient
 // accumulation, bf16 autocast in the replica threads, checkpoints of the plain model,
 // and clear errors. The same on CUDA devices is in the gpu suite.
+#include "channels_last_batchnorm_check.h"
 #include "helpers.h"
 #include "operator_count.h"
 #include "parallel/replica_grads.h"
@@ -169,8 +170,9 @@ TrainedState fine_tune_unet(const std::vector<torch::Device>& devices) {
 }
 
 // The operators of the first training forward under to_parallel on `devices`, by thread,
-// for a model with one BatchNorm layer, batches of 8.
-OperatorCountByThread::Counts first_forward_operators(const std::vector<torch::Device>& devices) {
+// for a model with one BatchNorm layer, batches of 8; `setup` as train's.
+OperatorCountByThread::Counts first_forward_operators(const std::vector<torch::Device>& devices,
+                                                      const std::function<void(Learner&)>& setup = {}) {
   struct FirstForward : Callback {
     void before_batch() override {
       if (learn().training && seen.empty()) count.start();
@@ -189,6 +191,7 @@ OperatorCountByThread::Counts first_forward_operators(const std::vector<torch::D
   options.device = devices.front();
   Learner learn(image_dls(48), model, CrossEntropyLoss(), {}, options);
   silence(learn);
+  if (setup) setup(learn);
   auto first = std::make_shared<FirstForward>();
   learn.add_cb(first);
   learn.to_parallel(devices);
@@ -303,6 +306,30 @@ TEST_SUITE("parallel") {
     CHECK(Count::per_thread(counts, "aten::full") == std::vector<int>{1, 1});
     CHECK(Count::per_thread(counts, "aten::addcmul") == std::vector<int>{1, 1});  // x_hat * weight + bias
     CHECK(Count::per_thread(counts, "aten::rsqrt") == std::vector<int>{1});  // the whole batch's 1/std
+  }
+
+  TEST_CASE("by the channels-last kernels' path (their CPU twin), each replica's thread computes its statistics and "
+            "normalizes, replica 0's updating the running ones; the meeting only stacks the statistics") {
+    const KernelChoiceFor twin(distributed::channels_last::KernelChoice::cpu_twin);
+    const auto counts = first_forward_operators(kTwoCpus, [](Learner& l) { l.to_channels_last(); });
+    using Count = OperatorCountByThread;
+    CHECK(Count::per_thread(counts, "fastcpp::sync_batch_norm_statistics") == std::vector<int>{1, 1});
+    CHECK(Count::per_thread(counts, "fastcpp::sync_batch_norm_normalize") == std::vector<int>{1, 1});
+    CHECK(Count::per_thread(counts, "aten::stack") == std::vector<int>{1});
+    CHECK(Count::per_thread(counts, "aten::rsqrt").empty());  // nothing combined at the meeting
+  }
+
+  TEST_CASE("by the channels-last kernels' path (their CPU twin), 2 and 3 CPU replicas end as one device") {
+    // What the replicas run on a GPU for channels-last activations (the statistics gathered,
+    // combined in each replica's normalization, summed in one backward node), checked here
+    // against plain BatchNorm on one device.
+    const auto channels_last = [](Learner& l) { l.to_channels_last(); };
+    const auto single = train({}, sgd({.mom = 0.9}), {}, torch::kCPU, channels_last);
+    const KernelChoiceFor twin(distributed::channels_last::KernelChoice::cpu_twin);
+    for (const auto& devices : {kTwoCpus, kThreeCpus}) {
+      CAPTURE(devices.size());
+      check_equal(train(devices, sgd({.mom = 0.9}), {}, torch::kCPU, channels_last), single, 1e-5);
+    }
   }
 
   TEST_CASE("the replicas' gradients reach replica 0's in one multi-tensor add per replica, not one per parameter") {
@@ -505,6 +532,17 @@ TEST_SUITE("gpu" * doctest::skip(!torch::cuda::is_available())) {
     CHECK(Count::per_thread(counts, "aten::batch_norm_stats") == std::vector<int>{1, 1});
     CHECK(Count::per_thread(counts, "aten::batch_norm_elemt") == std::vector<int>{1, 1});
     CHECK(Count::per_thread(counts, "aten::batch_norm_gather_stats_with_counts") == std::vector<int>{1});
+  }
+
+  TEST_CASE("on {cuda:0, cuda:0} channels-last, each replica's thread queues the library's statistics and "
+            "normalization kernels; the meeting only stacks") {
+    const torch::Device cuda0("cuda:0");
+    const auto counts = first_forward_operators({cuda0, cuda0}, [](Learner& l) { l.to_channels_last(); });
+    using Count = OperatorCountByThread;
+    CHECK(Count::per_thread(counts, "fastcpp::sync_batch_norm_statistics") == std::vector<int>{1, 1});
+    CHECK(Count::per_thread(counts, "fastcpp::sync_batch_norm_normalize") == std::vector<int>{1, 1});
+    CHECK(Count::per_thread(counts, "aten::stack") == std::vector<int>{1});
+    CHECK(Count::per_thread(counts, "aten::batch_norm_stats").empty());
   }
 
   TEST_CASE("a U-Net on {cuda:0, cuda:0} in fp32 and fp16 ends as on one GPU") {

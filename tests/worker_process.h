@@ -126,7 +126,10 @@ inline double check_two_ranks_equal_one_process(int port_offset, const std::vect
 
 // SyncBatchNorm on dist_worker's shards of 3 and 5 samples equals BatchNorm on the 8:
 // output, input gradient, weight and bias gradients, running statistics.
-inline void check_syncbn_equals_batchnorm(int port_offset, const std::vector<std::string>& extra_env = {}) {
+// `kernels`: whether the ranks' synced layer must take the channels-last kernels' path (on
+// the CPU, their twin), as the worker reports.
+inline void check_syncbn_equals_batchnorm(int port_offset, const std::vector<std::string>& extra_env = {},
+                                          bool kernels = false) {
   const auto single_out = temp_path("bn_single");
   REQUIRE(wait_for(spawn_worker("syncbn_single", single_out, extra_env), 60) == 0);
   const auto outs = run_two_ranks("syncbn", port_offset, extra_env);
@@ -138,6 +141,8 @@ inline void check_syncbn_equals_batchnorm(int port_offset, const std::vector<std
     CHECK(torch::allclose(got.get(0), single.get(0).narrow(0, first, count), 1e-5, 1e-5));  // y
     CHECK(torch::allclose(got.get(1), single.get(1).narrow(0, first, count), 1e-5, 1e-5));  // dL/dx
     for (size_t i = 2; i < 6; ++i) CHECK(torch::allclose(got.get(i), single.get(i), 1e-5, 1e-5));
+    CHECK(got.get(6)[0].item<int>() == (kernels ? 1 : 0));
+    CHECK(got.get(6)[1].item<int>() == 1);  // y in the input's memory format
     std::filesystem::remove(outs[static_cast<size_t>(rank)]);
   }
   std::filesystem::remove(single_out);
