@@ -38,6 +38,45 @@ bool channels_innermost(const torch::Tensor& t) {
 
 float fp32(double v) { return static_cast<float>(v); }
 
+// ---- What the kernels and their twin read, checked before either runs: a tensor of the
+// wrong shape or device would be an out-of-range read on the GPU. ----
+
+const std::string kWho = "SyncBatchNorm's channels-last kernels: ";
+
+void require_channels_innermost(const torch::Tensor& x) {
+  if (!channels_innermost(x))
+    throw Error(kWho + "the input " + c10::str(x.sizes()) + " with strides " + c10::str(x.strides()) +
+                " does not hold its channels innermost (channels-last, or [N, C])");
+}
+
+// `t` (the output gradient, or the output: `what`, which `maker` makes right) as the kernels read x.
+void require_laid_out_as_input(const torch::Tensor& t, const char* what, const torch::Tensor& x, const char* maker) {
+  if (t.sizes() != x.sizes() || t.scalar_type() != x.scalar_type() || t.device() != x.device() ||
+      !channels_innermost(t))
+    throw Error(kWho + "the " + what + " " + c10::str(t.sizes()) + " " + c10::toString(t.scalar_type()) + " on " +
+                t.device().str() + " is not laid out as the input " + c10::str(x.sizes()) + " " +
+                c10::toString(x.scalar_type()) + " on " + x.device().str() + " (" + maker + " makes it so)");
+}
+
+void require_gradient_like(const torch::Tensor& dy, const torch::Tensor& x) {
+  require_laid_out_as_input(dy, "output gradient", x, "gradient_like_input");
+}
+
+// `numel` fp32 values, contiguous, on x's device: a statistic, parameter or sum the kernels
+// read or write per channel. Undefined is allowed where `optional` (no weight, no running statistics).
+void require_floats_beside(const torch::Tensor& t, int64_t numel, const char* what, const torch::Tensor& x,
+                           bool optional = false) {
+  if (!t.defined()) {
+    if (optional) return;
+    throw Error(kWho + what + " is missing");
+  }
+  if (t.scalar_type() != torch::kFloat || t.device() != x.device() || !t.is_contiguous() || t.numel() != numel)
+    throw Error(kWho + what + " must be " + std::to_string(numel) + " contiguous fp32 values on " +
+                x.device().str() + ", as the input " + c10::str(x.sizes()) + " has " + std::to_string(x.size(1)) +
+                " channels; got " + c10::str(t.sizes()) + " " + c10::toString(t.scalar_type()) + " on " +
+                t.device().str());
+}
+
 // ---- The CPU twin: the kernels' formulas over [rows, C] in fp32, the rows read in the
 // kernels' interleaved groups (each with its own shift), for the tests. ----
 
@@ -172,26 +211,7 @@ void check(cudaError_t error, const char* kernel) {
 
 float* fp32_ptr(const torch::Tensor& t) { return t.defined() ? t.data_ptr<float>() : nullptr; }
 
-void require_channels_innermost(const torch::Tensor& x) {
-  if (!channels_innermost(x))
-    throw Error("SyncBatchNorm's CUDA kernels: the input " + c10::str(x.sizes()) + " with strides " +
-                c10::str(x.strides()) + " does not hold its channels innermost (channels-last, or [N, C])");
-}
-
-// `t` (the output gradient, or the output: `what`, which `maker` makes right) as the kernels read x.
-void require_laid_out_as_input(const torch::Tensor& t, const char* what, const torch::Tensor& x, const char* maker) {
-  if (t.sizes() != x.sizes() || t.scalar_type() != x.scalar_type() || !channels_innermost(t))
-    throw Error(std::string("SyncBatchNorm's CUDA kernels: the ") + what + " " + c10::str(t.sizes()) + " " +
-                c10::toString(t.scalar_type()) + " is not laid out as the input " + c10::str(x.sizes()) + " " +
-                c10::toString(x.scalar_type()) + " (" + maker + " makes it so)");
-}
-
-void require_gradient_like(const torch::Tensor& dy, const torch::Tensor& x) {
-  require_laid_out_as_input(dy, "output gradient", x, "gradient_like_input");
-}
-
 torch::Tensor cuda_local_statistics(const torch::Tensor& x, float eps) {
-  require_channels_innermost(x);
   const c10::cuda::CUDAGuard guard(x.device());
   const auto shape = shape_of(x, {x.data_ptr()});
   const auto t = tiling_for(x, shape);
@@ -206,14 +226,11 @@ torch::Tensor cuda_local_statistics(const torch::Tensor& x, float eps) {
 void cuda_normalize_into(Normalized& n, const torch::Tensor& x, const torch::Tensor& gathered,
                          const torch::Tensor& weight, const torch::Tensor& bias, const torch::Tensor& running_mean,
                          const torch::Tensor& running_var, float momentum, float eps) {
-  require_channels_innermost(x);
-  require_laid_out_as_input(n.y, "output", x, "empty_normalized");
   const c10::cuda::CUDAGuard guard(x.device());
   const auto& y = n.y;
   const auto shape = shape_of(x, {x.data_ptr(), y.data_ptr()});
-  const auto g = gathered.to(x.options().dtype(torch::kFloat)).contiguous();
-  check(launch_normalize(dtype_of(x), x.data_ptr(), shape, tiling_for(x, shape), g.data_ptr<float>(),
-                         static_cast<int>(g.size(0)), fp32_ptr(weight), fp32_ptr(bias), fp32_ptr(running_mean),
+  check(launch_normalize(dtype_of(x), x.data_ptr(), shape, tiling_for(x, shape), gathered.data_ptr<float>(),
+                         static_cast<int>(gathered.size(0)), fp32_ptr(weight), fp32_ptr(bias), fp32_ptr(running_mean),
                          fp32_ptr(running_var), momentum, eps, y.data_ptr(), n.mean.data_ptr<float>(),
                          n.invstd.data_ptr<float>(), n.count.data_ptr<float>(), at::cuda::getCurrentCUDAStream()),
         "the normalization");
@@ -221,8 +238,6 @@ void cuda_normalize_into(Normalized& n, const torch::Tensor& x, const torch::Ten
 
 GradSums cuda_grad_sums(const torch::Tensor& dy, const torch::Tensor& x, const torch::Tensor& mean,
                         const torch::Tensor& invstd) {
-  require_channels_innermost(x);
-  require_gradient_like(dy, x);
   const c10::cuda::CUDAGuard guard(x.device());
   const auto shape = shape_of(x, {x.data_ptr(), dy.data_ptr()});
   const auto t = tiling_for(x, shape);
@@ -241,14 +256,11 @@ GradSums cuda_grad_sums(const torch::Tensor& dy, const torch::Tensor& x, const t
 torch::Tensor cuda_input_grad(const torch::Tensor& dy, const torch::Tensor& x, const torch::Tensor& mean,
                               const torch::Tensor& invstd, const torch::Tensor& weight, const torch::Tensor& summed,
                               const torch::Tensor& count) {
-  require_channels_innermost(x);
-  require_gradient_like(dy, x);
   const c10::cuda::CUDAGuard guard(x.device());
   auto dx = torch::empty_like(x);
   const auto shape = shape_of(x, {x.data_ptr(), dy.data_ptr(), dx.data_ptr()});
-  const auto s = summed.to(torch::kFloat).contiguous();
   check(launch_input_grad(dtype_of(x), dy.data_ptr(), x.data_ptr(), shape, tiling_for(x, shape),
-                          mean.data_ptr<float>(), invstd.data_ptr<float>(), fp32_ptr(weight), s.data_ptr<float>(),
+                          mean.data_ptr<float>(), invstd.data_ptr<float>(), fp32_ptr(weight), summed.data_ptr<float>(),
                           count.data_ptr<float>(), dx.data_ptr(), at::cuda::getCurrentCUDAStream()),
         "the input gradient");
   return dx;
@@ -303,6 +315,7 @@ torch::Tensor gradient_like_input(const torch::Tensor& dy, const torch::Tensor& 
 
 torch::Tensor local_statistics(const torch::Tensor& x, double eps) {
   RECORD_FUNCTION("fastcpp::sync_batch_norm_statistics", std::vector<c10::IValue>());
+  require_channels_innermost(x);
 #ifdef FASTCPP_HAS_CUDA
   if (x.is_cuda()) return cuda_local_statistics(x, fp32(eps));
 #endif
@@ -319,6 +332,20 @@ void normalize_into(Normalized& out, const torch::Tensor& x, const torch::Tensor
                     const torch::Tensor& weight, const torch::Tensor& bias, torch::Tensor running_mean,
                     torch::Tensor running_var, double momentum, double eps) {
   RECORD_FUNCTION("fastcpp::sync_batch_norm_normalize", std::vector<c10::IValue>());
+  const int64_t channels = x.size(1);
+  require_channels_innermost(x);
+  require_laid_out_as_input(out.y, "output", x, "empty_normalized");
+  if (gathered.dim() != 2 || gathered.size(0) < 1 || gathered.size(1) != 2 * channels + 1)
+    throw Error(kWho + "the gathered statistics must be [peers, " + std::to_string(2 * channels + 1) +
+                "] for the input's " + std::to_string(channels) + " channels, got " + c10::str(gathered.sizes()));
+  require_floats_beside(gathered, gathered.numel(), "the gathered statistics", x);
+  require_floats_beside(weight, channels, "the weight", x, /*optional=*/true);
+  require_floats_beside(bias, channels, "the bias", x, /*optional=*/true);
+  require_floats_beside(running_mean, channels, "the running mean", x, /*optional=*/true);
+  require_floats_beside(running_var, channels, "the running variance", x, /*optional=*/!running_mean.defined());
+  require_floats_beside(out.mean, channels, "the mean's output", x);
+  require_floats_beside(out.invstd, channels, "the 1/std's output", x);
+  require_floats_beside(out.count, 1, "the count's output", x);
 #ifdef FASTCPP_HAS_CUDA
   if (x.is_cuda())
     return cuda_normalize_into(out, x, gathered, weight, bias, running_mean, running_var, fp32(momentum), fp32(eps));
@@ -337,6 +364,10 @@ Normalized normalize(const torch::Tensor& x, const torch::Tensor& gathered, cons
 GradSums grad_sums(const torch::Tensor& dy, const torch::Tensor& x, const torch::Tensor& mean,
                    const torch::Tensor& invstd) {
   RECORD_FUNCTION("fastcpp::sync_batch_norm_grad_sums", std::vector<c10::IValue>());
+  require_channels_innermost(x);
+  require_gradient_like(dy, x);
+  require_floats_beside(mean, x.size(1), "the mean", x);
+  require_floats_beside(invstd, x.size(1), "the 1/std", x);
 #ifdef FASTCPP_HAS_CUDA
   if (x.is_cuda()) return cuda_grad_sums(dy, x, mean, invstd);
 #endif
@@ -347,6 +378,13 @@ torch::Tensor input_grad(const torch::Tensor& dy, const torch::Tensor& x, const 
                          const torch::Tensor& invstd, const torch::Tensor& weight, const torch::Tensor& summed,
                          const torch::Tensor& count) {
   RECORD_FUNCTION("fastcpp::sync_batch_norm_input_grad", std::vector<c10::IValue>());
+  require_channels_innermost(x);
+  require_gradient_like(dy, x);
+  require_floats_beside(mean, x.size(1), "the mean", x);
+  require_floats_beside(invstd, x.size(1), "the 1/std", x);
+  require_floats_beside(weight, x.size(1), "the weight", x, /*optional=*/true);
+  require_floats_beside(summed, 2 * x.size(1), "the summed gradient sums", x);
+  require_floats_beside(count, 1, "the count", x);
 #ifdef FASTCPP_HAS_CUDA
   if (x.is_cuda()) return cuda_input_grad(dy, x, mean, invstd, weight, summed, count);
 #endif

@@ -42,10 +42,12 @@ FASTCPP_HOST_DEVICE Moments from_shifted_sums(float count, float shift, float s1
 }
 
 // A peer's moments from what it shares: its mean, 1/sqrt(var + eps) and count (as
-// PyTorch's gather of the ranks' statistics reads them).
+// PyTorch's gather of the ranks' statistics reads them). A constant channel's variance can
+// come back a rounding below zero: it is zero.
 FASTCPP_HOST_DEVICE Moments from_peer(float mean, float invstd, float count, float eps) {
   if (count == 0) return {};
-  return {count, mean, (1.0f / (invstd * invstd) - eps) * count};
+  const float variance = 1.0f / (invstd * invstd) - eps;
+  return {count, mean, variance > 0 ? variance * count : 0.0f};
 }
 
 // 1/sqrt(biased variance + eps): what the normalization multiplies by.

@@ -35,6 +35,12 @@ inline void check_channels_last_batchnorm(const torch::TensorOptions& options, c
   const auto close = [&](const torch::Tensor& ours, const torch::Tensor& reference) {
     return torch::allclose(ours.to(torch::kCPU, torch::kDouble), reference, rtol, atol);
   };
+  // The weight's and bias's gradients are sums over every row: in fp32 (by any kernel, ATen's
+  // too) their rounding grows as the square root of the rows, ~1e-4 at 50,176.
+  const auto close_sum = [&](const torch::Tensor& ours, const torch::Tensor& reference) {
+    return torch::allclose(ours.to(torch::kCPU, torch::kDouble), reference, rtol,
+                           atol * std::sqrt(static_cast<double>(rows)));
+  };
 
   {  // one peer
     auto running_mean = torch::zeros({channels}, floats), running_var = torch::ones({channels}, floats);
@@ -53,8 +59,8 @@ inline void check_channels_last_batchnorm(const torch::TensorOptions& options, c
     CHECK(dx.dtype() == x.dtype());
     CHECK(dx.strides() == x.strides());
     CHECK(close(dx, x_ref.grad()));
-    CHECK(close(sums.grad_weight, w_ref.grad()));
-    CHECK(close(sums.grad_bias, b_ref.grad()));
+    CHECK(close_sum(sums.grad_weight, w_ref.grad()));
+    CHECK(close_sum(sums.grad_bias, b_ref.grad()));
   }
 
   if (shape[0] >= 2) {  // two peers, each with half the batch
@@ -82,8 +88,8 @@ inline void check_channels_last_batchnorm(const torch::TensorOptions& options, c
     }
     CHECK(close(torch::cat(dxs), x_ref.grad()));
     // Each peer's weight and bias gradients are its own: added, those of the whole batch.
-    CHECK(close(sums[0].grad_weight + sums[1].grad_weight, w_ref.grad()));
-    CHECK(close(sums[0].grad_bias + sums[1].grad_bias, b_ref.grad()));
+    CHECK(close_sum(sums[0].grad_weight + sums[1].grad_weight, w_ref.grad()));
+    CHECK(close_sum(sums[0].grad_bias + sums[1].grad_bias, b_ref.grad()));
   }
 }
 

@@ -199,6 +199,37 @@ TEST_SUITE("distributed") {
     check_syncbn_equals_batchnorm(44, {"FASTCPP_WORKER_CHANNELS_LAST=1"}, false);
   }
 
+  TEST_CASE("SyncBatchNorm's channels-last steps refuse, naming it, what the kernels would read out of range") {
+    namespace cl = distributed::channels_last;
+    const auto x = torch::randn({2, 4, 3, 3}).contiguous(at::MemoryFormat::ChannelsLast);
+    const auto gathered = cl::local_statistics(x, 1e-5).unsqueeze(0);
+    const auto weight = torch::ones({4}), bias = torch::zeros({4});
+    const std::string who = "SyncBatchNorm's channels-last kernels: ";
+    CHECK(error_of([&] { cl::local_statistics(torch::randn({2, 4, 3, 3}), 1e-5); }) ==
+          who + "the input [2, 4, 3, 3] with strides [36, 9, 3, 1] does not hold its channels innermost "
+                "(channels-last, or [N, C])");
+    CHECK(error_of([&] { cl::normalize(x, gathered.narrow(1, 0, 8), weight, bias, {}, {}, 0.1, 1e-5); }) ==
+          who + "the gathered statistics must be [peers, 9] for the input's 4 channels, got [1, 8]");
+    CHECK(error_of([&] { cl::normalize(x, gathered, torch::ones({3}), bias, {}, {}, 0.1, 1e-5); }) ==
+          who + "the weight must be 4 contiguous fp32 values on cpu, as the input [2, 4, 3, 3] has 4 channels; "
+                "got [3] Float on cpu");
+    CHECK(error_of([&] { cl::normalize(x, gathered, weight, bias, torch::zeros({4}), {}, 0.1, 1e-5); }) ==
+          who + "the running variance is missing");
+    const auto n = cl::normalize(x, gathered, weight, bias, {}, {}, 0.1, 1e-5);
+    const auto dy = torch::randn({2, 4, 3, 3});
+    CHECK(error_of([&] { cl::grad_sums(dy, x, n.mean, n.invstd); }) ==
+          who + "the output gradient [2, 4, 3, 3] Float on cpu is not laid out as the input [2, 4, 3, 3] Float on "
+                "cpu (gradient_like_input makes it so)");
+    const auto laid_out = cl::gradient_like_input(dy, x);
+    CHECK(error_of([&] { cl::grad_sums(laid_out, x, n.mean.to(torch::kDouble), n.invstd); }) ==
+          who + "the mean must be 4 contiguous fp32 values on cpu, as the input [2, 4, 3, 3] has 4 channels; got [4] "
+                "Double on cpu");
+    const auto sums = cl::grad_sums(laid_out, x, n.mean, n.invstd);
+    CHECK(error_of([&] { cl::input_grad(laid_out, x, n.mean, n.invstd, weight, sums.grad_bias, n.count); }) ==
+          who + "the summed gradient sums must be 8 contiguous fp32 values on cpu, as the input [2, 4, 3, 3] has 4 "
+                "channels; got [4] Float on cpu");
+  }
+
   TEST_CASE("the synced layers' kernel choice: the twin only where chosen and the input suits the kernels") {
     namespace cl = distributed::channels_last;
     distributed::SyncBatchNorm bn(4);
