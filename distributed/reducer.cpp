@@ -46,6 +46,7 @@ Reducer::Reducer(std::vector<torch::Tensor> params, std::shared_ptr<Communicator
   views_.resize(params_.size());
   ready_.assign(params_.size(), false);
   carried_.assign(params_.size(), false);
+  filled_.assign(params_.size(), 0);
   std::vector<size_t> reverse;
   for (size_t k = params_.size(); k-- > 0;) reverse.push_back(k);
   build_buckets(reverse);
@@ -101,6 +102,7 @@ void Reducer::build_buckets(const std::vector<size_t>& order) {
     int64_t offset = 0;
     for (size_t k : bucket.params) {
       views_[k] = gradient_view(bucket.flat, offset, params_[k]);
+      filled_[k] = 0;
       offset += params_[k].numel();
     }
   }
@@ -122,9 +124,13 @@ void Reducer::prepare() {
     for (size_t k : bucket->params) all_dropped = all_dropped && !params_[k].grad().defined();
     if (all_dropped) bucket->flat.zero_();  // the usual case after zero_grad: one kernel a bucket
     for (size_t k : bucket->params) {
-      carried_[k] = params_[k].grad().defined();
-      if (all_dropped) params_[k].mutable_grad() = views_[k];
-      else take_in(k);  // accumulating in its slot already, or copied in
+      carried_[k] = carries_gradient(k);
+      if (all_dropped) {
+        params_[k].mutable_grad() = views_[k];
+        filled_[k] = 0;
+      } else {
+        take_in(k);  // accumulating in its slot already, or copied in
+      }
     }
   }
   prepared_ = true;
@@ -137,16 +143,30 @@ void Reducer::take_in(size_t k) {
   if (same_tensor(grad, views_[k])) return;
   if (grad.defined()) views_[k].copy_(grad);
   else views_[k].zero_();
+  filled_[k] = grad.defined();
   grad = views_[k];
 }
 
+// Whether the param brings a gradient into this backward: one other code set, or its slot
+// filled by earlier backward passes (under no_sync); not the zeros prepare() left in the
+// slot of a param no backward reached since, which one process would not have at all.
+bool Reducer::carries_gradient(size_t k) const {
+  const auto& grad = params_[k].grad();
+  if (!grad.defined()) return false;
+  return !same_tensor(grad, views_[k]) || filled_[k];
+}
+
 void Reducer::on_grad_ready(size_t k) {
-  if (!sync_) return;
+  if (!sync_) {
+    filled_[k] = 1;
+    return;
+  }
   std::lock_guard<std::mutex> lock(mutex_);
   if (ready_[k]) return;
   ready_[k] = true;
   arrivals_.push_back(k);
   take_in(k);
+  filled_[k] = 1;
   --buckets_[bucket_of_[k]]->pending;
   launch_ready();
 }
@@ -172,7 +192,7 @@ void Reducer::finalize() {
   // Parameters without a gradient this step: the one they carried, or zeros.
   for (size_t k = 0; k < params_.size(); ++k) {
     if (ready_[k]) continue;
-    if (!prepared_) carried_[k] = params_[k].grad().defined();
+    if (!prepared_) carried_[k] = carries_gradient(k);
     take_in(k);
     --buckets_[bucket_of_[k]]->pending;
   }
@@ -193,6 +213,7 @@ void Reducer::finalize() {
       // weight decay and momentum).
       if (!used_anywhere[static_cast<int64_t>(i)].item<bool>()) params_[k].mutable_grad() = torch::Tensor();
     }
+    for (size_t k : bucket->params) filled_[k] = params_[k].grad().defined();  // the averages, in the slots
     bucket->pending = bucket->params.size();
     bucket->work.reset();
   }

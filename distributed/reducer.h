@@ -21,7 +21,8 @@
 // gradients are then the averages.
 //
 // Unused parameters: a parameter whose hook did not fire by finalize() contributes
-// the gradient it carried into this backward, or zeros; its bucket is reduced like any
+// the gradient it carried into this backward (accumulated by backward passes under
+// no_sync, or set by other code), or zeros; its bucket is reduced like any
 // other, so no rank waits for a gradient that never comes, and every rank ends with the
 // same .grad. A parameter no rank used keeps no .grad, as in one process (the buckets
 // carry a used flag per parameter; reading it back is a host wait, paid only by a rank
@@ -31,6 +32,7 @@
 #include <torch/types.h>
 
 #include <memory>
+#include <cstdint>
 #include <mutex>
 #include <vector>
 
@@ -73,6 +75,7 @@ class Reducer {
   void follow_first_backward();
   void on_grad_ready(size_t param);
   void take_in(size_t param);
+  bool carries_gradient(size_t param) const;
   void launch_ready();
   void launch(Bucket& bucket);
 
@@ -83,6 +86,9 @@ class Reducer {
   std::vector<size_t> bucket_of_, order_, arrivals_, launching_, launch_points_;
   std::vector<torch::Tensor> views_;  // each param's gradient slot, laid out as the param
   std::vector<bool> ready_, carried_;  // hook fired this backward; a gradient came into it
+  // The slot holds a gradient, not only the zeros prepare() wrote: a byte each, so that the
+  // hooks of backward passes under no_sync set theirs without the lock.
+  std::vector<uint8_t> filled_;
   std::vector<std::shared_ptr<torch::autograd::Node>> accumulators_;  // keeps the hooks' nodes alive
   std::shared_ptr<bool> alive_;
   size_t next_to_launch_ = 0;

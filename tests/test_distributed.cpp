@@ -7,6 +7,7 @@
 #include <filesystem>
 #include <fstream>
 #include <thread>
+#include <tuple>
 
 #include "channels_last_batchnorm_check.h"
 #include "helpers.h"
@@ -436,14 +437,20 @@ TEST_SUITE("distributed") {
     for (const auto& out : outs) std::filesystem::remove(out);
   }
 
-  TEST_CASE("a parameter no rank uses keeps no gradient: 2 ranks end with 1 process's weights (Adam's weight decay)") {
-    const auto single = temp_path("single_unused");
-    REQUIRE(wait_for(spawn_worker("single_unused", single, {}), 120) == 0);
-    for (const auto& out : run_two_ranks("unused", 1)) {
-      check_same_params(out, single);
-      std::filesystem::remove(out);
+  TEST_CASE("a parameter no rank uses keeps no gradient: 2 ranks end with 1 process's weights (Adam's weight decay), "
+            "with gradient accumulation too") {
+    for (const auto& [single_mode, mode, port] :
+         std::vector<std::tuple<std::string, std::string, int>>{{"single_unused", "unused", 1},
+                                                                {"single_unused_acc", "unused_acc", 46}}) {
+      CAPTURE(mode);
+      const auto single = temp_path(single_mode);
+      REQUIRE(wait_for(spawn_worker(single_mode, single, {}), 120) == 0);
+      for (const auto& out : run_two_ranks(mode, port)) {
+        check_same_params(out, single);
+        std::filesystem::remove(out);
+      }
+      std::filesystem::remove(single);
     }
-    std::filesystem::remove(single);
   }
 
   TEST_CASE("an unreachable master is an error naming the address within the timeout") {
