@@ -24,6 +24,13 @@ torch::Tensor gradient_view(const torch::Tensor& flat, int64_t offset, const tor
                                               : slot.view(param.sizes());
 }
 
+// Where a slot of `param`'s dtype may start: at 16 bytes, so that vectorized kernels (the
+// optimizer's, the averaging) read every gradient in wide loads.
+int64_t slot_start(int64_t offset, const torch::Tensor& param) {
+  const int64_t align = std::max<int64_t>(1, 16 / static_cast<int64_t>(param.element_size()));
+  return (offset + align - 1) / align * align;
+}
+
 bool same_tensor(const torch::Tensor& a, const torch::Tensor& b) {
   return a.unsafeGetTensorImpl() == b.unsafeGetTensorImpl();
 }
@@ -90,7 +97,7 @@ void Reducer::build_buckets(const std::vector<size_t>& order) {
     }
     buckets_.back()->params.push_back(k);
     bucket_of_[k] = buckets_.size() - 1;
-    numels.back() += param.numel();
+    numels.back() = slot_start(numels.back(), param) + param.numel();
     bytes += static_cast<size_t>(param.numel()) * param.element_size();
   }
   for (size_t b = 0; b < buckets_.size(); ++b) {
@@ -101,6 +108,7 @@ void Reducer::build_buckets(const std::vector<size_t>& order) {
     bucket.pending = bucket.params.size();
     int64_t offset = 0;
     for (size_t k : bucket.params) {
+      offset = slot_start(offset, params_[k]);
       views_[k] = gradient_view(bucket.flat, offset, params_[k]);
       filled_[k] = 0;
       offset += params_[k].numel();
@@ -119,6 +127,15 @@ Reducer::~Reducer() { alive_.reset(); }
 
 void Reducer::prepare() {
   std::lock_guard<std::mutex> lock(mutex_);
+  for (size_t k = 0; k < params_.size(); ++k) {
+    // Moved or cast since the buckets were made: its gradient could not accumulate in its slot.
+    const auto &param = params_[k], &slot = views_[k];
+    if (param.device() != slot.device() || param.scalar_type() != slot.scalar_type())
+      throw Error("to_distributed: parameter " + std::to_string(k) + " is now " + c10::toString(param.scalar_type()) +
+                  " on " + param.device().str() + ", but its gradient bucket holds " +
+                  c10::toString(slot.scalar_type()) + " on " + slot.device().str() +
+                  ": DDP's buckets are made when the fit starts; cast or move the model before fit, not during it");
+  }
   for (auto& bucket : buckets_) {
     bool all_dropped = true;
     for (size_t k : bucket->params) all_dropped = all_dropped && !params_[k].grad().defined();

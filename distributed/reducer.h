@@ -3,8 +3,9 @@
 // parameters rather than wrapping its forward.
 //
 // Parameters are grouped into buckets, one flat tensor each, and every parameter's .grad
-// is a view into its bucket laid out as the parameter (PyTorch's gradient_as_bucket_view):
-// backward accumulates straight into the buckets, and nothing is copied per parameter.
+// is a view into its bucket laid out as the parameter, at a 16-byte boundary (PyTorch's
+// gradient_as_bucket_view): backward accumulates straight into the buckets, and nothing
+// is copied per parameter.
 // prepare(), before each backward, points the gradients that zero_grad dropped back at
 // their slots, zeroed one bucket at a time; a gradient replaced by other code is copied
 // into its slot (in the hook, when backward ran without prepare()).

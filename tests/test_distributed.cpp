@@ -554,6 +554,31 @@ TEST_SUITE("distributed") {
     CHECK(reducer.reductions() == 3);
   }
 
+  TEST_CASE("DDP's gradient slots start at 16 bytes, whatever the sizes before them") {
+    auto comm = std::make_shared<distributed::Communicator>(env_of(0, 1, free_port() + 48));
+    torch::nn::Sequential model(torch::nn::Linear(3, 5), torch::nn::Linear(5, 2));  // 15, 5, 10 and 2 values
+    distributed::Reducer reducer(model->parameters(), comm);
+    REQUIRE(reducer.n_buckets() == 1);
+    reducer.prepare();
+    for (const auto& param : model->parameters()) {
+      CHECK(param.grad().is_alias_of(model->parameters().front().grad()));
+      CHECK(reinterpret_cast<uintptr_t>(param.grad().data_ptr()) % 16 == 0);
+    }
+  }
+
+  TEST_CASE("DDP's reducer names a parameter cast or moved after its buckets were made") {
+    auto comm = std::make_shared<distributed::Communicator>(env_of(0, 1, free_port() + 47));
+    torch::nn::Linear layer(3, 2);
+    distributed::Reducer reducer(layer->parameters(), comm);
+    {
+      torch::NoGradGuard no_grad;
+      layer->bias.set_data(layer->bias.to(torch::kDouble));
+    }
+    CHECK(error_of([&] { reducer.prepare(); }) ==
+          "to_distributed: parameter 1 is now Double on cpu, but its gradient bucket holds Float on cpu: DDP's "
+          "buckets are made when the fit starts; cast or move the model before fit, not during it");
+  }
+
   TEST_CASE("DDP's buckets follow the order the first backward produced the gradients in, on both ranks") {
     // Each layer's weight and bias fill a bucket. The first guess (the reverse of the
     // parameters' order) puts the layer whose gradients come last in bucket 0, so every
