@@ -2,8 +2,8 @@
 // BatchNorm) trained in one process with batch 8, or in two processes
 // (to_distributed, BatchNorm made SyncBatchNorm) with batch 4 each.
 //
-//   dist_worker single|single_bs4|ddp|ddp_local_bn|unused|single_unused|unused_acc|single_unused_acc|resume|checkpointed|
-//               single_acc|ddp_acc|syncbn_single|syncbn|rank0_first OUT
+//   dist_worker single|single_bs4|ddp|ddp_local_bn|unused|single_unused|unused_acc|single_unused_acc|
+//               resume|checkpointed|single_acc|ddp_acc|syncbn_single|syncbn|rank0_first OUT
 //
 // On the CPU unless FASTCPP_WORKER_DEVICE names a device (cuda:0); FASTCPP_WORKER_BACKEND
 // (gloo, nccl; default auto) picks the process group's backend, and with gloo every rank
@@ -13,10 +13,11 @@
 // Writes OUT (OUT.<rank> when distributed): the final parameters (on the CPU), then
 // [valid_loss, accuracy], the epoch the run resumed from, the number of gradient
 // all-reduces and the final buffers, pickled. ddp_local_bn is ddp without sync_bn;
-// unused and single_unused train a model with a parameter it never uses, with Adam. *_acc accumulate gradients over 2 batches
-// (unused_acc and single_unused_acc: that model so). `resume` is ddp with a ResumeFromCheckpoint at
-// OUT.ckpt, and rank 1 of the first attempt kills itself after epoch 0; `checkpointed`
-// is the same without the kill (tests/multinode.sh kills whole hosts). FASTCPP_WORKER_STEP_MS
+// unused and single_unused train a model with a parameter it never uses, with Adam. *_acc
+// accumulate gradients over 2 batches (unused_acc and single_unused_acc: that model so).
+// `resume` is ddp with a ResumeFromCheckpoint at OUT.ckpt, and rank 1 of the first attempt
+// kills itself after epoch 0; `checkpointed` is the same without the kill
+// (tests/multinode.sh kills whole hosts). FASTCPP_WORKER_STEP_MS
 // adds a pause after each training batch, so that a test can act mid-epoch;
 // FASTCPP_WORKER_NCCL_TIMEOUT_S shortens NCCL's watchdog timeout; FASTCPP_WORKER_MODEL=unet
 // trains a U-Net on masks instead (its metric: mean IoU), FASTCPP_WORKER_MODEL=retinanet a
