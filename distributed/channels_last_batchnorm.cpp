@@ -77,6 +77,16 @@ void require_floats_beside(const torch::Tensor& t, int64_t numel, const char* wh
                 t.device().str());
 }
 
+// What both backward steps read: the input, the output gradient laid out as it, and the
+// whole batch's mean and 1/std.
+void require_backward_inputs(const torch::Tensor& dy, const torch::Tensor& x, const torch::Tensor& mean,
+                             const torch::Tensor& invstd) {
+  require_channels_innermost(x);
+  require_gradient_like(dy, x);
+  require_floats_beside(mean, x.size(1), "the mean", x);
+  require_floats_beside(invstd, x.size(1), "the 1/std", x);
+}
+
 // ---- The CPU twin: the kernels' formulas over [rows, C] in fp32, the rows read in the
 // kernels' interleaved groups (each with its own shift), for the tests. ----
 
@@ -364,10 +374,7 @@ Normalized normalize(const torch::Tensor& x, const torch::Tensor& gathered, cons
 GradSums grad_sums(const torch::Tensor& dy, const torch::Tensor& x, const torch::Tensor& mean,
                    const torch::Tensor& invstd) {
   RECORD_FUNCTION("fastcpp::sync_batch_norm_grad_sums", std::vector<c10::IValue>());
-  require_channels_innermost(x);
-  require_gradient_like(dy, x);
-  require_floats_beside(mean, x.size(1), "the mean", x);
-  require_floats_beside(invstd, x.size(1), "the 1/std", x);
+  require_backward_inputs(dy, x, mean, invstd);
 #ifdef FASTCPP_HAS_CUDA
   if (x.is_cuda()) return cuda_grad_sums(dy, x, mean, invstd);
 #endif
@@ -378,10 +385,7 @@ torch::Tensor input_grad(const torch::Tensor& dy, const torch::Tensor& x, const 
                          const torch::Tensor& invstd, const torch::Tensor& weight, const torch::Tensor& summed,
                          const torch::Tensor& count) {
   RECORD_FUNCTION("fastcpp::sync_batch_norm_input_grad", std::vector<c10::IValue>());
-  require_channels_innermost(x);
-  require_gradient_like(dy, x);
-  require_floats_beside(mean, x.size(1), "the mean", x);
-  require_floats_beside(invstd, x.size(1), "the 1/std", x);
+  require_backward_inputs(dy, x, mean, invstd);
   require_floats_beside(weight, x.size(1), "the weight", x, /*optional=*/true);
   require_floats_beside(summed, 2 * x.size(1), "the summed gradient sums", x);
   require_floats_beside(count, 1, "the count", x);
