@@ -2,6 +2,8 @@
 
 #include <torch/torch.h>
 
+#include <algorithm>
+
 #include "callbacks/training.h"
 #include "data/sampler.h"
 #include "distributed/sync_batchnorm.h"
@@ -26,10 +28,9 @@ void DistributedTrainer::before_fit() {
   group_options.device = l.device;
   comm_ = process_communicator(env_, group_options);  // the process's one group, NCCL added if needed
   if (options_.sync_bn) synchronize_batchnorm();
-  std::vector<torch::Tensor> trainable;
-  for (const auto& param : l.model.module().parameters())
-    if (param.requires_grad()) trainable.push_back(param);
-  reducer_ = std::make_unique<Reducer>(trainable, comm_, options_.reducer);
+  params_ = l.model.module().parameters();
+  earlier_reductions_ = reductions_ = 0;
+  make_reducer();
   broadcast_buffers();  // running statistics too start as rank 0's
 
   // Each rank takes its share of the loaders' own samplers (a WeightedSampler stays one).
@@ -39,6 +40,23 @@ void DistributedTrainer::before_fit() {
   l.barrier = [comm = comm_] { comm->barrier(); };
   was_logging_ = l.logging;
   if (env_.rank != 0) l.logging = false;
+}
+
+void DistributedTrainer::make_reducer() {
+  std::vector<torch::Tensor> trainable;
+  trainable_.clear();
+  for (const auto& param : params_) {
+    trainable_.push_back(param.requires_grad());
+    if (param.requires_grad()) trainable.push_back(param);
+  }
+  reducer_.reset();  // its hooks off before the new one's go on
+  reducer_ = std::make_unique<Reducer>(trainable, comm_, options_.reducer);
+}
+
+bool DistributedTrainer::trainable_changed() const {
+  for (size_t k = 0; k < params_.size(); ++k)
+    if (params_[k].requires_grad() != trainable_[k]) return true;
+  return false;
 }
 
 void DistributedTrainer::move_to_rank_device() {
@@ -107,6 +125,13 @@ void DistributedTrainer::gather_validation_batch() {
 
 void DistributedTrainer::before_backward() {
   if (!reducer_ || !learn().training) return;
+  if (trainable_changed()) {
+    earlier_reductions_ += reducer_->reductions();
+    make_reducer();
+    const auto training = std::count(trainable_.begin(), trainable_.end(), true);
+    learn().logger("to_distributed: " + std::to_string(training) + " of " + std::to_string(params_.size()) +
+                   " parameters train now; the gradient buckets are rebuilt for them");
+  }
   const auto accumulation = learn().get_cb<GradientAccumulation>();
   reducer_->set_sync(!accumulation || accumulation->will_step(learn().yb.size(0)));
   reducer_->prepare();
@@ -115,13 +140,14 @@ void DistributedTrainer::before_backward() {
 void DistributedTrainer::after_backward() {
   if (!reducer_ || !learn().training || !reducer_->sync()) return;
   reducer_->finalize();
-  reductions_ = reducer_->reductions();
+  reductions_ = earlier_reductions_ + reducer_->reductions();
 }
 
 void DistributedTrainer::after_fit() {
   if (!reducer_) return;
   auto& l = learn();
   reducer_.reset();
+  params_.clear();
   l.dls.train.set_sampler(nullptr);  // back to the loaders' own samplers
   l.dls.valid.set_sampler(nullptr);
   l.rank = 0;

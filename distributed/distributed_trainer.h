@@ -14,7 +14,11 @@
 //                (and EarlyStopping stops every rank together)
 //   before_backward  with GradientAccumulation, hooks only on the micro-batch that
 //                steps (no_sync for the others: gradients add up locally); the
-//                gradients that zero_grad dropped pointed back at their bucket slots
+//                gradients that zero_grad dropped pointed back at their bucket slots;
+//                a parameter frozen or unfrozen since the last step (a callback's gradual
+//                unfreezing) gets the Reducer rebuilt on the new trainable set, which
+//                PyTorch's DDP does not follow (every rank must change it at the same step,
+//                as a callback does)
 //   after_backward  the Reducer's all-reduce of the gradients
 //   after_fit    the loaders, logging and hooks as they were
 // In a single process (no launcher variables) it says so once and changes nothing.
@@ -60,12 +64,16 @@ class DistributedTrainer : public DevicePlacement {
   void synchronize_batchnorm();
   void move_to_rank_device();
   void broadcast_buffers();
+  void make_reducer();
+  bool trainable_changed() const;
   DistributedOptions options_;
   DistEnv env_;
   std::shared_ptr<Communicator> comm_;
   std::unique_ptr<Reducer> reducer_;
+  std::vector<torch::Tensor> params_;  // the model's, and which of them the Reducer reduces
+  std::vector<bool> trainable_;
   bool was_logging_ = true;
-  size_t reductions_ = 0;
+  size_t reductions_ = 0, earlier_reductions_ = 0;  // the latter by Reducers replaced within the fit
   bool single_process_noted_ = false;
 };
 

@@ -24,4 +24,10 @@ std::string local_address_towards(const std::string& host, int port);
 // This machine's host name.
 std::string host_name();
 
+// Makes a write to a socket whose peer is gone fail with EPIPE instead of killing the
+// process with SIGPIPE, as Python does at start-up: Gloo writes with writev, which has no
+// MSG_NOSIGNAL, so a rank writing to a lost host would die silently (exit status 141)
+// instead of naming the lost ranks. A handler the program installed itself is kept.
+void ignore_broken_pipe_signal();
+
 }  // namespace fastcpp::distributed

@@ -133,6 +133,7 @@ std::string resolve_backend(const ProcessGroupOptions& options) {
 Communicator::Communicator(const DistEnv& env, ProcessGroupOptions options)
     : impl_(std::make_unique<Impl>()), rank_(env.rank), world_size_(env.world_size), backend_("gloo") {
   resolve_backend(options);  // bad options fail before any rendezvous
+  ignore_broken_pipe_signal();
   impl_->timeout = options.timeout;
   impl_->barrier_timeout = options.barrier_timeout;
   const std::string where = env.master_addr + ":" + std::to_string(env.master_port);

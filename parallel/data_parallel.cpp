@@ -92,12 +92,21 @@ void DataParallel::make_replicas() {
     state_.push_back(tensors_by_dtype(replica.module()));
     modules.push_back(replica.ptr());
   }
-  for (size_t r = 1; r < replicas_.size(); ++r)  // frozen stays frozen
-    for (size_t i = 0; i < params_[0].size(); ++i) params_[r][i].set_requires_grad(params_[0][i].requires_grad());
+  follow_trainable();
   if (sync_bn_) group_.connect(modules);
   streams_ = side_streams(devices_);
   if (!workers_ || workers_->size() != replicas_.size() - 1) workers_ = std::make_unique<ReplicaWorkers>(replicas_.size() - 1);
   l.model = Model(plain_->ptr(), [this](const torch::Tensor& x) { return forward(x); });
+}
+
+// The replicas train what replica 0 trains, also after a parameter was frozen or unfrozen
+// between batches (gradual unfreezing): an unfrozen one would otherwise get the gradient of
+// replica 0's share of the batch alone.
+void DataParallel::follow_trainable() {
+  for (size_t r = 1; r < params_.size(); ++r)
+    for (size_t i = 0; i < params_[0].size(); ++i)
+      if (params_[r][i].requires_grad() != params_[0][i].requires_grad())
+        params_[r][i].set_requires_grad(params_[0][i].requires_grad());
 }
 
 void DataParallel::copy_to_replicas() {
@@ -145,6 +154,7 @@ torch::Tensor DataParallel::forward(const torch::Tensor& x) {
   const bool training = plain_->module().is_training();
   for (auto& replica : replicas_)
     if (replica.module().is_training() != training) replica.module().train(training);
+  follow_trainable();
   copy_to_replicas();
   group_.start_step(replicas);
   // Replica r takes n / replicas items, one more for the first n % replicas. The slices

@@ -53,6 +53,7 @@ class DataParallel : public DevicePlacement {
   torch::Tensor forward(const torch::Tensor& x);
   void make_replicas();
   void restore();
+  void follow_trainable();
   void copy_to_replicas();
   std::vector<torch::Device> asked_;
   bool sync_bn_;

@@ -1,8 +1,11 @@
 // Distributed training on the CPU with Gloo: two processes against one, and the
 // errors a user meets when the processes cannot meet.
 #include <signal.h>
+#include <sys/socket.h>
 #include <sys/wait.h>
+#include <unistd.h>
 
+#include <atomic>
 #include <chrono>
 #include <filesystem>
 #include <fstream>
@@ -453,6 +456,22 @@ TEST_SUITE("distributed") {
     }
   }
 
+  TEST_CASE("parameters frozen and unfrozen between batches: 2 ranks end with 1 process's weights") {
+    const auto single = temp_path("single_unfreeze");
+    REQUIRE(wait_for(spawn_worker("single_unfreeze", single, {}), 120) == 0);
+    const auto plain = temp_path("single");
+    REQUIRE(wait_for(spawn_worker("single", plain, {}), 120) == 0);
+    const auto frozen = read_result(single).get(0).toTensorList(), trained = read_result(plain).get(0).toTensorList();
+    CHECK(!torch::equal(frozen.get(0), trained.get(0)));  // the freezing changed the run
+    for (const auto& out : run_two_ranks("unfreeze", 51)) {
+      check_same_params(out, single);
+      CHECK(read_result(out).get(3).toInt() == 15);  // 3 epochs of 5 steps, all reduced, across rebuilt buckets
+      std::filesystem::remove(out);
+    }
+    std::filesystem::remove(single);
+    std::filesystem::remove(plain);
+  }
+
   TEST_CASE("an unreachable master is an error naming the address within the timeout") {
     const auto env = env_of(1, 2, free_port() + 2);
     const auto start = std::chrono::steady_clock::now();
@@ -493,6 +512,33 @@ TEST_SUITE("distributed") {
     const auto expected = "failed on rank 0 (host " + distributed::host_name() + "): lost rank 1 (host " + distributed::host_name() + ", 127.0.0.1): ";
     CHECK_MESSAGE(output.find(expected) != std::string::npos, output);
     for (const auto* suffix : {".log", ".ckpt", ".0", ".1"}) std::filesystem::remove(base + suffix);
+  }
+
+  TEST_CASE("once a process group forms, a write to a lost peer's socket is an error, not a silent SIGPIPE death") {
+    const auto write_to_closed_socket = [] {
+      int ends[2];
+      REQUIRE(socketpair(AF_UNIX, SOCK_STREAM, 0, ends) == 0);
+      close(ends[1]);
+      errno = 0;
+      const auto written = write(ends[0], "x", 1);
+      const int error = errno;
+      close(ends[0]);
+      return written == -1 ? error : 0;
+    };
+    struct sigaction saved {}, plain {};
+    plain.sa_handler = SIG_DFL;
+    REQUIRE(sigaction(SIGPIPE, &plain, &saved) == 0);
+    { distributed::Communicator comm(env_of(0, 1, free_port() + 49)); }
+    CHECK(write_to_closed_socket() == EPIPE);  // with SIGPIPE's default action the test would have died here
+
+    static std::atomic<int> handled{0};
+    struct sigaction own {};
+    own.sa_handler = [](int) { handled = 1; };
+    REQUIRE(sigaction(SIGPIPE, &own, nullptr) == 0);
+    { distributed::Communicator comm(env_of(0, 1, free_port() + 50)); }
+    CHECK(write_to_closed_socket() == EPIPE);
+    CHECK(handled == 1);  // the program's own handler is kept
+    sigaction(SIGPIPE, &saved, nullptr);
   }
 
   TEST_CASE("rank0_first: rank 0 runs first, the others after it is done, however longer than the collectives' timeout it takes") {

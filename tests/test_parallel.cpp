@@ -3,6 +3,7 @@
 // accumulation, bf16 autocast in the replica threads, checkpoints of the plain model,
 // and clear errors. The same on CUDA devices is in the gpu suite.
 #include "channels_last_batchnorm_check.h"
+#include "freeze_mid_fit.h"
 #include "helpers.h"
 #include "operator_count.h"
 #include "parallel/replica_grads.h"
@@ -400,6 +401,13 @@ TEST_SUITE("parallel") {
       REQUIRE(parallel.size() == single.size());
       for (size_t i = 0; i < single.size(); ++i) CHECK(torch::allclose(parallel[i], single[i], 1e-5, 1e-5));
     }
+  }
+
+  TEST_CASE("parameters frozen and unfrozen between batches: the replicas follow, as on one device") {
+    const auto single = train({}, sgd({.mom = 0.9}), {std::make_shared<FreezeMidFit>()});
+    const auto plain = train({}, sgd({.mom = 0.9}));
+    CHECK(!torch::equal(single.params[0], plain.params[0]));  // the freezing changed the run
+    check_equal(train(kTwoCpus, sgd({.mom = 0.9}), {std::make_shared<FreezeMidFit>()}), single);
   }
 
   TEST_CASE("autocast reaches the replica threads: bf16 forwards, a float loss that falls") {
