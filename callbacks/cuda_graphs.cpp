@@ -32,11 +32,20 @@ std::string shape_key(const torch::Tensor& x, const torch::Tensor& y) {
   return key.str();
 }
 
+// Which parameters train (FNV-1a over their requires_grad bits): a callback that freezes
+// or unfreezes some between batches changes which gradients and updates a step makes.
+uint64_t trainable_fingerprint(const Optimizer& opt) {
+  uint64_t hash = 14695981039346656037ull;
+  for (const auto& group : opt.param_groups())
+    for (const auto& param : group.params) hash = (hash ^ (param.requires_grad() ? 1 : 2)) * 1099511628211ull;
+  return hash;
+}
+
 // What the recorded graphs depend on beyond the batch's shape: the optimizer's and the
-// scaler's tensors.
-std::array<uint64_t, 3> state_of(const Learner& learn) {
+// scaler's tensors, and which parameters train.
+std::array<uint64_t, 4> state_of(const Learner& learn) {
   return {learn.opt->state_generation(), reinterpret_cast<uintptr_t>(learn.scaler.get()),
-          learn.scaler ? learn.scaler->generation() : 0};
+          learn.scaler ? learn.scaler->generation() : 0, trainable_fingerprint(*learn.opt)};
 }
 
 }  // namespace
@@ -106,7 +115,7 @@ void CudaGraphs::after_fit() {
 void CudaGraphs::before_batch() {
   auto& l = learn();
   if (!eager_reason_.empty() || !l.yb.defined()) return;
-  // A callback that froze groups or loaded a state replaced tensors the graphs hold.
+  // A callback that froze groups or parameters, or loaded a state, changed what the graphs hold.
   const auto state = state_of(l);
   if (state != recorded_state_) {
     graphs_.clear();

@@ -77,7 +77,7 @@ class CudaGraphs : public Callback {
   std::set<std::string> said_;  // each reason once
   std::map<std::string, int> seen_;  // eager steps per batch shape
   std::map<std::string, std::unique_ptr<Graph>> graphs_;
-  std::array<uint64_t, 3> recorded_state_{};  // state_of(learn) the graphs were recorded with
+  std::array<uint64_t, 4> recorded_state_{};  // state_of(learn) the graphs were recorded with
   int64_t replays_ = 0;
 };
 

@@ -29,9 +29,10 @@ void DistributedTrainer::before_fit() {
   comm_ = process_communicator(env_, group_options);  // the process's one group, NCCL added if needed
   if (options_.sync_bn) synchronize_batchnorm();
   params_ = l.model.module().parameters();
+  broadcast_state();
+  trainable_.clear();
   earlier_reductions_ = reductions_ = 0;
   make_reducer();
-  broadcast_buffers();  // running statistics too start as rank 0's
 
   // Each rank takes its share of the loaders' own samplers (a WeightedSampler stays one).
   for (auto* loader : {&l.dls.train, &l.dls.valid})
@@ -44,13 +45,18 @@ void DistributedTrainer::before_fit() {
 
 void DistributedTrainer::make_reducer() {
   std::vector<torch::Tensor> trainable;
-  trainable_.clear();
-  for (const auto& param : params_) {
-    trainable_.push_back(param.requires_grad());
-    if (param.requires_grad()) trainable.push_back(param);
+  std::vector<size_t> leaving;  // by index into the current Reducer's parameters
+  for (size_t k = 0, reduced = 0; k < params_.size(); ++k) {
+    const bool was = k < trainable_.size() && trainable_[k], is = params_[k].requires_grad();
+    if (was && !is) leaving.push_back(reduced);
+    if (is) trainable.push_back(params_[k]);
+    reduced += was;
   }
+  if (reducer_ && !leaving.empty()) reducer_->average_carried(leaving);
   reducer_.reset();  // its hooks off before the new one's go on
   reducer_ = std::make_unique<Reducer>(trainable, comm_, options_.reducer);
+  trainable_.clear();
+  for (const auto& param : params_) trainable_.push_back(param.requires_grad());
 }
 
 bool DistributedTrainer::trainable_changed() const {
@@ -66,6 +72,16 @@ void DistributedTrainer::move_to_rank_device() {
       options_.device.value_or(local_rank_gpu(env_.local_rank)),
       "to_distributed (rank " + std::to_string(env_.rank) + ", LOCAL_RANK " + std::to_string(env_.local_rank) + ")");
   if (device != l.device) l.to(device);
+}
+
+// Every rank starts from rank 0's weights, frozen ones too, and running statistics.
+void DistributedTrainer::broadcast_state() {
+  torch::NoGradGuard no_grad;
+  for (const auto& param : params_) {
+    auto data = param.detach();
+    comm_->broadcast(data, 0);
+  }
+  broadcast_buffers();
 }
 
 void DistributedTrainer::broadcast_buffers() {
@@ -129,8 +145,9 @@ void DistributedTrainer::before_backward() {
     earlier_reductions_ += reducer_->reductions();
     make_reducer();
     const auto training = std::count(trainable_.begin(), trainable_.end(), true);
-    learn().logger("to_distributed: " + std::to_string(training) + " of " + std::to_string(params_.size()) +
-                   " parameters train now; the gradient buckets are rebuilt for them");
+    if (env_.rank == 0)
+      learn().logger("to_distributed: " + std::to_string(training) + " of " + std::to_string(params_.size()) +
+                     " parameters train now; the gradient buckets are rebuilt for them");
   }
   const auto accumulation = learn().get_cb<GradientAccumulation>();
   reducer_->set_sync(!accumulation || accumulation->will_step(learn().yb.size(0)));

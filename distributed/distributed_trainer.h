@@ -3,8 +3,9 @@
 //   before_fit   a CUDA learner moved to this rank's GPU (cuda:LOCAL_RANK); the process
 //                group from the environment (torchrun, fastcpp-launch, Slurm, Open MPI;
 //                NCCL for CUDA models unless Gloo is chosen); BatchNorm converted to SyncBatchNorm (sync_bn; a
-//                BatchNorm that cannot be reached is an error naming it); a Reducer on the trainable parameters (rank 0's
-//                weights broadcast); both loaders sharded with a DistributedSampler
+//                BatchNorm that cannot be reached is an error naming it); rank 0's weights (frozen ones
+//                too) and buffers broadcast; a Reducer on the trainable parameters; both loaders
+//                sharded with a DistributedSampler
 //                (rank 0's permutation, padded to equal length, contiguous blocks);
 //                logging and progress on rank 0 only; saves on rank 0 with a barrier
 //   after_loss   training: the logged loss averaged over ranks, so every rank's
@@ -18,7 +19,8 @@
 //                a parameter frozen or unfrozen since the last step (a callback's gradual
 //                unfreezing) gets the Reducer rebuilt on the new trainable set, which
 //                PyTorch's DDP does not follow (every rank must change it at the same step,
-//                as a callback does)
+//                as a callback does); what a parameter frozen inside an accumulation window
+//                accumulated so far is averaged over the ranks then
 //   after_backward  the Reducer's all-reduce of the gradients
 //   after_fit    the loaders, logging and hooks as they were
 // In a single process (no launcher variables) it says so once and changes nothing.
@@ -63,6 +65,7 @@ class DistributedTrainer : public DevicePlacement {
   void gather_validation_batch();
   void synchronize_batchnorm();
   void move_to_rank_device();
+  void broadcast_state();
   void broadcast_buffers();
   void make_reducer();
   bool trainable_changed() const;

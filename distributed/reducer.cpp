@@ -58,22 +58,16 @@ Reducer::Reducer(std::vector<torch::Tensor> params, std::shared_ptr<Communicator
   for (size_t k = params_.size(); k-- > 0;) reverse.push_back(k);
   build_buckets(reverse);
 
-  // Every rank starts from rank 0's weights.
-  for (auto& param : params_) {
-    torch::NoGradGuard no_grad;
-    auto data = param.detach();
-    comm_->broadcast(data, 0);
-  }
   // A hook after each parameter's gradient accumulation.
   for (size_t k = 0; k < params_.size(); ++k) {
     auto accumulator = torch::autograd::impl::grad_accumulator(params_[k]);
     if (!accumulator) throw Error("Reducer: parameter " + std::to_string(k) + " does not require grad");
     std::weak_ptr<bool> alive = alive_;
-    accumulator->add_post_hook(std::make_unique<torch::autograd::utils::LambdaPostHook>(
+    hook_keys_.push_back(accumulator->add_post_hook(std::make_unique<torch::autograd::utils::LambdaPostHook>(
         [this, k, alive](const torch::autograd::variable_list& outputs, const torch::autograd::variable_list&) {
           if (alive.lock()) on_grad_ready(k);
           return outputs;
-        }));
+        })));
     accumulators_.push_back(std::move(accumulator));
   }
 }
@@ -123,7 +117,12 @@ std::vector<std::vector<size_t>> Reducer::bucket_params() const {
   return params;
 }
 
-Reducer::~Reducer() { alive_.reset(); }
+Reducer::~Reducer() {
+  alive_.reset();
+  // Off the accumulators, which outlive this Reducer with their parameters (a Reducer
+  // rebuilt on each change of the trainable set would otherwise leave its hooks behind).
+  for (size_t k = 0; k < accumulators_.size(); ++k) accumulators_[k]->del_post_hook(hook_keys_[k]);
+}
 
 void Reducer::prepare() {
   std::lock_guard<std::mutex> lock(mutex_);
@@ -247,6 +246,7 @@ void Reducer::finalize() {
 // did not come last, in reverse parameter order), as rank 0 saw it: every rank must fill
 // the same buckets in the same order.
 void Reducer::follow_first_backward() {
+  if (params_.empty()) return;
   std::vector<int64_t> order(arrivals_.begin(), arrivals_.end());
   std::vector<bool> arrived(params_.size(), false);
   for (size_t k : arrivals_) arrived[k] = true;
@@ -257,6 +257,29 @@ void Reducer::follow_first_backward() {
   shared = shared.cpu();
   const std::vector<size_t> rank0_order(shared.data_ptr<int64_t>(), shared.data_ptr<int64_t>() + shared.numel());
   if (rank0_order != order_) build_buckets(rank0_order);
+}
+
+// One all-reduce per param: they are few, and leave rarely.
+void Reducer::average_carried(const std::vector<size_t>& leaving) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  torch::NoGradGuard no_grad;
+  for (size_t k : leaving) {
+    const auto& param = params_[k];
+    auto& grad = param.mutable_grad();
+    // The gradient flattened, then a flag: 1 where this rank carries one.
+    auto flat = torch::zeros({param.numel() + 1}, param.options());
+    if (carries_gradient(k)) {
+      flat.narrow(0, 0, param.numel()).copy_(grad.reshape(-1));
+      flat.narrow(0, param.numel(), 1).fill_(1);
+    }
+    comm_->all_reduce_sum(flat);
+    if (flat[param.numel()].item<double>() == 0) {  // no rank had one
+      grad = torch::Tensor();
+      continue;
+    }
+    grad = torch::empty_like(param);  // laid out as the param, as autograd would
+    grad.copy_(flat.narrow(0, 0, param.numel()).view(param.sizes()).div_(comm_->world_size()));
+  }
 }
 
 }  // namespace fastcpp::distributed

@@ -69,6 +69,11 @@ class Reducer {
   // started its all-reduce (ideally a bucket starts as soon as its own are in).
   const std::vector<size_t>& launch_points() const { return launch_points_; }
   size_t reductions() const { return reductions_; }  // synchronized backward passes so far
+  // Before a Reducer on fewer parameters replaces this one, between two backward passes
+  // of an accumulation window: the gradients that the `leaving` params (by index) carry,
+  // averaged over the ranks now, as the synchronized step would have; a param no rank
+  // has a gradient for keeps none. Every rank calls it with the same params.
+  void average_carried(const std::vector<size_t>& leaving);
 
  private:
   struct Bucket;
@@ -91,6 +96,7 @@ class Reducer {
   // hooks of backward passes under no_sync set theirs without the lock.
   std::vector<uint8_t> filled_;
   std::vector<std::shared_ptr<torch::autograd::Node>> accumulators_;  // keeps the hooks' nodes alive
+  std::vector<uintptr_t> hook_keys_;  // to take the hooks off again
   std::shared_ptr<bool> alive_;
   size_t next_to_launch_ = 0;
   size_t reductions_ = 0;

@@ -2,24 +2,32 @@
 // Trainable parameters changed between batches, as gradual unfreezing does (tests only):
 // the model's first two parameters start the fit frozen (set after the fit's start, which
 // applies the Learner's own freezing, and before to_parallel's and to_distributed's), are
-// unfrozen before batch 2 of epoch 1, and the last two are frozen before batch 1 of epoch 2.
+// unfrozen before one training batch, and the last two are frozen before another.
 #include "learner/callback.h"
 #include "learner/learner.h"
 
 namespace fastcpp::testing {
 
 struct FreezeMidFit : Callback {
+  struct At {
+    int epoch;
+    size_t iter;
+  };
+  explicit FreezeMidFit(At unfreeze_first = {1, 2}, At freeze_last = {2, 1})
+      : unfreeze_first(unfreeze_first), freeze_last(freeze_last) {}
   void before_fit() override {
     for (size_t k : {0, 1}) learn().model.module().parameters()[k].set_requires_grad(false);
   }
   void before_batch() override {
     if (!learn().training) return;
     auto params = learn().model.module().parameters();
-    if (learn().epoch == 1 && learn().iter == 2)
+    const auto now = [&](At at) { return learn().epoch == at.epoch && learn().iter == at.iter; };
+    if (now(unfreeze_first))
       for (size_t k : {0, 1}) params[k].set_requires_grad(true);
-    if (learn().epoch == 2 && learn().iter == 1)
+    if (now(freeze_last))
       for (size_t k : {params.size() - 2, params.size() - 1}) params[k].set_requires_grad(false);
   }
+  At unfreeze_first, freeze_last;
 };
 
 }  // namespace fastcpp::testing

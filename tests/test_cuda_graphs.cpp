@@ -2,6 +2,7 @@
 // step on the device (optim/device_step.h) equals its host step, skips where GradScaler
 // found an overflow, and reads nothing back; the decisions to train eagerly and their
 // messages. On a GPU (the gpu suite): recorded and replayed steps equal eager ones.
+#include "freeze_mid_fit.h"
 #include "helpers.h"
 #include "operator_count.h"
 
@@ -375,6 +376,20 @@ TEST_SUITE("gpu" * doctest::skip(!torch::cuda::is_available())) {
     CHECK(graphed.graphs->replays() == 37);
     CHECK(eager.scale < 2147483648.0);  // 2^31 after 42 clean steps: it did back off
     CHECK(graphed.scale == eager.scale);
+  }
+
+  TEST_CASE("to_graphs records again after parameters are frozen or unfrozen between batches, and equals eager") {
+    Deterministic deterministic;
+    const auto freezing = [](Learner& learn) {
+      learn.add_cb(FreezeMidFit({.epoch = 0, .iter = 8}, {.epoch = 1, .iter = 5}));
+    };
+    const auto eager = train_on_gpu(Training::eager_device_step, sgd({.mom = 0.9}), freezing);
+    const auto graphed = train_on_gpu(Training::graphed, sgd({.mom = 0.9}), freezing);
+    check_runs_alike(eager, graphed, 1e-6);
+    CHECK(!torch::equal(graphed.params[0], train_on_gpu(Training::graphed, sgd({.mom = 0.9}), [](Learner&) {}).params[0]));
+    // Each change: 3 eager steps, then recorded again. Epoch 0: batches 3-7 and 11-19 from
+    // graphs; epoch 1: 0-4 and 8-19.
+    CHECK(graphed.graphs->replays() == 5 + 9 + 5 + 12);
   }
 
   TEST_CASE("to_graphs: a label out of range in a replayed batch ends the fit with the eager step's error") {

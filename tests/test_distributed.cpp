@@ -456,19 +456,25 @@ TEST_SUITE("distributed") {
     }
   }
 
-  TEST_CASE("parameters frozen and unfrozen between batches: 2 ranks end with 1 process's weights") {
-    const auto single = temp_path("single_unfreeze");
-    REQUIRE(wait_for(spawn_worker("single_unfreeze", single, {}), 120) == 0);
+  TEST_CASE("parameters frozen and unfrozen between batches, and inside accumulation windows: 2 ranks end with 1 "
+            "process's weights") {
     const auto plain = temp_path("single");
     REQUIRE(wait_for(spawn_worker("single", plain, {}), 120) == 0);
-    const auto frozen = read_result(single).get(0).toTensorList(), trained = read_result(plain).get(0).toTensorList();
-    CHECK(!torch::equal(frozen.get(0), trained.get(0)));  // the freezing changed the run
-    for (const auto& out : run_two_ranks("unfreeze", 51)) {
-      check_same_params(out, single);
-      CHECK(read_result(out).get(3).toInt() == 15);  // 3 epochs of 5 steps, all reduced, across rebuilt buckets
-      std::filesystem::remove(out);
+    for (const auto& [single_mode, mode, port, reductions] :
+         std::vector<std::tuple<std::string, std::string, int, int>>{{"single_unfreeze", "unfreeze", 51, 15},
+                                                                     {"single_unfreeze_acc", "unfreeze_acc", 52, 7}}) {
+      CAPTURE(mode);
+      const auto single = temp_path(single_mode);
+      REQUIRE(wait_for(spawn_worker(single_mode, single, {}), 120) == 0);
+      const auto frozen = read_result(single).get(0).toTensorList(), trained = read_result(plain).get(0).toTensorList();
+      CHECK(!torch::equal(frozen.get(0), trained.get(0)));  // the freezing changed the run
+      for (const auto& out : run_two_ranks(mode, port)) {
+        check_same_params(out, single);
+        CHECK(read_result(out).get(3).toInt() == reductions);  // every step all-reduced, across rebuilt buckets
+        std::filesystem::remove(out);
+      }
+      std::filesystem::remove(single);
     }
-    std::filesystem::remove(single);
     std::filesystem::remove(plain);
   }
 
@@ -598,6 +604,20 @@ TEST_SUITE("distributed") {
         for (size_t k : bucket) CHECK(params[k].grad().is_alias_of(params[bucket.front()].grad()));
     }
     CHECK(reducer.reductions() == 3);
+  }
+
+  TEST_CASE("a Reducer takes its hooks off the parameters when it goes: rebuilt ones do not pile up") {
+    auto comm = std::make_shared<distributed::Communicator>(env_of(0, 1, free_port() + 53));
+    torch::nn::Linear layer(3, 2);
+    // Held, as a fit's autograd graph holds it across a rebuild (unheld, it would be made anew).
+    const auto accumulator = torch::autograd::impl::grad_accumulator(layer->weight);
+    const auto hooks = [&] { return accumulator->post_hooks().size(); };
+    const auto before = hooks();
+    for (int rebuild = 0; rebuild < 3; ++rebuild) {
+      distributed::Reducer reducer(layer->parameters(), comm);
+      CHECK(hooks() == before + 1);
+    }
+    CHECK(hooks() == before);
   }
 
   TEST_CASE("DDP's gradient slots start at 16 bytes, whatever the sizes before them") {
