@@ -6,6 +6,7 @@
 // and never counts as passed.
 #include <csignal>
 #include <filesystem>
+#include <tuple>
 
 #include "core/autocast.h"
 #include "core/device.h"
@@ -266,6 +267,23 @@ TEST_SUITE("gpu" * doctest::skip(!torch::cuda::is_available())) {
 
   TEST_CASE("2 processes sharing one GPU over Gloo end with the weights and metrics of 1 process") {
     check_two_ranks_equal_one_process(33, kSharedGpuEnv, 1e-4, 1e-5);
+  }
+
+  TEST_CASE("parameters frozen and unfrozen between batches, and inside accumulation windows, on 2 processes sharing "
+            "one GPU over Gloo: they end as 1 process") {
+    // Gloo's broadcast of CUDA tensors bumps their version: a rebuild must not broadcast
+    // the weights the forward saved for the backward.
+    for (const auto& [single_mode, mode, port] : std::vector<std::tuple<std::string, std::string, int>>{
+             {"single_unfreeze", "unfreeze", 54}, {"single_unfreeze_acc", "unfreeze_acc", 55}}) {
+      CAPTURE(mode);
+      const auto single = temp_path(single_mode);
+      REQUIRE(wait_for(spawn_worker(single_mode, single, kSharedGpuEnv), 120) == 0);
+      for (const auto& out : run_two_ranks(mode, port, kSharedGpuEnv)) {
+        check_same_params(out, single, 1e-4, 1e-5);
+        std::filesystem::remove(out);
+      }
+      std::filesystem::remove(single);
+    }
   }
 
   TEST_CASE("a U-Net on 2 processes sharing one GPU over Gloo (SyncBatchNorm) ends as 1 process with BatchNorm") {
