@@ -16,7 +16,8 @@
 //                 (CancelBatch), and after_batch sees learn.loss and learn.pred as usual.
 //   after_fit     drops the graphs and turns the device step off. Graphs go too, and
 //                 shapes warm up again, when a callback replaces the optimizer's or the
-//                 scaler's tensors mid-fit (a freeze, a loaded state).
+//                 scaler's tensors mid-fit (a freeze, a loaded state) or changes which
+//                 parameters train (requires_grad set on single parameters).
 //
 // A replayed step runs no host code: a callback's step events (after_pred..after_step)
 // ran once, at the recording. Trains eagerly, saying why, where that would be wrong: not

@@ -52,7 +52,7 @@ void DistributedTrainer::make_reducer() {
     if (is) trainable.push_back(params_[k]);
     reduced += was;
   }
-  if (reducer_ && !leaving.empty()) reducer_->average_carried(leaving);
+  if (reducer_) reducer_->hand_over(leaving);
   reducer_.reset();  // its hooks off before the new one's go on
   reducer_ = std::make_unique<Reducer>(trainable, comm_, options_.reducer);
   trainable_.clear();

@@ -259,10 +259,13 @@ void Reducer::follow_first_backward() {
   if (rank0_order != order_) build_buckets(rank0_order);
 }
 
-// One all-reduce per param: they are few, and leave rarely.
-void Reducer::average_carried(const std::vector<size_t>& leaving) {
-  std::lock_guard<std::mutex> lock(mutex_);
+// One all-reduce per leaving param: they are few, and leave rarely.
+void Reducer::hand_over(const std::vector<size_t>& leaving) {
   torch::NoGradGuard no_grad;
+  // A slot with prepare()'s zeros alone is no gradient: the next Reducer would take it for one.
+  for (size_t k = 0; k < params_.size(); ++k)
+    if (params_[k].grad().defined() && same_tensor(params_[k].grad(), views_[k]) && !filled_[k])
+      params_[k].mutable_grad().reset();
   for (size_t k : leaving) {
     const auto& param = params_[k];
     auto& grad = param.mutable_grad();

@@ -69,11 +69,12 @@ class Reducer {
   // started its all-reduce (ideally a bucket starts as soon as its own are in).
   const std::vector<size_t>& launch_points() const { return launch_points_; }
   size_t reductions() const { return reductions_; }  // synchronized backward passes so far
-  // Before a Reducer on fewer parameters replaces this one, between two backward passes
-  // of an accumulation window: the gradients that the `leaving` params (by index) carry,
-  // averaged over the ranks now, as the synchronized step would have; a param no rank
-  // has a gradient for keeps none. Every rank calls it with the same params.
-  void average_carried(const std::vector<size_t>& leaving);
+  // Before a Reducer on another set of parameters replaces this one (between two backward
+  // passes of an accumulation window, perhaps): the gradients that the `leaving` params
+  // (by index) carry, averaged over the ranks now, as the synchronized step would have; a
+  // param no rank has a gradient for keeps none; slots holding only prepare()'s zeros
+  // are no gradient. Every rank calls it with the same params.
+  void hand_over(const std::vector<size_t>& leaving);
 
  private:
   struct Bucket;

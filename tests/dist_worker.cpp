@@ -3,8 +3,9 @@
 // (to_distributed, BatchNorm made SyncBatchNorm) with batch 4 each.
 //
 //   dist_worker single|single_bs4|ddp|ddp_local_bn|unused|single_unused|unused_acc|single_unused_acc|
-//               unfreeze|single_unfreeze|unfreeze_acc|single_unfreeze_acc|resume|checkpointed|single_acc|
-//               ddp_acc|syncbn_single|syncbn|rank0_first OUT
+//               unfreeze|single_unfreeze|unfreeze_acc|single_unfreeze_acc|unused_unfreeze_acc|
+//               single_unused_unfreeze_acc|resume|checkpointed|single_acc|ddp_acc|syncbn_single|syncbn|
+//               rank0_first OUT
 //
 // On the CPU unless FASTCPP_WORKER_DEVICE names a device (cuda:0); FASTCPP_WORKER_BACKEND
 // (gloo, nccl; default auto) picks the process group's backend, and with gloo every rank
@@ -16,8 +17,9 @@
 // all-reduces and the final buffers, pickled. ddp_local_bn is ddp without sync_bn;
 // unused and single_unused train a model with a parameter it never uses, with Adam. *_acc
 // accumulate gradients over 2 batches (unused_acc and single_unused_acc: that model so).
-// unfreeze* start with the first convolution frozen, unfreeze it in epoch 1 and freeze the
-// last layer in epoch 2, each between two batches (unfreeze_acc: inside accumulation windows).
+// *unfreeze* start with the first layer (with the unused layer: the first weight) frozen,
+// unfreeze it in epoch 1 and freeze the last layer in epoch 2, each between two batches
+// (*_acc: inside accumulation windows).
 // `resume` is ddp with a ResumeFromCheckpoint at OUT.ckpt, and rank 1 of the first attempt
 // kills itself after epoch 0; `checkpointed` is the same without the kill
 // (tests/multinode.sh kills whole hosts). FASTCPP_WORKER_STEP_MS
@@ -209,14 +211,9 @@ int main(int argc, char** argv) {
           {.timeout = std::chrono::seconds(2)});
       return 0;
     }
-    const bool single = mode == "single" || mode == "single_acc" || mode == "single_bs4" || mode == "single_unused" ||
-                        mode == "single_unused_acc" || mode == "single_unfreeze" || mode == "single_unfreeze_acc";
-    const bool with_unused =
-        mode == "unused" || mode == "single_unused" || mode == "unused_acc" || mode == "single_unused_acc";
+    const auto has = [&](const char* part) { return mode.find(part) != std::string::npos; };
+    const bool single = mode.rfind("single", 0) == 0, with_unused = has("unused"), accumulate = has("_acc");
     const bool two_rank_batches = single && mode != "single_bs4";
-    const bool accumulate =
-        mode == "single_acc" || mode == "ddp_acc" || mode == "unused_acc" || mode == "single_unused_acc" ||
-        mode == "unfreeze_acc" || mode == "single_unfreeze_acc";
     SamplerPtr order;  // none: the loader's own shuffle, which to_distributed replaces
     if (mode == "single_bs4") order = std::make_shared<DistributedSampler>(kTrain, 0, 1, true, 3);
     if (two_rank_batches) order = std::make_shared<TwoRankOrder>();
@@ -254,7 +251,8 @@ int main(int argc, char** argv) {
     }
     if (accumulate) learn.add_cb(GradientAccumulation(2 * (two_rank_batches ? 2 : 1) * kLocalBs));
     std::shared_ptr<ResumeFromCheckpoint> resume;
-    if (mode.find("unfreeze") != std::string::npos) learn.add_cb(testing::FreezeMidFit());
+    // With the unused layer, the used layer's bias keeps training: the loss needs a gradient.
+    if (has("unfreeze")) learn.add_cb(testing::FreezeMidFit({1, 2}, {2, 1}, with_unused ? 1 : 2));
     if (mode == "resume" || mode == "checkpointed")
       resume = learn.add_cb(ResumeFromCheckpoint(std::string(argv[2]) + ".ckpt"));
     if (mode == "resume") learn.add_cb(CrashOnce());

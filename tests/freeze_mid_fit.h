@@ -1,8 +1,8 @@
 #pragma once
 // Trainable parameters changed between batches, as gradual unfreezing does (tests only):
-// the model's first two parameters start the fit frozen (set after the fit's start, which
-// applies the Learner's own freezing, and before to_parallel's and to_distributed's), are
-// unfrozen before one training batch, and the last two are frozen before another.
+// the model's first `first` parameters start the fit frozen (set after the fit's start,
+// which applies the Learner's own freezing, and before to_parallel's and to_distributed's),
+// are unfrozen before one training batch, and the last two are frozen before another.
 #include "learner/callback.h"
 #include "learner/learner.h"
 
@@ -13,21 +13,23 @@ struct FreezeMidFit : Callback {
     int epoch;
     size_t iter;
   };
-  explicit FreezeMidFit(At unfreeze_first = {1, 2}, At freeze_last = {2, 1})
-      : unfreeze_first(unfreeze_first), freeze_last(freeze_last) {}
+  explicit FreezeMidFit(At unfreeze_first = {1, 2}, At freeze_last = {2, 1}, size_t first = 2)
+      : unfreeze_first(unfreeze_first), freeze_last(freeze_last), first(first) {}
   void before_fit() override {
-    for (size_t k : {0, 1}) learn().model.module().parameters()[k].set_requires_grad(false);
+    auto params = learn().model.module().parameters();
+    for (size_t k = 0; k < first; ++k) params[k].set_requires_grad(false);
   }
   void before_batch() override {
     if (!learn().training) return;
     auto params = learn().model.module().parameters();
     const auto now = [&](At at) { return learn().epoch == at.epoch && learn().iter == at.iter; };
     if (now(unfreeze_first))
-      for (size_t k : {0, 1}) params[k].set_requires_grad(true);
+      for (size_t k = 0; k < first; ++k) params[k].set_requires_grad(true);
     if (now(freeze_last))
       for (size_t k : {params.size() - 2, params.size() - 1}) params[k].set_requires_grad(false);
   }
   At unfreeze_first, freeze_last;
+  size_t first;
 };
 
 }  // namespace fastcpp::testing

@@ -458,14 +458,16 @@ TEST_SUITE("distributed") {
 
   TEST_CASE("parameters frozen and unfrozen between batches, and inside accumulation windows: 2 ranks end with 1 "
             "process's weights") {
-    const auto plain = temp_path("single");
-    REQUIRE(wait_for(spawn_worker("single", plain, {}), 120) == 0);
-    for (const auto& [single_mode, mode, port, reductions] :
-         std::vector<std::tuple<std::string, std::string, int, int>>{{"single_unfreeze", "unfreeze", 51, 15},
-                                                                     {"single_unfreeze_acc", "unfreeze_acc", 52, 7}}) {
+    for (const auto& [plain_mode, single_mode, mode, port, reductions] :
+         std::vector<std::tuple<std::string, std::string, std::string, int, int>>{
+             {"single", "single_unfreeze", "unfreeze", 51, 15},
+             {"single_acc", "single_unfreeze_acc", "unfreeze_acc", 52, 7},
+             // a parameter no rank uses stays without a gradient across the rebuilds
+             {"single_unused_acc", "single_unused_unfreeze_acc", "unused_unfreeze_acc", 56, 7}}) {
       CAPTURE(mode);
-      const auto single = temp_path(single_mode);
+      const auto single = temp_path(single_mode), plain = temp_path(plain_mode);
       REQUIRE(wait_for(spawn_worker(single_mode, single, {}), 120) == 0);
+      REQUIRE(wait_for(spawn_worker(plain_mode, plain, {}), 120) == 0);
       const auto frozen = read_result(single).get(0).toTensorList(), trained = read_result(plain).get(0).toTensorList();
       CHECK(!torch::equal(frozen.get(0), trained.get(0)));  // the freezing changed the run
       for (const auto& out : run_two_ranks(mode, port)) {
@@ -474,8 +476,8 @@ TEST_SUITE("distributed") {
         std::filesystem::remove(out);
       }
       std::filesystem::remove(single);
+      std::filesystem::remove(plain);
     }
-    std::filesystem::remove(plain);
   }
 
   TEST_CASE("an unreachable master is an error naming the address within the timeout") {
