@@ -264,7 +264,7 @@ void Reducer::hand_over(const std::vector<size_t>& leaving) {
   torch::NoGradGuard no_grad;
   // A slot with prepare()'s zeros alone is no gradient: the next Reducer would take it for one.
   for (size_t k = 0; k < params_.size(); ++k)
-    if (params_[k].grad().defined() && same_tensor(params_[k].grad(), views_[k]) && !filled_[k])
+    if (params_[k].grad().defined() && !carries_gradient(k))
       params_[k].mutable_grad().reset();
   for (size_t k : leaving) {
     const auto& param = params_[k];
