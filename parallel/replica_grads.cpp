@@ -33,6 +33,7 @@ namespace {
 void reduce_with_nccl(const std::vector<std::vector<torch::Tensor>>& params) {
   const size_t replicas = params.size();
   auto any_grad = [&](size_t i) {
+    if (!params[0][i].requires_grad()) return false;
     for (size_t r = 0; r < replicas; ++r)
       if (params[r][i].grad().defined()) return true;
     return false;
@@ -78,7 +79,7 @@ void reduce_into_first(const std::vector<std::vector<torch::Tensor>>& params, in
     for (size_t i = 0; i < params[0].size(); ++i) {
       auto& grad = params[static_cast<size_t>(r)][i].mutable_grad();
       if (!grad.defined()) continue;
-      if (!nccl) {
+      if (!nccl && params[0][i].requires_grad()) {
         auto& total = params[0][i].mutable_grad();
         if (total.defined()) {
           totals.push_back(total);

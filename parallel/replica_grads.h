@@ -4,7 +4,9 @@
 // gradients of each replica are flattened into one buffer per dtype and NCCL's
 // in-process reduce sums the buffers across the GPUs; elsewhere (CPU replicas, replicas
 // sharing a GPU) each gradient is added to replica 0's where it lies. A parameter gets
-// a gradient when any replica has one; the replicas' own are cleared.
+// a gradient when any replica has one, unless replica 0's no longer requires one (frozen
+// between the forward and the backward: autograd leaves it without one on one device);
+// the replicas' own are cleared.
 #include <torch/types.h>
 
 #include <vector>

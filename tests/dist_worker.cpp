@@ -4,8 +4,9 @@
 //
 //   dist_worker single|single_bs4|ddp|ddp_local_bn|unused|single_unused|unused_acc|single_unused_acc|
 //               unfreeze|single_unfreeze|unfreeze_acc|single_unfreeze_acc|unused_unfreeze_acc|
-//               single_unused_unfreeze_acc|resume|checkpointed|single_acc|ddp_acc|syncbn_single|syncbn|
-//               rank0_first OUT
+//               single_unused_unfreeze_acc|unfreeze_between|single_unfreeze_between|
+//               unfreeze_between_acc|single_unfreeze_between_acc|resume|checkpointed|single_acc|ddp_acc|
+//               syncbn_single|syncbn|rank0_first OUT
 //
 // On the CPU unless FASTCPP_WORKER_DEVICE names a device (cuda:0); FASTCPP_WORKER_BACKEND
 // (gloo, nccl; default auto) picks the process group's backend, and with gloo every rank
@@ -19,7 +20,8 @@
 // accumulate gradients over 2 batches (unused_acc and single_unused_acc: that model so).
 // *unfreeze* start with the first layer (with the unused layer: the first weight) frozen,
 // unfreeze it in epoch 1 and freeze the last layer in epoch 2, each between two batches
-// (*_acc: inside accumulation windows).
+// (*_acc: inside accumulation windows; *between*: after the batch's loss instead, between its
+// forward and its backward).
 // `resume` is ddp with a ResumeFromCheckpoint at OUT.ckpt, and rank 1 of the first attempt
 // kills itself after epoch 0; `checkpointed` is the same without the kill
 // (tests/multinode.sh kills whole hosts). FASTCPP_WORKER_STEP_MS
@@ -252,7 +254,7 @@ int main(int argc, char** argv) {
     if (accumulate) learn.add_cb(GradientAccumulation(2 * (two_rank_batches ? 2 : 1) * kLocalBs));
     std::shared_ptr<ResumeFromCheckpoint> resume;
     // With the unused layer, the used layer's bias keeps training: the loss needs a gradient.
-    if (has("unfreeze")) learn.add_cb(testing::FreezeMidFit({1, 2}, {2, 1}, with_unused ? 1 : 2));
+    if (has("unfreeze")) learn.add_cb(testing::FreezeMidFit({1, 2}, {2, 1}, with_unused ? 1 : 2, has("between")));
     if (mode == "resume" || mode == "checkpointed")
       resume = learn.add_cb(ResumeFromCheckpoint(std::string(argv[2]) + ".ckpt"));
     if (mode == "resume") learn.add_cb(CrashOnce());

@@ -456,14 +456,18 @@ TEST_SUITE("distributed") {
     }
   }
 
-  TEST_CASE("parameters frozen and unfrozen between batches, and inside accumulation windows: 2 ranks end with 1 "
-            "process's weights") {
+  TEST_CASE("parameters frozen and unfrozen between batches, inside accumulation windows and between a forward and its "
+            "backward: 2 ranks end with 1 process's weights") {
     for (const auto& [plain_mode, single_mode, mode, port, reductions] :
          std::vector<std::tuple<std::string, std::string, std::string, int, int>>{
              {"single", "single_unfreeze", "unfreeze", 51, 15},
              {"single_acc", "single_unfreeze_acc", "unfreeze_acc", 52, 7},
              // a parameter no rank uses stays without a gradient across the rebuilds
-             {"single_unused_acc", "single_unused_unfreeze_acc", "unused_unfreeze_acc", 56, 7}}) {
+             {"single_unused_acc", "single_unused_unfreeze_acc", "unused_unfreeze_acc", 56, 7},
+             // changed between a batch's forward and its backward: that backward gives an unfrozen
+             // parameter no gradient, a frozen one none either
+             {"single", "single_unfreeze_between", "unfreeze_between", 57, 15},
+             {"single_acc", "single_unfreeze_between_acc", "unfreeze_between_acc", 58, 7}}) {
       CAPTURE(mode);
       const auto single = temp_path(single_mode), plain = temp_path(plain_mode);
       REQUIRE(wait_for(spawn_worker(single_mode, single, {}), 120) == 0);

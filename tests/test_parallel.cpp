@@ -410,6 +410,15 @@ TEST_SUITE("parallel") {
     check_equal(train(kTwoCpus, sgd({.mom = 0.9}), {std::make_shared<FreezeMidFit>()}), single);
   }
 
+  TEST_CASE("a parameter frozen between the forward and the backward gets no gradient from the replicas either") {
+    const auto freeze = [] {
+      return std::make_shared<FreezeMidFit>(FreezeMidFit::At{1, 2}, FreezeMidFit::At{2, 1}, 2, /*between_passes=*/true);
+    };
+    const auto single = train({}, sgd({.mom = 0.9}), {freeze()});
+    CHECK(!torch::equal(single.params.back(), train({}, sgd({.mom = 0.9})).params.back()));  // the freezing took
+    check_equal(train(kTwoCpus, sgd({.mom = 0.9}), {freeze()}), single);
+  }
+
   TEST_CASE("autocast reaches the replica threads: bf16 forwards, a float loss that falls") {
     Learner learn(image_dls(), bn_model(), CrossEntropyLoss(), {}, quiet());
     silence(learn);
