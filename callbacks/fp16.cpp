@@ -3,6 +3,7 @@
 #include <torch/torch.h>
 
 #include <sstream>
+#include <utility>
 
 #include "core/autocast.h"
 #include "core/device.h"
@@ -27,11 +28,16 @@ void MixedPrecision::before_fit() {
   if (scaling() && !l.scaler) l.scaler = std::make_shared<GradScaler>(options_.scaler);
   if (l.scaler) l.scaler->place_on(l.device);  // now, not by a blocking copy inside the first batch
   skipped_in_row_ = 0;
+  diverged_.clear();
 }
 
 void MixedPrecision::autocast(bool enabled) { set_autocast(device_type_, enabled, options_.dtype); }
 
-void MixedPrecision::before_batch() { autocast(true); }
+void MixedPrecision::before_batch() {
+  // The last batch's loss was nan/inf and no callback stopped the fit at its end.
+  if (!diverged_.empty()) throw Error(std::exchange(diverged_, ""));
+  autocast(true);
+}
 
 void MixedPrecision::after_pred() {
   auto& pred = learn().pred;
@@ -66,10 +72,12 @@ void MixedPrecision::before_step() {
     return;
   }
   ++skipped_in_row_;
+  // A loss that is itself nan/inf: the step is skipped, and the fit stops at the next batch unless
+  // a callback ends it first (lr_find, which then restores the weights; TerminateOnNaN).
   if (!torch::isfinite(l.loss).all().item<bool>())
-    throw Error("fp16: the loss is nan/inf at " + l.position() +
-                ": the model diverged (this is not a loss-scale overflow); " + scale_history());
-  if (skipped_in_row_ >= options_.max_skipped_in_row)
+    diverged_ = "fp16: the loss is nan/inf at " + l.position() +
+                ": the model diverged (this is not a loss-scale overflow); " + scale_history();
+  else if (skipped_in_row_ >= options_.max_skipped_in_row)
     throw Error("fp16: gradients overflowed " + std::to_string(skipped_in_row_) + " steps in a row, up to " +
                 l.position() + "; " + scale_history());
   throw CancelStepException();

@@ -12,10 +12,14 @@
 //                    and the optimizer skips there (callbacks/cuda_graphs.h)
 //   after_step       update the scale (after a skipped step too)
 // A loss that is itself nan/inf, or too many overflowing steps in a row, stops the
-// fit with an error that shows the loss-scale history, instead of training on garbage.
+// fit with an error that shows the loss-scale history, instead of training on garbage:
+// the nan/inf loss at the next batch, so that a callback may end the fit first at this
+// one's end (lr_find, which restores the weights; TerminateOnNaN), as in fastai, where
+// such a step is skipped like any overflow.
 #include <torch/types.h>
 
 #include <optional>
+#include <string>
 
 #include "learner/callback.h"
 #include "optim/grad_scaler.h"
@@ -51,6 +55,7 @@ class MixedPrecision : public Callback {
   MixedPrecisionOptions options_;
   c10::DeviceType device_type_ = c10::DeviceType::CPU;
   int skipped_in_row_ = 0;
+  std::string diverged_;  // the error for a nan/inf loss, thrown at the next batch
 };
 
 // ChannelsLast (order -1): the model's 4-d weights and each input batch in NHWC

@@ -2,6 +2,7 @@
 
 #include <filesystem>
 
+#include "callbacks/lr_finder.h"
 #include "learner/learner.h"
 
 namespace fastcpp {
@@ -11,7 +12,8 @@ ResumeFromCheckpoint::ResumeFromCheckpoint(std::string path) : path_(std::move(p
 void ResumeFromCheckpoint::before_fit() {
   auto& l = learn();
   first_epoch_ = 0;
-  if (!std::filesystem::exists(path_)) return;
+  run = !l.get_cb<LRFinder>();  // lr_find's epochs are neither resumed nor saved
+  if (!run || !std::filesystem::exists(path_)) return;
   l.load(path_);
   first_epoch_ = l.epoch + 1;  // the checkpoint holds the last completed epoch
   l.epoch = 0;

@@ -5,6 +5,7 @@
 // epochs already done, so a restarted process (fastcpp-launch --max-restarts,
 // torchrun's elastic restarts) ends with the weights an uninterrupted run would have:
 // the schedule, the data order and the optimizer state all depend only on the epoch.
+// It sits out lr_find (which neither loads nor saves the checkpoint).
 #include <string>
 
 #include "learner/callback.h"

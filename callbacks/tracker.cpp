@@ -5,7 +5,9 @@
 #include <filesystem>
 #include <limits>
 #include <sstream>
+#include <utility>
 
+#include "callbacks/lr_finder.h"
 #include "core/error.h"
 #include "learner/learner.h"
 #include "learner/recorder.h"
@@ -25,10 +27,15 @@ TrackerCallback::TrackerCallback(TrackerOptions options)
 }
 
 void TrackerCallback::before_fit() {
+  run = !learn().get_cb<LRFinder>();  // its epochs neither validate nor keep their weights
+  trained_ = false;
   best_ = lower_is_better_ ? std::numeric_limits<double>::infinity() : -std::numeric_limits<double>::infinity();
 }
 
 void TrackerCallback::after_epoch() {
+  new_best_ = false;
+  measured_ = std::exchange(trained_, false);
+  if (!measured_) return;
   auto& recorder = *learn().recorder;
   const auto names = recorder.metric_names();  // epoch, train_loss, valid_loss, ..., time
   const auto it = std::find(names.begin() + 1, names.end() - 1, options_.monitor);
@@ -38,8 +45,7 @@ void TrackerCallback::after_epoch() {
     throw Error("cannot monitor '" + options_.monitor + "': the recorded values are " + valid);
   }
   current_ = recorder.values.back()[static_cast<size_t>(it - names.begin() - 1)];
-  new_best_ = lower_is_better_ ? current_ - options_.min_delta < best_ : current_ + options_.min_delta > best_;
-  if (std::isnan(current_)) new_best_ = false;
+  new_best_ = lower_is_better_ ? current_ + options_.min_delta < best_ : current_ - options_.min_delta > best_;
   if (new_best_) best_ = current_;
 }
 
@@ -54,11 +60,12 @@ std::string SaveModel::path(const std::string& suffix) const {
 
 void SaveModel::after_epoch() {
   auto& l = learn();
+  TrackerCallback::after_epoch();
+  if (!measured_) return;
   if (save_options_.every_epoch) {
     l.save(path(std::string("_").append(std::to_string(l.epoch))), save_options_.with_opt);
     return;
   }
-  TrackerCallback::after_epoch();
   if (!new_best_) return;
   std::ostringstream msg;
   msg << "Better model found at epoch " << l.epoch << " with " << options_.monitor << " value: " << current_ << ".";
@@ -86,6 +93,7 @@ void EarlyStopping::before_fit() {
 
 void EarlyStopping::after_epoch() {
   TrackerCallback::after_epoch();
+  if (!measured_) return;
   if (new_best_) {
     wait_ = 0;
     return;
@@ -108,6 +116,7 @@ void ReduceLROnPlateau::before_fit() {
 
 void ReduceLROnPlateau::after_epoch() {
   TrackerCallback::after_epoch();
+  if (!measured_) return;
   if (new_best_) {
     wait_ = 0;
     return;

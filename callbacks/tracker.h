@@ -2,7 +2,8 @@
 // Callbacks that watch a monitored value (a column of the epoch table, default
 // valid_loss) after each epoch. "Better" is lower for names containing "loss" or
 // "error", higher otherwise (or as `comp` says: fastai's comp=np.less / np.greater),
-// by more than min_delta.
+// by more than min_delta. Trackers sit out lr_find, as fastai's do, and an epoch a resumed
+// fit skips before training (callbacks/resume.h, fit's start_epoch) counts for nothing.
 //
 // SaveModel (order 61): saves <model_dir>/<fname>.pt when the value improves (or every
 //   epoch as <fname>_<epoch>.pt); loads the best back at the end of the fit.
@@ -28,17 +29,20 @@ class TrackerCallback : public Callback {
  public:
   explicit TrackerCallback(TrackerOptions options);
   void before_fit() override;
+  void before_train() override { trained_ = true; }
   void after_epoch() override;
 
   double best() const { return best_; }
 
  protected:
+  bool measured_ = false;  // this epoch trained, and its value was compared with the best
   bool new_best_ = false;
   double current_ = 0;
   TrackerOptions options_;
 
  private:
   bool lower_is_better_;
+  bool trained_ = false;
   double best_ = 0;
 };
 

@@ -14,7 +14,7 @@ double sched_cos(double start, double end, double pos) {
 double sched_exp(double start, double end, double pos) { return start * std::pow(end / start, pos); }
 double sched_no(double start, double /*end*/, double /*pos*/) { return start; }
 double sched_poly(double start, double end, double pos, double power) {
-  return start + (1 - std::pow(1 - pos, power)) * (end - start);
+  return start + (end - start) * std::pow(pos, power);
 }
 
 Schedule SchedLin(double start, double end) { return [=](double pos) { return sched_lin(start, end, pos); }; }

@@ -1,5 +1,6 @@
 // The concrete callbacks: trackers (EarlyStopping, ReduceLROnPlateau, SaveModel),
 // TerminateOnNaN, GradientClip, CSVLogger, and the progress table.
+#include <cmath>
 #include <filesystem>
 #include <fstream>
 #include <map>
@@ -59,6 +60,39 @@ TEST_SUITE("callbacks") {
     higher.learn.fit(5);
     CHECK(higher.learn.recorder->values.size() == 4);
     CHECK(higher.lines.back() == "No improvement since epoch 2: early stopping");
+  }
+
+  TEST_CASE("min_delta: a value is better only when it beats the best by more than min_delta, as in fastai") {
+    auto stopper = [](Comp comp) {
+      return std::make_shared<EarlyStopping>(
+          EarlyStoppingOptions{.monitor = "scripted_loss", .min_delta = 0.1, .comp = comp, .patience = 3});
+    };
+    // fastai: 0.95 and 0.92 are within 0.1 of 1.0, 0.85 beats it by more, 0.8 is within 0.1 of 0.85
+    auto lower = stopper(Comp::infer);
+    Tracked loss({1.0, 0.95, 0.85, 0.8}, {lower});
+    loss.learn.fit(4);
+    CHECK(lower->best() == 0.85);
+    auto higher = stopper(Comp::higher);  // 0.45 is worse, 0.55 is not better by more than 0.1
+    Tracked metric({0.5, 0.45, 0.55}, {higher});
+    metric.learn.fit(3);
+    CHECK(higher->best() == 0.5);
+    Tracked stalled({1.0, 0.95, 0.92, 0.91, 0.5}, {stopper(Comp::infer)});
+    stalled.learn.fit(5);
+    CHECK(stalled.learn.recorder->values.size() == 4);
+    CHECK(stalled.lines.back() == "No improvement since epoch 0: early stopping");
+  }
+
+  TEST_CASE("epochs a resumed fit skips count for nothing: EarlyStopping and ReduceLROnPlateau wait for trained ones") {
+    auto reduce = std::make_shared<ReduceLROnPlateau>(
+        ReduceLROnPlateauOptions{.monitor = "scripted_loss", .patience = 1, .factor = 10});
+    auto early = std::make_shared<EarlyStopping>(EarlyStoppingOptions{.monitor = "scripted_loss", .patience = 2});
+    Tracked t({9, 9, 9, 0.5, 0.4}, {reduce, early});
+    t.learn.fit(5, 1e-2, {.start_epoch = 3});
+    REQUIRE(t.learn.recorder->values.size() == 5);
+    CHECK(std::isfinite(t.learn.recorder->values.back()[0]));  // epoch 4 trained
+    CHECK(t.learn.opt->hyper("lr")[0] == doctest::Approx(1e-2).epsilon(1e-12));
+    CHECK(early->best() == 0.4);
+    CHECK(t.lines.empty());
   }
 
   TEST_CASE("ReduceLROnPlateau divides the lr by factor on each plateau") {

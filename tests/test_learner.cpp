@@ -191,6 +191,42 @@ TEST_SUITE("learner") {
     std::filesystem::remove(plot);
   }
 
+  TEST_CASE("lr_find with trackers and a resume checkpoint in the Learner: they sit out its batches, as in fastai") {
+    const auto dir = temp_path("lr_find_trackers"), resume = temp_path("lr_find_resume.pt");
+    auto early = std::make_shared<EarlyStopping>(EarlyStoppingOptions{.patience = 1});
+    Learner learn(synthetic_dls(64, 8, 8), tiny_model(), CrossEntropyLoss(), {},
+                  quiet({.cbs = {early, std::make_shared<SaveModel>(SaveModelOptions{.model_dir = dir}),
+                                 std::make_shared<ResumeFromCheckpoint>(resume)}}));
+    silence(learn);
+    const auto weights = snapshot(learn.model.module());
+    learn.lr_find({.num_it = 20, .stop_div = false, .plot = ""});
+    CHECK(learn.recorder->losses.size() == 20);  // 3 epochs of 8 batches; EarlyStopping did not end it after one
+    CHECK(all_equal(weights, snapshot(learn.model.module())));
+    CHECK(!std::filesystem::exists(dir));
+    CHECK(!std::filesystem::exists(resume));
+    learn.fit(1, 1e-2);  // and they are back for the next fit
+    CHECK(std::filesystem::exists(dir + "/model.pt"));
+    CHECK(early->best() == learn.recorder->values.back()[1]);
+    std::filesystem::remove_all(dir);
+  }
+
+  TEST_CASE("lr_find under loss scaling ends at a nan/inf loss and restores the weights, as in fastai") {
+    auto calls = std::make_shared<int>(0);
+    Loss loss([calls](const torch::Tensor& pred, const torch::Tensor& target) {
+      auto l = torch::nn::functional::cross_entropy(pred, target);
+      return ++*calls >= 20 ? l * std::numeric_limits<float>::infinity() : l;
+    });
+    Learner learn(synthetic_dls(64, 8, 8), tiny_model(), loss, {},
+                  quiet({.cbs = {std::make_shared<MixedPrecision>(
+                      MixedPrecisionOptions{.dtype = torch::kBFloat16, .loss_scale = true})}}));
+    silence(learn);
+    const auto weights = snapshot(learn.model.module());
+    const auto found = learn.lr_find({.num_it = 50, .plot = ""});
+    CHECK(learn.recorder->losses.size() == 20);  // stopped at the first infinite loss
+    CHECK(all_equal(weights, snapshot(learn.model.module())));
+    CHECK(found.valley > 1e-7);
+  }
+
   TEST_CASE("save -> load gives identical predictions and optimizer state") {
     const auto path = temp_path("roundtrip.pt");
     Learner a(synthetic_dls(), tiny_model(4, 3, 1), CrossEntropyLoss(), {}, quiet());

@@ -141,7 +141,8 @@ TEST_SUITE("precision") {
     CHECK(!all_equal(probe->weights[1], probe->weights[2]));
   }
 
-  TEST_CASE("a nan loss under loss scaling stops with the scale history") {
+  TEST_CASE("a nan loss under loss scaling stops with the scale history at the next batch, unless a callback ends "
+            "the fit first") {
     Loss nan_loss([](const torch::Tensor& pred, const torch::Tensor& target) {
       return torch::nn::functional::cross_entropy(pred, target) * std::nan("");
     });
@@ -150,9 +151,14 @@ TEST_SUITE("precision") {
                       MixedPrecisionOptions{.dtype = torch::kBFloat16, .loss_scale = true})}}));
     silence(learn);
     CHECK(error_of([&] { learn.fit(1); }) ==
-          "Exception occurred in `MixedPrecision` when calling event `before_step`:\n\tfp16: the loss is nan/inf at "
+          "Exception occurred in `MixedPrecision` when calling event `before_batch`:\n\tfp16: the loss is nan/inf at "
           "training batch 0 of epoch 0: the model diverged (this is not a loss-scale overflow); loss scale 65536; "
-          "last updates:\n\t(in training batch 0 of epoch 0)");
+          "last updates:\n\t(in training batch 1 of epoch 0)");
+    std::vector<std::string> lines;
+    silence(learn, &lines);
+    learn.fit(1, 1e-2, {.cbs = {std::make_shared<TerminateOnNaN>()}});  // ends the fit at batch 0, no error
+    REQUIRE(!lines.empty());
+    CHECK(lines.back().find("training batch 0 of epoch 0") != std::string::npos);
   }
 
   TEST_CASE("a checkpoint restores the loss scaler") {

@@ -38,7 +38,10 @@ TEST_SUITE("schedules") {
     CHECK(sched_cos(2, 4, 1) == doctest::Approx(4).epsilon(1e-15));
     CHECK(sched_exp(1e-7, 10, 0.5) == doctest::Approx(std::sqrt(1e-7 * 10)).epsilon(1e-12));
     CHECK(sched_no(3, 9, 0.7) == 3);
-    CHECK(sched_poly(0, 1, 0.5, 2) == doctest::Approx(0.75));
+    // fastai's SchedPoly: start + (end - start) * pos ** power
+    CHECK(sched_poly(0, 1, 0.5, 2) == doctest::Approx(0.25).epsilon(1e-15));
+    CHECK(SchedPoly(1e-2, 1e-4, 0.5)(0.3) == doctest::Approx(0.004577546680698856).epsilon(1e-14));
+    CHECK(SchedPoly(2, 1, 3)(0.25) == doctest::Approx(1.984375).epsilon(1e-15));
   }
 
   TEST_CASE("combine_scheds switches at the cumulative fractions") {
