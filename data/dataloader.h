@@ -93,8 +93,11 @@ class DataLoader {
   Iterator begin();
   Iterator end();
 
- private:
+  // A batch as this loader's come out of it: its batch augmentations (a valid loader's are
+  // their validation forms, a resize at most), then its batch transforms, on the batch's device.
   Batch apply_batch_tfms(Batch batch, uint64_t seed) const;
+
+ private:
   // The dataset batches are cut from: the resident copy on the device, or the dataset.
   const Dataset& source() const;
   void place_resident();

@@ -14,28 +14,38 @@
 namespace fastcpp {
 
 void write_atomically(const std::string& path, const std::vector<char>& bytes) {
+  const auto fail = [&](const std::string& reason) { throw Error("cannot write checkpoint '" + path + "': " + reason); };
   const std::filesystem::path target(path);
-  if (target.has_parent_path()) std::filesystem::create_directories(target.parent_path());
+  const auto folder = target.has_parent_path() ? target.parent_path() : std::filesystem::path(".");
+  std::error_code made;
+  std::filesystem::create_directories(folder, made);
+  if (made) fail("cannot make its folder '" + folder.string() + "': " + made.message());
   const std::string temp = path + ".tmp." + std::to_string(::getpid());
   const int fd = ::open(temp.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
-  if (fd < 0) throw Error("cannot write checkpoint '" + path + "': " + std::strerror(errno));
+  if (fd < 0) fail(std::strerror(errno));
+  const auto discard = [&](int error) {
+    ::close(fd);
+    ::unlink(temp.c_str());
+    fail(std::strerror(error));
+  };
   size_t written = 0;
   while (written < bytes.size()) {
     const auto n = ::write(fd, bytes.data() + written, bytes.size() - written);
-    if (n < 0) {
-      const std::string reason = std::strerror(errno);
-      ::close(fd);
-      ::unlink(temp.c_str());
-      throw Error("cannot write checkpoint '" + path + "': " + reason);
-    }
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0) discard(errno);
     written += static_cast<size_t>(n);
   }
-  const bool synced = ::fsync(fd) == 0;
-  ::close(fd);
-  if (!synced || std::rename(temp.c_str(), path.c_str()) != 0) {
-    const std::string reason = std::strerror(errno);
+  if (::fsync(fd) != 0) discard(errno);
+  // close reports a write the file system deferred (NFS, quotas).
+  if (::close(fd) != 0 || std::rename(temp.c_str(), path.c_str()) != 0) {
+    const int error = errno;
     ::unlink(temp.c_str());
-    throw Error("cannot write checkpoint '" + path + "': " + reason);
+    fail(std::strerror(error));
+  }
+  // The rename itself reaches the disk with its folder's entry.
+  if (const int dir = ::open(folder.c_str(), O_RDONLY | O_DIRECTORY); dir >= 0) {
+    ::fsync(dir);  // best effort: some file systems cannot sync a folder
+    ::close(dir);
   }
 }
 

@@ -52,6 +52,17 @@ class GatherPreds : public Callback {
 
 std::string first_line(const std::string& text) { return text.substr(0, text.find('\n')); }
 
+// Runs `part` of a step; libtorch's error in it becomes an Error that says which part
+// failed, `failed()` (one_batch adds the batch's position), instead of a backtrace.
+template <class Part, class Failed>
+void naming_failure(Part&& part, Failed&& failed) {
+  try {
+    part();
+  } catch (const c10::Error& e) {
+    throw Error(failed() + ": " + first_line(e.what_without_backtrace()));
+  }
+}
+
 }  // namespace
 
 class Learner::AddedCallbacks {
@@ -228,15 +239,14 @@ void Learner::one_batch(size_t i, const Batch& batch) {
 }
 
 void Learner::do_one_batch() {
-  try {
-    pred = model(xb);
-  } catch (const c10::Error& e) {
-    throw Error("the model's forward failed on input of shape " + c10::str(xb.sizes()) + ": " +
-                first_line(e.what_without_backtrace()));
-  }
+  naming_failure([&] { pred = model(xb); },
+                 [&] { return "the model's forward failed on input of shape " + c10::str(xb.sizes()); });
   event(Event::after_pred);
   if (yb.defined()) {
-    loss_grad = loss_func(pred, yb);
+    naming_failure([&] { loss_grad = loss_func(pred, yb); }, [&] {
+      return "the loss failed on a prediction of shape " + c10::str(pred.sizes()) + " and a target of shape " +
+             c10::str(yb.sizes());
+    });
     loss = loss_grad.detach().clone();
   }
   event(Event::after_loss);
@@ -245,10 +255,12 @@ void Learner::do_one_batch() {
 }
 
 void Learner::do_grad_opt() {
-  with_events<CancelBackwardException>([&] { loss_grad.backward(); }, Event::before_backward,
-                                       Event::after_cancel_backward, Event::after_backward);
-  with_events<CancelStepException>([&] { opt->step(); }, Event::before_step, Event::after_cancel_step,
-                                   Event::after_step);
+  with_events<CancelBackwardException>(
+      [&] { naming_failure([&] { loss_grad.backward(); }, [] { return std::string("the backward pass failed"); }); },
+      Event::before_backward, Event::after_cancel_backward, Event::after_backward);
+  with_events<CancelStepException>(
+      [&] { naming_failure([&] { opt->step(); }, [] { return std::string("the optimizer's step failed"); }); },
+      Event::before_step, Event::after_cancel_step, Event::after_step);
   opt->zero_grad();
 }
 
@@ -337,8 +349,8 @@ Preds Learner::get_preds(DataLoader* loader, bool with_loss) {
 torch::Tensor Learner::predict(const torch::Tensor& item) {
   torch::NoGradGuard no_grad;
   model.module().eval();
-  auto x = item.unsqueeze(0).to(device);
-  for (const auto& tfm : dls.valid.options().batch_tfms) x = tfm(x);
+  // As the valid loader makes its batches: a resize of aug_transforms' too, not the batch transforms alone.
+  const auto x = dls.valid.apply_batch_tfms({.x = item.unsqueeze(0).to(device)}, /*seed=*/0).x;
   return loss_func.activation(model(x)).squeeze(0);
 }
 

@@ -159,6 +159,7 @@ double Recorder::smooth_loss() {
 }
 
 void Recorder::before_validate() {
+  cancel_valid_ = false;  // also for a validate() of its own after a fit that cancelled one
   valid_loss_sum_ = torch::Tensor();
   valid_count_ = 0;
   for (const auto& metric : learn().metrics) metric->reset();

@@ -165,6 +165,23 @@ TEST_SUITE("augment") {
     CHECK(torch::equal(valid.x, geometry_only.apply_draws(b, std::vector<vision::AugDraw>(3)).x));
   }
 
+  TEST_CASE("predict resizes an item as the valid loader's batches are: aug_transforms' validation form, then the "
+            "batch transforms") {
+    const auto b = blocks(4, 24, 32);
+    const auto data = std::make_shared<TensorDataset>(b.x, b.y.select(1, 0).select(1, 0));
+    const auto resize = validation_forms({vision::aug_transforms({.size = std::pair<int64_t, int64_t>{6, 8}})});
+    const std::vector<BatchTransform> to_float{IntToFloat{}};
+    DataLoaders dls{DataLoader(data, {.bs = 2, .batch_tfms = to_float}),
+                    DataLoader(data, {.bs = 2, .batch_tfms = to_float, .aug_tfms = resize})};
+    torch::manual_seed(0);
+    // Flattening: a model that takes only the resized shape.
+    Learner learn(dls, torch::nn::Sequential(torch::nn::Flatten(), torch::nn::Linear(3 * 6 * 8, 2)),
+                  CrossEntropyLoss(), {}, quiet());
+    silence(learn);
+    const auto preds = learn.get_preds();
+    CHECK(torch::allclose(learn.predict(b.x[3]), preds.preds[3], 1e-6, 1e-7));
+  }
+
   TEST_CASE("aug_transforms reads nothing back to the host") {
     const auto b = blocks(4, 32, 32);
     for (const auto& options : {vision::AugOptions{}, vision::AugOptions{.size = std::pair<int64_t, int64_t>{12, 12}}}) {

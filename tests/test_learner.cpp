@@ -1,5 +1,6 @@
 // The Learner's own behaviour: training lowers the loss on real data, lr_find,
 // checkpoints, label errors, gradient accumulation, freezing, predictions.
+#include <cmath>
 #include <filesystem>
 #include <fstream>
 
@@ -191,6 +192,20 @@ TEST_SUITE("learner") {
     std::filesystem::remove(plot);
   }
 
+  TEST_CASE("validate() after a fit whose validation was cancelled gives the loss and metrics, not nan") {
+    struct SkipValidation : Callback {
+      void before_validate() override { throw CancelValidException(); }
+    };
+    Learner learn(synthetic_dls(), tiny_model(), CrossEntropyLoss(), {metrics::accuracy()}, quiet());
+    silence(learn);
+    learn.fit(1, 1e-2, {.cbs = {std::make_shared<SkipValidation>()}});
+    CHECK(std::isnan(learn.recorder->values.back()[1]));
+    const auto valid = learn.validate();
+    REQUIRE(valid.size() == 2);
+    CHECK(std::isfinite(valid[0]));
+    CHECK(std::isfinite(valid[1]));
+  }
+
   TEST_CASE("lr_find with trackers and a resume checkpoint in the Learner: they sit out its batches, as in fastai") {
     const auto dir = temp_path("lr_find_trackers"), resume = temp_path("lr_find_resume.pt");
     auto early = std::make_shared<EarlyStopping>(EarlyStoppingOptions{.patience = 1});
@@ -225,6 +240,16 @@ TEST_SUITE("learner") {
     CHECK(learn.recorder->losses.size() == 20);  // stopped at the first infinite loss
     CHECK(all_equal(weights, snapshot(learn.model.module())));
     CHECK(found.valley > 1e-7);
+  }
+
+  TEST_CASE("a checkpoint whose folder cannot be made is an Error naming the folder") {
+    const auto file = temp_path("not_a_folder");
+    std::ofstream(file) << "x";
+    Learner learn(synthetic_dls(), tiny_model(), CrossEntropyLoss(), {}, quiet());
+    CHECK(error_of([&] { learn.save(file + "/models/model.pt"); }) ==
+          "cannot write checkpoint '" + file + "/models/model.pt': cannot make its folder '" + file +
+              "/models': Not a directory");
+    std::filesystem::remove(file);
   }
 
   TEST_CASE("save -> load gives identical predictions and optimizer state") {
@@ -392,6 +417,22 @@ TEST_SUITE("learner") {
     const auto message = error_of([&] { learn.fit(1); });
     CHECK(message.rfind("the model's forward failed on input of shape [2, 4]: ", 0) == 0);
     CHECK(message.find("(in training batch 0 of epoch 0)") != std::string::npos);
+  }
+
+  TEST_CASE("libtorch's errors in the loss and the backward pass name the part and the batch") {
+    Loss failing([](const torch::Tensor&, const torch::Tensor&) -> torch::Tensor {
+      TORCH_CHECK(false, "no loss for these");
+    });
+    Learner learn(synthetic_dls(), tiny_model(), failing, {}, quiet());
+    silence(learn);
+    CHECK(error_of([&] { learn.fit(1); }) ==
+          "the loss failed on a prediction of shape [2, 3] and a target of shape [2]: no loss for these\n\t(in training "
+          "batch 0 of epoch 0)");
+    Loss constant([](const torch::Tensor& pred, const torch::Tensor&) { return torch::zeros({}, pred.options()); });
+    Learner no_graph(synthetic_dls(), tiny_model(), constant, {}, quiet());
+    silence(no_graph);
+    CHECK(error_of([&] { no_graph.fit(1); }).rfind("the backward pass failed: element 0 of tensors does not require grad",
+                                                   0) == 0);
   }
 
   TEST_CASE("GradientAccumulation over k batches equals one batch k times larger") {
