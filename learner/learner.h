@@ -147,6 +147,7 @@ class Learner {
   // ---- inference
   // [valid_loss, metrics...] over a loader (default: the valid one).
   std::vector<double> validate(DataLoader* dl = nullptr);
+  // Activated predictions of every item, in the dataset's order (a shuffling loader too).
   Preds get_preds(DataLoader* dl = nullptr, bool with_loss = false);
   // Test-time augmentation, as fastai's tta: the predictions of n passes over the
   // loader's items with their training transforms (Dataset::augmented), averaged,

@@ -468,6 +468,19 @@ TEST_SUITE("learner") {
     CHECK(!torch::equal(body[0], body_before));
   }
 
+  TEST_CASE("get_preds on a loader that shuffles and drops its last batch: every item, in the dataset's order") {
+    const auto dls = synthetic_dls(10, 4, 4);
+    DataLoader shuffled(dls.train.dataset_ptr(), {.bs = 4, .shuffle = true, .drop_last = true, .seed = 5});
+    Learner learn(dls, tiny_model(), CrossEntropyLoss(), {}, quiet());
+    silence(learn);
+    const auto all = shuffled.dataset().get_batch({0, 1, 2, 3, 4, 5, 6, 7, 8, 9});
+    const auto preds = learn.get_preds(&shuffled);
+    REQUIRE(preds.preds.size(0) == 10);
+    CHECK(torch::equal(preds.targets, all.y));
+    CHECK(torch::allclose(preds.preds, torch::softmax(learn.model(all.x), 1), 1e-6, 1e-7));
+    CHECK(shuffled.options().shuffle);  // the loader itself is as it was
+  }
+
   TEST_CASE("get_preds returns activated predictions and targets; predict one item") {
     Learner learn(synthetic_dls(8, 6, 4), tiny_model(), CrossEntropyLoss(), {}, quiet());
     silence(learn);
