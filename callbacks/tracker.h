@@ -29,7 +29,7 @@ class TrackerCallback : public Callback {
  public:
   explicit TrackerCallback(TrackerOptions options);
   void before_fit() override;
-  void before_train() override { trained_ = true; }
+  void before_train() override { trained_ = true; }  // a subclass's own calls this one too
   void after_epoch() override;
 
   double best() const { return best_; }
