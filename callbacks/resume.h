@@ -1,11 +1,18 @@
 #pragma once
-// ResumeFromCheckpoint (order 61): makes a fit restartable. After every epoch it saves
-// the learner (model, optimizer, scaler, epoch) to `path` (atomically; rank 0 only
-// when distributed); at the start of a fit it loads `path` if it exists and skips the
-// epochs already done, so a restarted process (fastcpp-launch --max-restarts,
-// torchrun's elastic restarts) ends with the weights an uninterrupted run would have:
-// the schedule, the data order and the optimizer state all depend only on the epoch.
-// It sits out lr_find (which neither loads nor saves the checkpoint).
+// ResumeFromCheckpoint (order 61): makes a program's fits restartable. After every epoch
+// it saves the learner (model, optimizer, scaler, epoch) to `path` (atomically; rank 0
+// only when distributed) with the fit's number (1 for the first fit it runs in) and a seed.
+// At the start of a fit it reads `path`: a checkpoint of this fit is loaded and its epochs
+// are skipped; one of a later fit (fine_tune restarted in its second phase) skips this
+// whole fit, which the later one replaces; none, or one of an earlier fit, trains from
+// the start. So a restarted process (fastcpp-launch --max-restarts, torchrun's elastic
+// restarts) ends with the weights an uninterrupted run would have: the schedule and the
+// data order depend only on the epoch, the optimizer state is in the checkpoint, and each
+// trained epoch reseeds the global generators (dropout, MixUp) from (seed, fit, epoch,
+// rank). The seed is drawn from the global generator at the first fit; rank 0's is saved,
+// so give every rank the same manual_seed.
+// It sits out lr_find (which neither counts as a fit nor loads or saves the checkpoint).
+#include <cstdint>
 #include <string>
 
 #include "learner/callback.h"
@@ -19,11 +26,16 @@ class ResumeFromCheckpoint : public Callback {
   void before_epoch() override;
   void after_epoch() override;
   void after_fit() override;
-  int resumed_from() const { return first_epoch_; }  // 0 when nothing was resumed
+  // The first epoch this fit trained: 0 when nothing was resumed, n_epoch for a skipped fit.
+  int resumed_from() const { return first_epoch_; }
 
  private:
   std::string path_;
+  int fit_ = 0;  // fits run so far, this one included
   int first_epoch_ = 0;
+  bool skipped_ = false;  // a later fit's checkpoint stands for this one
+  bool seeded_ = false;
+  uint64_t seed_ = 0;
 };
 
 }  // namespace fastcpp

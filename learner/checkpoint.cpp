@@ -16,7 +16,7 @@ namespace fastcpp::checkpoint {
 
 constexpr const char* kFormat = "fastcpp.checkpoint.v1";
 
-std::vector<char> encode(const Learner& learn, bool with_opt) {
+std::vector<char> encode(const Learner& learn, bool with_opt, const Extras& extras) {
   c10::Dict<std::string, torch::Tensor> model;
   for (const auto& [name, tensor] : named_state(learn.model.module()))
     model.insert(name, tensor.detach().to(torch::kCPU));
@@ -26,16 +26,42 @@ std::vector<char> encode(const Learner& learn, bool with_opt) {
   root.insert("epoch", static_cast<int64_t>(learn.epoch));
   if (with_opt && learn.opt) root.insert("opt", learn.opt->state_dict());
   if (with_opt && learn.scaler) root.insert("scaler", learn.scaler->state_dict());
+  if (!extras.empty()) {
+    c10::Dict<std::string, int64_t> entries;
+    for (const auto& [key, value] : extras) entries.insert(key, value);
+    root.insert("extras", entries);
+  }
   return torch::pickle_save(root);
 }
 
-void decode_into(Learner& learn, const std::vector<char>& bytes, bool with_opt, const std::string& source) {
+namespace {
+
+c10::impl::GenericDict checkpoint_root(const std::vector<char>& bytes, const std::string& source) {
   const auto value = unpickle(bytes, source, "a checkpoint");
   if (!value.isGenericDict()) throw Error("cannot read " + source + ": not a fastcpp checkpoint");
   const auto root = value.toGenericDict();
   auto format = root.find(c10::IValue(std::string("format")));
   if (format == root.end() || !format->value().isString() || format->value().toStringRef() != kFormat)
     throw Error("cannot read " + source + ": not a fastcpp checkpoint (no '" + kFormat + "' marker)");
+  return root;
+}
+
+}  // namespace
+
+Extras extras_of(const std::vector<char>& bytes, const std::string& source) {
+  const auto root = checkpoint_root(bytes, source);
+  Extras extras;
+  if (root.find(c10::IValue(std::string("extras"))) == root.end()) return extras;
+  for (const auto& entry : typed_entry(root, "extras", &c10::IValue::isGenericDict, source).toGenericDict()) {
+    if (!entry.key().isString() || !entry.value().isInt())
+      throw Error("cannot read " + source + ": its 'extras' entry holds something other than named integers");
+    extras[entry.key().toStringRef()] = entry.value().toInt();
+  }
+  return extras;
+}
+
+void decode_into(Learner& learn, const std::vector<char>& bytes, bool with_opt, const std::string& source) {
+  const auto root = checkpoint_root(bytes, source);
   auto optional_entry = [&](const std::string& key) -> std::optional<c10::impl::GenericDict> {
     if (!with_opt || root.find(c10::IValue(key)) == root.end()) return std::nullopt;
     return typed_entry(root, key, &c10::IValue::isGenericDict, source).toGenericDict();

@@ -7,6 +7,8 @@
 // Learner as it was and names the file and the first mismatched entry.
 #include <ATen/core/ivalue.h>
 
+#include <cstdint>
+#include <map>
 #include <string>
 #include <vector>
 
@@ -16,8 +18,13 @@ class Learner;
 
 namespace checkpoint {
 
-std::vector<char> encode(const Learner& learn, bool with_opt);
+// Integers a callback keeps with the Learner's state (ResumeFromCheckpoint: which fit the
+// checkpoint was saved in, and its seed); empty in a plain save.
+using Extras = std::map<std::string, int64_t>;
+
+std::vector<char> encode(const Learner& learn, bool with_opt, const Extras& extras = {});
 void decode_into(Learner& learn, const std::vector<char>& bytes, bool with_opt, const std::string& source);
+Extras extras_of(const std::vector<char>& bytes, const std::string& source);
 
 
 }  // namespace checkpoint

@@ -367,8 +367,8 @@ torch::Tensor Learner::predict(const torch::Tensor& item) {
 
 // ---------------------------------------------------------------- state
 
-void Learner::save(const std::string& path, bool with_opt) const {
-  if (rank == 0) write_atomically(path, checkpoint::encode(*this, with_opt));
+void Learner::save(const std::string& path, bool with_opt, const checkpoint::Extras& extras) const {
+  if (rank == 0) write_atomically(path, checkpoint::encode(*this, with_opt, extras));
   if (barrier) barrier();  // nobody loads before rank 0 has written
 }
 

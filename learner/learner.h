@@ -20,6 +20,7 @@
 #include "data/dataloader.h"
 #include "callbacks/schedule.h"
 #include "learner/callback.h"
+#include "learner/checkpoint.h"
 #include "learner/export.h"
 #include "optim/grad_scaler.h"
 #include "learner/loss.h"
@@ -161,8 +162,9 @@ class Learner {
   std::string summary();
 
   // ---- state
-  // Model, optimizer state and epoch, written atomically (temporary file + rename).
-  void save(const std::string& path, bool with_opt = true) const;
+  // Model, optimizer state and epoch, written atomically (temporary file + rename);
+  // `extras`: integers a callback keeps with them (checkpoint::extras_of reads them back).
+  void save(const std::string& path, bool with_opt = true, const checkpoint::Extras& extras = {}) const;
   void load(const std::string& path, bool with_opt = true);
   // What inference needs, in one file without the data (learner/export.h): fastai's
   // learn.export (export is a C++ keyword). Read back with vision::load_learner.

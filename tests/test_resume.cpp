@@ -1,0 +1,82 @@
+// ResumeFromCheckpoint: a program of several fits, killed and run again, ends with the
+// weights of an uninterrupted run (dropout and shuffled data included).
+#include <filesystem>
+#include <optional>
+#include <stdexcept>
+
+#include "helpers.h"
+
+using namespace fastcpp;
+using namespace fastcpp::testing;
+
+namespace {
+
+struct CrashPoint {
+  int fit, epoch;  // the fit's number (1 for the first) and the epoch after whose save it dies
+};
+
+// Dies (an exception no callback catches, as a killed process) after the save of `at`.
+class Crash : public Callback {
+ public:
+  explicit Crash(CrashPoint at) : at_(at) { order = 100; }  // after ResumeFromCheckpoint's save
+  void before_fit() override { ++fit_; }
+  void after_epoch() override {
+    if (fit_ == at_.fit && learn().epoch == at_.epoch) throw std::runtime_error("killed");
+  }
+
+ private:
+  CrashPoint at_;
+  int fit_ = 0;
+};
+
+struct ProgramRun {
+  std::vector<torch::Tensor> weights;
+  std::vector<std::string> log;
+  int last_resumed_from;
+};
+
+// fine_tune (a frozen fit of 2 epochs, then an unfrozen one of 3) of a model with dropout
+// on shuffled data, restartable through `checkpoint`.
+ProgramRun fine_tune_program(const std::string& checkpoint, std::optional<CrashPoint> crash = {}) {
+  torch::manual_seed(0);
+  torch::nn::Sequential model(torch::nn::Linear(4, 16), torch::nn::ReLU(), torch::nn::Dropout(0.5),
+                              torch::nn::Linear(16, 3));
+  DataLoaders dls{DataLoader(synthetic_dataset(32, 4, 3, 1), {.bs = 4, .shuffle = true, .seed = 3}),
+                  DataLoader(synthetic_dataset(8, 4, 3, 2), {.bs = 4})};
+  Learner learn(dls, model, CrossEntropyLoss(), {}, quiet({.splitter = split_after(3)}));
+  ProgramRun run;
+  silence(learn, &run.log);
+  auto resume = learn.add_cb(ResumeFromCheckpoint(checkpoint));
+  if (crash) learn.add_cb(Crash(*crash));
+  learn.fine_tune(3, {.base_lr = 1e-2, .freeze_epochs = 2});
+  run.weights = snapshot(learn.model.module());
+  run.last_resumed_from = resume->resumed_from();
+  return run;
+}
+
+}  // namespace
+
+TEST_SUITE("callbacks") {
+  TEST_CASE("ResumeFromCheckpoint: a fine_tune killed in either phase and run again ends as an uninterrupted one") {
+    const auto uninterrupted = fine_tune_program(temp_path("resume_whole.pt"));
+    CHECK(!std::filesystem::exists(temp_path("resume_whole.pt")));
+    SUBCASE("killed in the second phase: the first is skipped, the second resumed") {
+      const auto path = temp_path("resume_second.pt");
+      CHECK_THROWS(fine_tune_program(path, CrashPoint{2, 1}));
+      const auto again = fine_tune_program(path);
+      CHECK(again.log == std::vector<std::string>{"skipping fit 1: '" + path + "' holds fit 2",
+                                                  "resuming from '" + path + "' at epoch 2"});
+      CHECK(again.last_resumed_from == 2);
+      CHECK(all_equal(again.weights, uninterrupted.weights));
+      CHECK(!std::filesystem::exists(path));
+    }
+    SUBCASE("killed in the first phase: it resumes, the second trains from its start") {
+      const auto path = temp_path("resume_first.pt");
+      CHECK_THROWS(fine_tune_program(path, CrashPoint{1, 0}));
+      const auto again = fine_tune_program(path);
+      CHECK(again.log == std::vector<std::string>{"resuming from '" + path + "' at epoch 1"});
+      CHECK(again.last_resumed_from == 0);
+      CHECK(all_equal(again.weights, uninterrupted.weights));
+    }
+  }
+}
