@@ -26,7 +26,10 @@ void MixedPrecision::before_fit() {
     throw Error("fp16 training needs a CUDA device, and this learner runs on " + l.device.str() +
                 ": use learn.to_bf16() on the CPU (or learn.to_fp32())");
   if (scaling() && !l.scaler) l.scaler = std::make_shared<GradScaler>(options_.scaler);
-  if (l.scaler) l.scaler->place_on(l.device);  // now, not by a blocking copy inside the first batch
+  if (l.scaler) {
+    l.scaler->place_on(l.device);  // now, not by a blocking copy inside the first batch
+    l.scaler->forget_step();
+  }
   skipped_in_row_ = 0;
   diverged_.clear();
 }

@@ -178,6 +178,7 @@ void Learner::fit(int n_epoch_, Lrs lr, FitOptions options) {
   if (options.start_epoch > 0) cbs.push_back(std::make_shared<SkipToEpoch>(options.start_epoch));
   AddedCallbacks added(*this, std::move(cbs));
   if (options.reset_opt || !opt) create_opt();
+  opt->zero_grad();  // gradients a failed fit left are not added to this one's first step
   if (auto wd = options.wd ? options.wd : options_.wd) opt->set_hyper("wd", *wd);
   opt->set_hyper("lr", (lr.given() ? lr : options_.lr).for_groups(opt->n_groups()));
   n_epoch = n_epoch_;

@@ -67,12 +67,16 @@ bool device_steppable(const GroupTensors& group) {
   return true;
 }
 
-void device_sgd_update(GroupTensors& group, DeviceHypers& h, const torch::Tensor& found_inf) {
-  auto grad_avgs = buffers(group, "grad_avg");
+void device_sgd_update(GroupTensors& group, DeviceHypers& h, const torch::Tensor& found_inf, bool momentum) {
   const Skip skip(group, found_inf);
   const auto lr = skip.kept(h.lr());
   skip.count(h.step);
   decay_weights(group, lr, h.wd());
+  if (!momentum) {
+    torch::_foreach_sub_(group.params, torch::_foreach_mul(group.grads, lr));
+    return;
+  }
+  auto grad_avgs = buffers(group, "grad_avg");
   // grad_avg = mom*grad_avg + g, with mom 1 where the step is skipped (and g zeroed).
   torch::_foreach_mul_(grad_avgs, 1 - skip.kept(1 - h.mom()));
   torch::_foreach_add_(grad_avgs, group.grads);

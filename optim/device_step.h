@@ -37,9 +37,9 @@ struct DeviceHypers {
 // gradients, state buffers on the params' device.
 bool device_steppable(const GroupTensors& group);
 
-// The momentum buffer always (mom == 0 then gives p -= lr * g): whether it is needed
-// must not depend on a value the host changes between replays.
-void device_sgd_update(GroupTensors& group, DeviceHypers& hypers, const torch::Tensor& found_inf);
+// momentum: SGD's, fixed when it was made (never the scheduled mom, which the host changes
+// between replays); the buffer exists either way.
+void device_sgd_update(GroupTensors& group, DeviceHypers& hypers, const torch::Tensor& found_inf, bool momentum);
 void device_adam_update(GroupTensors& group, DeviceHypers& hypers, const torch::Tensor& found_inf);
 
 }  // namespace fastcpp

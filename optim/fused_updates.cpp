@@ -69,18 +69,18 @@ bool fusable(const GroupTensors& group) {
   return true;
 }
 
-void fused_sgd_update(GroupTensors& group, const Hypers& hypers) {
-  std::vector<torch::Tensor> momentum;
+void fused_sgd_update(GroupTensors& group, const Hypers& hypers, bool momentum) {
+  std::vector<torch::Tensor> grad_avgs;
   for (size_t i = 0; i < group.params.size(); ++i) {
     ++group.states[i]->step;
-    if (hypers.mom != 0) momentum.push_back(state_buffer(*group.states[i], "grad_avg", group.grads[i]));
+    if (momentum) grad_avgs.push_back(state_buffer(*group.states[i], "grad_avg", group.grads[i]));
   }
-  for (auto& part : split_by_decay(group, momentum, {})) {
+  for (auto& part : split_by_decay(group, grad_avgs, {})) {
     if (part.params.empty()) continue;
     // fastai's decay is decoupled (PyTorch's SGD adds it to the gradient instead).
     if (part.decay && hypers.wd != 0) torch::_foreach_mul_(part.params, 1 - hypers.lr * hypers.wd);
     // The buffers start at zero: mom * 0 + grad is PyTorch's first-step copy of the gradient.
-    at::_fused_sgd_(part.params, part.grads, part.first, /*weight_decay=*/0, hypers.mom, hypers.lr,
+    at::_fused_sgd_(part.params, part.grads, part.first, /*weight_decay=*/0, momentum ? hypers.mom : 0.0, hypers.lr,
                     /*dampening=*/0, /*nesterov=*/false, /*maximize=*/false, /*is_first_step=*/false);
   }
 }

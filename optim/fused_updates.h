@@ -14,7 +14,7 @@ namespace fastcpp {
 // gradients and state buffers laid out as their params, every param at the same step.
 bool fusable(const GroupTensors& group);
 
-void fused_sgd_update(GroupTensors& group, const Hypers& hypers);
+void fused_sgd_update(GroupTensors& group, const Hypers& hypers, bool momentum);
 void fused_adam_update(GroupTensors& group, const Hypers& hypers);
 
 }  // namespace fastcpp

@@ -47,6 +47,9 @@ class GradScaler {
   bool step(Optimizer& opt);
   // Updates the scale from this step's verdict (call after every unscaled step).
   void update();
+  // Drops the verdict of a step that was unscaled but never updated (its fit failed in
+  // between): the next step unscales its own gradients. The scale is kept.
+  void forget_step() { unscaled_ = skip_step_ = false; }
 
   double get_scale() const { return scale_.item<double>(); }
   int64_t growth_tracker() const { return growth_tracker_.item<int64_t>(); }

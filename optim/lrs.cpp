@@ -3,6 +3,7 @@
 #include <cmath>
 
 #include "core/error.h"
+#include "core/spec_text.h"
 
 namespace fastcpp {
 
@@ -17,7 +18,8 @@ std::vector<double> even_mults(double start, double stop, size_t n) {
 std::vector<double> Lrs::for_groups(size_t n_groups) const {
   if (!stop_) throw Error("Lrs: no learning rate given");
   if (!slice_) return std::vector<double>(n_groups, *stop_);
-  if (start_) return even_mults(*start_, *stop_, n_groups);
+  if (start_ && *start_ < 0) throw Error("slice(start, stop): start must be >= 0, got " + spec_text::number(*start_));
+  if (start_ && *start_ > 0) return even_mults(*start_, *stop_, n_groups);  // 0: as no start, as fastai
   std::vector<double> values(n_groups, *stop_ / 10);
   values.back() = *stop_;
   return values;

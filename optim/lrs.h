@@ -2,7 +2,7 @@
 // Lrs: the learning rate argument of fit and friends. A single value applies to
 // every parameter group; a slice spreads values over the groups as fastai does:
 //   slice(stop)         -> stop/10 for every group but the last, stop for the last
-//   slice(start, stop)  -> geometric progression from start to stop
+//   slice(start, stop)  -> geometric progression from start to stop (start 0: as slice(stop))
 #include <optional>
 #include <vector>
 

@@ -46,7 +46,7 @@ void SGD::update(torch::Tensor& param, const torch::Tensor& grad, ParamState& st
                  bool do_wd) {
   decay_weights(param, hypers, do_wd);
   ++state.step;
-  if (hypers.mom == 0) {
+  if (!momentum_) {
     param.add_(grad, -hypers.lr);
     return;
   }
@@ -55,7 +55,7 @@ void SGD::update(torch::Tensor& param, const torch::Tensor& grad, ParamState& st
 
 bool SGD::update_group(GroupTensors& group, const Hypers& hypers) {
   if (!fusable(group)) return false;
-  fused_sgd_update(group, hypers);
+  fused_sgd_update(group, hypers, momentum_);
   return true;
 }
 
@@ -66,7 +66,7 @@ bool Adam::update_group(GroupTensors& group, const Hypers& hypers) {
 }
 
 void SGD::update_on_device(GroupTensors& group, DeviceHypers& hypers, const torch::Tensor& found_inf) {
-  device_sgd_update(group, hypers, found_inf);
+  device_sgd_update(group, hypers, found_inf, momentum_);
 }
 
 void Adam::update_on_device(GroupTensors& group, DeviceHypers& hypers, const torch::Tensor& found_inf) {
@@ -111,7 +111,7 @@ void Larc::update(torch::Tensor& param, const torch::Tensor& grad, ParamState& s
                   bool do_wd) {
   decay_weights(param, hypers, do_wd);
   ++state.step;
-  const auto& direction = hypers.mom != 0 ? average_grad(state, grad, hypers.mom, false) : grad;
+  const auto& direction = momentum_ ? average_grad(state, grad, hypers.mom, false) : grad;
   const auto p_norm = param.norm();
   auto local_lr = p_norm * (hypers.lr * trust_coeff_) / (grad.norm() + p_norm * hypers.wd + hypers.eps);
   if (clip_) local_lr = local_lr.clamp_max(hypers.lr);
@@ -161,7 +161,7 @@ OptFunc with_hypers(double mom, double sqr_mom, double eps, double wd, Make make
 
 OptFunc sgd(SGDOptions o) {
   return with_hypers(o.mom, Hypers().sqr_mom, Hypers().eps, o.wd,
-                     [](std::vector<ParamGroup> g) { return std::make_unique<SGD>(std::move(g)); });
+                     [momentum = o.mom != 0](std::vector<ParamGroup> g) { return std::make_unique<SGD>(std::move(g), momentum); });
 }
 
 OptFunc adam(AdamOptions o) {
@@ -182,13 +182,13 @@ OptFunc qhadam(QHAdamOptions o) {
 
 OptFunc larc(LarcOptions o) {
   return with_hypers(o.mom, Hypers().sqr_mom, o.eps, o.wd, [o](std::vector<ParamGroup> g) {
-    return std::make_unique<Larc>(std::move(g), o.trust_coeff, /*clip=*/true);
+    return std::make_unique<Larc>(std::move(g), o.trust_coeff, /*clip=*/true, o.mom != 0);
   });
 }
 
 OptFunc lars(LarcOptions o) {
   return with_hypers(o.mom, Hypers().sqr_mom, o.eps, o.wd, [o](std::vector<ParamGroup> g) {
-    return std::make_unique<Larc>(std::move(g), o.trust_coeff, /*clip=*/false);
+    return std::make_unique<Larc>(std::move(g), o.trust_coeff, /*clip=*/false, o.mom != 0);
   });
 }
 

@@ -3,8 +3,8 @@
 // RAdam, QHAdam, LARC/LARS, LAMB, and Lookahead around any of them (ranger = RAdam +
 // Lookahead). Each equals fastai's step for step (tests/test_fastai.cpp).
 //
-// SGD:  p *= 1 - lr*wd (decoupled);  mom == 0: p -= lr*g;
-//       otherwise grad_avg = mom*grad_avg + g; p -= lr*grad_avg.
+// SGD:  p *= 1 - lr*wd (decoupled);  made with mom == 0: p -= lr*g (a scheduled mom is
+//       ignored, as fastai's sgd_step); otherwise grad_avg = mom*grad_avg + g; p -= lr*grad_avg.
 // Adam: p *= 1 - lr*wd (decoupled, i.e. AdamW);
 //       grad_avg = mom*grad_avg + (1-mom)*g;  sqr_avg = sqr_mom*sqr_avg + (1-sqr_mom)*g^2;
 //       p -= lr/(1-mom^t) * grad_avg / (sqrt(sqr_avg)/sqrt(1-sqr_mom^t) + eps)
@@ -27,7 +27,8 @@ namespace fastcpp {
 
 class SGD : public Optimizer {
  public:
-  using Optimizer::Optimizer;
+  // momentum: averages the gradients; decided once, as fastai (from the factory's mom != 0).
+  SGD(std::vector<ParamGroup> groups, bool momentum) : Optimizer(std::move(groups)), momentum_(momentum) {}
 
  protected:
   void update(torch::Tensor& param, const torch::Tensor& grad, ParamState& state, const Hypers& hypers,
@@ -35,6 +36,9 @@ class SGD : public Optimizer {
   bool update_group(GroupTensors& group, const Hypers& hypers) override;
   std::vector<const char*> device_buffers() const override { return {"grad_avg"}; }
   void update_on_device(GroupTensors& group, DeviceHypers& hypers, const torch::Tensor& found_inf) override;
+
+ private:
+  bool momentum_;
 };
 
 class Adam : public Optimizer {
@@ -76,8 +80,8 @@ class QHAdam : public Optimizer {
 
 class Larc : public Optimizer {
  public:
-  Larc(std::vector<ParamGroup> groups, double trust_coeff, bool clip)
-      : Optimizer(std::move(groups)), trust_coeff_(trust_coeff), clip_(clip) {}
+  Larc(std::vector<ParamGroup> groups, double trust_coeff, bool clip, bool momentum)
+      : Optimizer(std::move(groups)), trust_coeff_(trust_coeff), clip_(clip), momentum_(momentum) {}
 
  protected:
   void update(torch::Tensor& param, const torch::Tensor& grad, ParamState& state, const Hypers& hypers,
@@ -86,6 +90,7 @@ class Larc : public Optimizer {
  private:
   double trust_coeff_;
   bool clip_;
+  bool momentum_;  // as SGD's
 };
 
 class Lamb : public Optimizer {

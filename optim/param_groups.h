@@ -2,7 +2,8 @@
 // Which parameters are special to the optimizer: those of normalization layers
 // (BatchNorm, InstanceNorm, LayerNorm, GroupNorm, and layers marked NormLayer such as
 // SyncBatchNorm: trainable while frozen, no weight decay) and biases (no weight decay),
-// as fastai's norm_bias_params.
+// as fastai's norm_bias_params. GroupNorm is one on purpose: fastai's norm_types leaves it
+// out, so there a frozen GroupNorm backbone keeps its affine parameters fixed and decayed.
 #include <torch/nn/module.h>
 
 #include <unordered_set>

@@ -90,8 +90,27 @@ void check_fused_equals_per_param(const OptFunc& opt_func, void (*fused)(GroupTe
 
 TEST_SUITE("optimizers") {
   TEST_CASE("the fused group updates (ATen's kernels) equal SGD's and Adam's per-param updates") {
-    check_fused_equals_per_param(sgd({.mom = 0.9}), fused_sgd_update);
+    check_fused_equals_per_param(sgd({.mom = 0.9}), [](GroupTensors& g, const Hypers& h) { fused_sgd_update(g, h, true); });
+    check_fused_equals_per_param(sgd(), [](GroupTensors& g, const Hypers& h) { fused_sgd_update(g, h, false); });
     check_fused_equals_per_param(adam({.sqr_mom = 0.99, .eps = 1e-5}), fused_adam_update);
+  }
+
+  TEST_CASE("SGD and LARS made with mom 0 take plain steps under a scheduled mom, as fastai's sgd_step and larc_step") {
+    // fastai: SGD([p], lr=0.1) and Larc([p], 0.1, mom=0, clip=False); set_hyper('mom', 0.95); grads [1, -2], [0.5, 1]
+    const std::vector<std::tuple<std::string, OptFunc, std::vector<double>>> cases{
+        {"SGD", sgd(), {0.85, 1.1}}, {"LARS", lars({.mom = 0}), {0.9974693756134478, 0.9999983954605378}}};
+    for (const auto& [name, opt_func, expected] : cases) {
+      CAPTURE(name);
+      auto p = torch::ones({2}, torch::kDouble).requires_grad_(true);
+      auto opt = opt_func({ParamGroup{{p}, {true}, {}}});
+      opt->set_hyper("lr", 0.1);
+      opt->set_hyper("mom", 0.95);
+      for (const auto& grad : {torch::tensor({1.0, -2.0}, torch::kDouble), torch::tensor({0.5, 1.0}, torch::kDouble)}) {
+        p.mutable_grad() = grad;
+        opt->step();
+      }
+      CHECK(torch::allclose(p, torch::tensor(expected, torch::kDouble), 0, 1e-12));
+    }
   }
 
   TEST_CASE("a group is fused only on one device and dtype, with gradients laid out as the params, at one step") {

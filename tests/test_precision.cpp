@@ -141,6 +141,33 @@ TEST_SUITE("precision") {
     CHECK(!all_equal(probe->weights[1], probe->weights[2]));
   }
 
+  TEST_CASE("a fit that failed between unscaling and stepping leaves nothing to the next: it trains as a fresh one") {
+    struct FailingStep : Callback {  // an optimizer step that fails once (out of memory, say), after the unscale
+      FailingStep() { order = 100; }
+      void before_step() override {
+        if (!failed) {
+          failed = true;
+          throw Error("the step failed");
+        }
+      }
+      bool failed = false;
+    };
+    auto scaled_learner = [] {
+      return Learner(synthetic_dls(2, 2, 2), tiny_model(), CrossEntropyLoss(), {},
+                     quiet({.cbs = {std::make_shared<MixedPrecision>(
+                         MixedPrecisionOptions{.dtype = torch::kBFloat16, .loss_scale = true})}}));
+    };
+    auto fresh = scaled_learner(), failed = scaled_learner();
+    silence(fresh);
+    silence(failed);
+    fresh.fit(1, 1e-2);
+    auto failing = std::make_shared<FailingStep>();
+    CHECK_THROWS(failed.fit(1, 1e-2, {.cbs = {failing}}));
+    failed.fit(1, 1e-2);
+    CHECK(all_equal(snapshot(failed.model.module()), snapshot(fresh.model.module())));
+    CHECK(failed.scaler->history() == fresh.scaler->history());
+  }
+
   TEST_CASE("a nan loss under loss scaling stops with the scale history at the next batch, unless a callback ends "
             "the fit first") {
     Loss nan_loss([](const torch::Tensor& pred, const torch::Tensor& target) {

@@ -89,6 +89,9 @@ TEST_SUITE("schedules") {
     CHECK(spread[0] == doctest::Approx(1e-5));
     CHECK(spread[1] == doctest::Approx(1e-4));
     CHECK(spread[2] == doctest::Approx(1e-3));
+    // fastai's `if v.start:` reads a start of 0 as none
+    CHECK(slice(0, 1e-3).for_groups(3) == std::vector<double>{1e-4, 1e-4, 1e-3});
+    CHECK(error_of([] { slice(-1e-5, 1e-3).for_groups(3); }) == "slice(start, stop): start must be >= 0, got -1e-05");
 
     Learner learn(synthetic_dls(8, 4, 2), tiny_model(), CrossEntropyLoss(), {}, quiet({.splitter = two_groups}));
     silence(learn);
