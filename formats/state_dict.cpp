@@ -15,14 +15,6 @@ namespace {
 
 std::string shape(const torch::Tensor& t) { return c10::str(t.sizes()); }
 
-// "a, b, c and 4 more": long lists are cut so the message stays readable.
-std::string joined(const std::vector<std::string>& items, size_t shown = 8) {
-  std::string out;
-  for (size_t i = 0; i < std::min(items.size(), shown); ++i) out += (i ? ", " : "") + items[i];
-  if (items.size() > shown) out += " and " + std::to_string(items.size() - shown) + " more";
-  return out;
-}
-
 std::string quoted(const std::string& key) { return "'" + key + "'"; }
 
 bool skipped(const std::string& key, const std::vector<std::string>& prefixes) {

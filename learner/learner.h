@@ -151,8 +151,8 @@ class Learner {
   // Activated predictions of every item, in the dataset's order (a shuffling loader too).
   Preds get_preds(DataLoader* dl = nullptr, bool with_loss = false);
   // Test-time augmentation, as fastai's tta: the predictions of n passes over the
-  // loader's items with their training transforms (Dataset::augmented), averaged,
-  // blended with the plain predictions (learner/tta.cpp).
+  // loader's items with their training transforms (Dataset::augmented) and the training
+  // loader's batch augmentation, averaged, blended with the plain predictions (learner/tta.cpp).
   Preds tta(TtaOptions options = {});
   // Activated output for one item as the dataset gives it (batch transforms applied).
   torch::Tensor predict(const torch::Tensor& item);

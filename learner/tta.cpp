@@ -9,11 +9,17 @@ Preds Learner::tta(TtaOptions options) {
   DataLoader& plain = options.dl ? *options.dl : dls.valid;
   if (options.n < 1) throw Error("tta: n must be at least 1, got " + std::to_string(options.n));
   if (options.beta < 0 || options.beta > 1) throw Error("tta: beta must be in [0, 1], got " + std::to_string(options.beta));
+  // As fastai's, which runs the loader in training mode: the items' training transforms
+  // and the training batches' augmentation (flips, warps, lighting), where there are any.
   auto augmented_items = plain.dataset().augmented();
-  if (!augmented_items)
-    throw Error("tta: the loader's dataset has no random transforms to apply (its augmented() gives none); "
-                "give its items training-time transforms, e.g. ImageFolder's item_tfms");
-  DataLoader augmented(augmented_items, plain.options());
+  const auto& batch_augments = dls.train.options().aug_tfms;
+  if (!augmented_items && batch_augments.empty())
+    throw Error("tta: there are no random transforms to apply (the loader's dataset has no augmented() form and "
+                "the training loader no aug_tfms); give the items training-time transforms (ImageFolder's "
+                "item_tfms) or the loaders batch augmentation (vision::aug_transforms)");
+  auto loader_options = plain.options();
+  if (!batch_augments.empty()) loader_options.aug_tfms = batch_augments;
+  DataLoader augmented(augmented_items ? augmented_items : plain.dataset_ptr(), loader_options);
   augmented.to(plain.device());
 
   // get_preds draws the transforms of the Learner's epoch: pass i is epoch i (as in

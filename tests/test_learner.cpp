@@ -542,12 +542,36 @@ TEST_SUITE("learner") {
     CHECK(torch::equal(maxed.preds, torch::max(torch::max(passes[0], passes[1]), torch::max(passes[2], plain.preds))));
   }
 
+  TEST_CASE("tta applies the training loader's batch augmentation in its passes, as fastai's (training mode)") {
+    struct Noise : BatchAugment {  // a training-only batch augmentation
+      Batch apply(Batch batch, uint64_t seed) const override {
+        Rng rng(seed);
+        batch.x = batch.x + rng.uniform(-1, 1);
+        return batch;
+      }
+    };
+    const auto noise = std::make_shared<Noise>();
+    DataLoaders dls{DataLoader(synthetic_dataset(8, 4, 3, 1), {.bs = 4, .aug_tfms = {noise}}),
+                    DataLoader(synthetic_dataset(6, 4, 3, 2), {.bs = 4})};
+    Learner learn(dls, tiny_model(), CrossEntropyLoss(), {}, quiet());
+    silence(learn);
+    DataLoader augmented(learn.dls.valid.dataset_ptr(), {.bs = 4, .aug_tfms = {noise}});
+    std::vector<torch::Tensor> passes;
+    for (learn.epoch = 0; learn.epoch < 2; ++learn.epoch) passes.push_back(learn.get_preds(&augmented).preds);
+    learn.epoch = 0;
+    const auto plain = learn.get_preds().preds;
+    REQUIRE(!torch::allclose(passes[0], plain));
+    const auto expected = 0.75 * (passes[0] + passes[1]) / 2 + 0.25 * plain;
+    CHECK(torch::allclose(learn.tta({.n = 2, .beta = 0.25}).preds, expected, 1e-6, 1e-7));
+  }
+
   TEST_CASE("tta refuses a dataset without random transforms and bad options") {
     Learner learn(synthetic_dls(8, 6, 4), tiny_model(), CrossEntropyLoss(), {}, quiet());
     silence(learn);
     CHECK_THROWS_WITH_AS(learn.tta(),
-                         "tta: the loader's dataset has no random transforms to apply (its augmented() gives none); "
-                         "give its items training-time transforms, e.g. ImageFolder's item_tfms",
+                         "tta: there are no random transforms to apply (the loader's dataset has no augmented() form and "
+                         "the training loader no aug_tfms); give the items training-time transforms (ImageFolder's "
+                         "item_tfms) or the loaders batch augmentation (vision::aug_transforms)",
                          Error);
     CHECK_THROWS_WITH_AS(learn.tta({.n = 0}), "tta: n must be at least 1, got 0", Error);
   }

@@ -845,6 +845,60 @@ TEST_SUITE("vision") {
     fs::remove_all(root);
   }
 
+  TEST_CASE("hidden image files (macOS's \"._x.jpg\") are left out of every folder scan, as fastai's get_files") {
+    const auto root = make_segmentation_folder("hidden_files", 4);
+    write(root + "/images/._0.png", gradient(8, 8));
+    CHECK(vision::get_image_files(root + "/images").size() == 4);
+    auto dls = vision::SegmentationDataLoaders::from_folders(root + "/images", root + "/masks", {"a", "b", "c"},
+                                                             {.valid_pct = 0.25, .bs = 1, .workers = 0});
+    CHECK(dls.train.n_items() + dls.valid.n_items() == 4);
+    fs::remove_all(root);
+  }
+
+  TEST_CASE("from_folder: a validation class the training folder lacks is an error naming it, as in fastai") {
+    const auto root = temp_dir("unseen_valid_class");
+    for (const char* folder : {"train/cat", "train/dog", "valid/cat", "valid/bird", "valid/dog"}) {
+      fs::create_directories(fs::path(root) / folder);
+      write(root + "/" + folder + "/0.png", gradient(8, 8));
+    }
+    CHECK(error_of([&] { vision::ImageDataLoaders::from_folder(root, {.workers = 0}); }) ==
+          "image folder '" + root + "/valid': its class folder 'bird' is not one of the training classes (cat, dog)");
+    fs::remove_all(root);
+  }
+
+  TEST_CASE("DataBlock labels only the items its splitter keeps; a CategoryBlock's vocab is sorted, as fastai's") {
+    const auto root = temp_dir("data_block_labels");
+    for (const char* file : {"train/b/dog_0.png", "train/c/cat_1.png", "train/z/ant_2.png", "valid/c/cat_3.png",
+                             "test/a/x.png"}) {
+      fs::create_directories((fs::path(root) / file).parent_path());
+      write(root + "/" + file, gradient(8, 8));
+    }
+    // fastai: the test folder's file does not match get_y's pattern, and is never labelled
+    vision::DataBlock<> block{.get_y = vision::RegexLabeller("^(.+)_\\d+\\.png$"), .splitter = GrandparentSplitter{},
+                              .item_tfms = {vision::Resize(8)}};
+    auto dls = block.dataloaders(root, {.bs = 1, .workers = 0});
+    CHECK(dls.vocab == std::vector<std::string>{"ant", "cat", "dog"});
+    CHECK(dls.train.n_items() == 3);
+    CHECK(dls.valid.n_items() == 1);
+    // A given vocab is sorted and its duplicates dropped (fastai's CategoryMap), unless sort is false.
+    block.blocks.y = vision::CategoryBlock{.vocab = {"dog", "cat", "ant", "cat"}};
+    CHECK(block.dataloaders(root, {.bs = 1, .workers = 0}).vocab == std::vector<std::string>{"ant", "cat", "dog"});
+    block.blocks.y = vision::CategoryBlock{.vocab = {"dog", "cat", "ant", "cat"}, .sort = false};
+    CHECK(block.dataloaders(root, {.bs = 1, .workers = 0}).vocab == std::vector<std::string>{"dog", "cat", "ant"});
+    block.blocks.y = vision::CategoryBlock{.sort = false};  // the training items' order: b/dog_0, c/cat_1, z/ant_2
+    CHECK(block.dataloaders(root, {.bs = 1, .workers = 0}).vocab == std::vector<std::string>{"dog", "cat", "ant"});
+
+    block.blocks.y = vision::CategoryBlock{};
+    block.get_y = [](const std::string& path) { return path.find("cat_1") != std::string::npos ? "" : "animal"; };
+    CHECK(error_of([&] { block.dataloaders(root, {.bs = 1, .workers = 0}); }) ==
+          "DataBlock: the label of '" + root + "/train/c/cat_1.png' is empty (a CategoryBlock needs one class per item)");
+    const std::map<std::string, std::string> known{{"dog_0.png", "dog"}};
+    block.get_y = [&](const std::string& path) { return known.at(fs::path(path).filename().string()); };
+    CHECK(error_of([&] { block.dataloaders(root, {.bs = 1, .workers = 0}); }).rfind(
+              "DataBlock: get_y failed on '" + root + "/train/c/cat_1.png': ", 0) == 0);
+    fs::remove_all(root);
+  }
+
   TEST_CASE("multi-label data: one-hot targets, BCEWithLogitsLoss and accuracy_multi by default in vision_learner") {
     const auto root = temp_dir("multi_label");
     std::vector<std::string> files, tags;

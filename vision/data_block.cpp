@@ -16,12 +16,6 @@ namespace fs = std::filesystem;
 
 namespace {
 
-std::string joined(const std::vector<std::string>& names) {
-  std::string text;
-  for (const auto& name : names) text += (text.empty() ? "" : ", ") + name;
-  return text;
-}
-
 std::optional<double> as_number(const std::string& text) {
   if (text.empty()) return std::nullopt;
   char* end = nullptr;
@@ -31,8 +25,18 @@ std::optional<double> as_number(const std::string& text) {
 }
 
 // Sorted as text, or by value where asked and every label is a number.
-std::vector<std::string> sorted_vocab(const std::set<std::string>& labels, bool numbers_by_value) {
-  std::vector<std::string> vocab(labels.begin(), labels.end());
+// The distinct labels, sorted (as text or, where asked and all are numbers, by value) or in
+// their first order.
+std::vector<std::string> category_vocab(const std::vector<std::string>& labels, bool sort, bool numbers_by_value) {
+  std::vector<std::string> vocab;
+  if (!sort) {
+    std::set<std::string> seen;
+    for (const auto& label : labels)
+      if (seen.insert(label).second) vocab.push_back(label);
+    return vocab;
+  }
+  const std::set<std::string> distinct(labels.begin(), labels.end());
+  vocab.assign(distinct.begin(), distinct.end());
   const bool numbers = numbers_by_value && std::all_of(vocab.begin(), vocab.end(), [](const auto& label) { return as_number(label).has_value(); });
   if (numbers)
     std::stable_sort(vocab.begin(), vocab.end(), [](const auto& a, const auto& b) { return *as_number(a) < *as_number(b); });
@@ -70,12 +74,15 @@ Error not_in_vocab(const std::string& label, const std::string& image, const std
 
 ImageDatasets category_datasets(const LabelledImages& items, const CategoryBlock& block, ImageFolderOptions options) {
   const auto& split = items.split;
-  auto vocab = block.vocab;
-  if (vocab.empty()) {
-    std::set<std::string> labels;
-    for (const auto i : split.train) labels.insert(items.labels.at(static_cast<size_t>(i)));
-    vocab = sorted_vocab(labels, block.numbers_by_value);
-  }
+  for (const auto& which : {split.train, split.valid})
+    for (const auto i : which)
+      if (items.labels[static_cast<size_t>(i)].empty())
+        throw Error("DataBlock: the label of '" + items.images[static_cast<size_t>(i)] +
+                    "' is empty (a CategoryBlock needs one class per item)");
+  std::vector<std::string> labels = block.vocab;
+  if (labels.empty())
+    for (const auto i : split.train) labels.push_back(items.labels[static_cast<size_t>(i)]);
+  const auto vocab = category_vocab(labels, block.sort, block.numbers_by_value);
   const auto index = index_of(vocab);
   auto encode = [&](const std::vector<int64_t>& which) {
     std::vector<int64_t> labels;
@@ -142,8 +149,7 @@ ImageDatasets image_datasets(const LabelledImages& items, const Blocks& blocks, 
     throw Error("DataBlock: " + std::to_string(items.images.size()) + " images but " + std::to_string(items.labels.size()) +
                 " labels");
   if (items.split.train.empty())
-    throw Error("DataBlock: no training items (the splitter put none of the " + std::to_string(items.images.size()) +
-                " items in training)");
+    throw Error("DataBlock: no training items");
   const auto n = static_cast<int64_t>(items.images.size());
   for (const auto* indices : {&items.split.train, &items.split.valid})
     for (const auto i : *indices)
@@ -174,8 +180,8 @@ std::vector<std::string> get_image_files(const std::string& folder) {
   for (auto it = fs::recursive_directory_iterator(folder, fs::directory_options::follow_directory_symlink);
        it != fs::recursive_directory_iterator(); ++it) {
     const auto name = it->path().filename().string();
-    if (it->is_directory() && name[0] == '.') {
-      it.disable_recursion_pending();
+    if (name[0] == '.') {  // hidden folders and files ("._x.jpg"), as fastai's get_files
+      if (it->is_directory()) it.disable_recursion_pending();
       continue;
     }
     if (it->is_regular_file() && is_image_file(name)) files.push_back(it->path());

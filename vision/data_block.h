@@ -13,7 +13,8 @@
 // Items are image paths by default (get_items: get_image_files, get_x: the path); a
 // DataBlock<CsvRow> reads the rows of a CSV file instead (get_x and get_y: ColReader).
 // Labels follow fastai: a CategoryBlock's vocab is the training items' labels sorted,
-// and a validation label outside it is an error naming the item; a MultiCategoryBlock's label
+// and a validation label outside it, or an empty one, is an error naming the item; only the
+// items the splitter keeps are labelled. A MultiCategoryBlock's label
 // holds the item's classes separated by `delim`, its target is one-hot; a MaskBlock's
 // label is the path of the item's mask (vision/datasets/segmentation_data.h).
 #include <functional>
@@ -38,7 +39,10 @@ struct ImageBlock {
   int channels = 3;  // 3: RGB, 1: grey
 };
 struct CategoryBlock {
-  std::vector<std::string> vocab;  // empty: the training items' labels, sorted
+  std::vector<std::string> vocab;  // empty: the training items' labels
+  // As fastai's: the vocab (given or found) sorted, without duplicates; false: in the
+  // order given, or of first appearance among the training items.
+  bool sort = true;
   // Labels that all read as numbers sort by value (1, 2, 10), as fastai sorts a CSV
   // column that pandas reads as numbers; otherwise, and by default, as text.
   bool numbers_by_value = false;
@@ -94,7 +98,7 @@ ImageDatasets image_datasets(const LabelledImages& items, const Blocks& blocks, 
 DataLoaders image_dataloaders(const ImageDatasets& datasets, const std::vector<BatchTransform>& batch_tfms,
                               const std::vector<BatchAugmentPtr>& aug_tfms, const LoadOptions& options);
 
-// The image files under `folder`, recursively (hidden folders left out), sorted by path.
+// The image files under `folder`, recursively (hidden folders and files left out), sorted by path.
 // fastai's follow the order the file system lists them in, so that its random split of
 // the same folder may differ from machine to machine; these do not.
 std::vector<std::string> get_image_files(const std::string& folder);
@@ -137,15 +141,29 @@ struct DataBlock {
   std::vector<BatchTransform> batch_tfms;
   std::vector<BatchAugmentPtr> aug_tfms;
 
-  // Each item's image and label, and the split (nothing is read from the images).
+  // The image and label of each item the splitter keeps, and the split over them (nothing
+  // is read from the images). Items in neither part are not labelled, as in fastai.
   LabelledImages label(const std::vector<Item>& items) const {
     if (!get_y) throw Error("DataBlock: get_y is not set");
+    const auto split = splitter(items);
+    if (split.train.empty())
+      throw Error("DataBlock: no training items (the splitter put none of the " + std::to_string(items.size()) +
+                  " items in training)");
     LabelledImages labelled;
-    for (const auto& item : items) {
-      labelled.images.push_back(image_of(item));
-      labelled.labels.push_back(get_y(item));
-    }
-    labelled.split = splitter(items);
+    auto take = [&](const std::vector<int64_t>& which) {
+      std::vector<int64_t> positions;
+      for (const auto i : which) {
+        if (i < 0 || static_cast<size_t>(i) >= items.size())
+          throw Error("DataBlock: the splitter gave item " + std::to_string(i) + " of " +
+                      std::to_string(items.size()));
+        positions.push_back(static_cast<int64_t>(labelled.images.size()));
+        labelled.images.push_back(image_of(items[static_cast<size_t>(i)]));
+        labelled.labels.push_back(label_of(items[static_cast<size_t>(i)], labelled.images.back()));
+      }
+      return positions;
+    };
+    labelled.split.train = take(split.train);
+    labelled.split.valid = take(split.valid);
     return labelled;
   }
   ImageDatasets datasets(const std::vector<Item>& items, Decode decode = Decode::Cpu) const {
@@ -166,6 +184,15 @@ struct DataBlock {
     if (get_x) return get_x(item);
     if constexpr (std::is_convertible_v<Item, std::string>) return item;
     throw Error("DataBlock: get_x is not set (needed for items that are not image paths)");
+  }
+  std::string label_of(const Item& item, const std::string& image) const {
+    try {
+      return get_y(item);
+    } catch (const Error&) {
+      throw;
+    } catch (const std::exception& e) {  // a user's get_y (map.at, stoi): name the item
+      throw Error("DataBlock: get_y failed on '" + image + "': " + e.what());
+    }
   }
 };
 

@@ -203,10 +203,7 @@ DataLoaders DetectionDataLoaders::from_box_files(const std::string& images_dir, 
                                                  DetectionLoadersOptions options) {
   std::error_code ec;
   if (!fs::is_directory(images_dir, ec)) throw Error("DetectionDataLoaders: image folder '" + images_dir + "' not found");
-  std::vector<std::string> paths;
-  for (const auto& entry : fs::directory_iterator(images_dir))
-    if (entry.is_regular_file() && is_image_file(entry.path().string())) paths.push_back(entry.path().string());
-  std::sort(paths.begin(), paths.end());
+  const auto paths = image_files_in(images_dir);
   std::vector<std::pair<std::string, std::vector<BoxLine>>> files;
   std::set<std::string> names;
   for (const auto& path : paths) {

@@ -28,6 +28,15 @@ bool is_image_file(const std::string& path) {
   return false;
 }
 
+std::vector<std::string> image_files_in(const std::string& folder) {
+  std::vector<std::string> files;
+  for (const auto& entry : fs::directory_iterator(folder))
+    if (entry.is_regular_file() && entry.path().filename().string()[0] != '.' && is_image_file(entry.path().string()))
+      files.push_back(entry.path().string());
+  std::sort(files.begin(), files.end());
+  return files;
+}
+
 ImageFolder::ImageFolder(std::vector<std::string> paths, std::vector<int64_t> labels, std::vector<std::string> vocab,
                          ImageFolderOptions options)
     : ImageFolder(std::move(paths), std::move(labels), std::move(vocab), std::move(options), torch::Tensor()) {}
@@ -55,13 +64,17 @@ ImageFolder ImageFolder::scan(const std::string& root, ImageFolderOptions option
                               const std::vector<std::string>& given_vocab) {
   std::error_code ec;
   if (!fs::is_directory(root, ec)) throw Error("image folder '" + root + "' not found or not a directory");
-  std::vector<std::string> vocab = given_vocab;
-  if (vocab.empty()) {
-    for (const auto& entry : fs::directory_iterator(root))
-      if (entry.is_directory() && entry.path().filename().string()[0] != '.') vocab.push_back(entry.path().filename());
-    std::sort(vocab.begin(), vocab.end());
-    if (vocab.empty()) throw Error("image folder '" + root + "' has no class folders (expected root/<class>/<image>)");
-  }
+  std::vector<std::string> folders;
+  for (const auto& entry : fs::directory_iterator(root))
+    if (entry.is_directory() && entry.path().filename().string()[0] != '.') folders.push_back(entry.path().filename());
+  std::sort(folders.begin(), folders.end());
+  // As fastai, whose labels of a split must all be in the training vocab.
+  for (const auto& folder : given_vocab.empty() ? std::vector<std::string>{} : folders)
+    if (std::find(given_vocab.begin(), given_vocab.end(), folder) == given_vocab.end())
+      throw Error("image folder '" + root + "': its class folder '" + folder +
+                  "' is not one of the training classes (" + joined(given_vocab) + ")");
+  const auto& vocab = given_vocab.empty() ? folders : given_vocab;
+  if (vocab.empty()) throw Error("image folder '" + root + "' has no class folders (expected root/<class>/<image>)");
   auto warn_or_throw = [&](const std::string& message) {
     if (!options.skip_bad) throw Error(message + " (skip_bad leaves such files out)");
     std::cerr << "warning: " << message << "; left out\n";

@@ -85,5 +85,8 @@ class ImageFolder : public Dataset {
 
 // True for the file names ImageFolder takes as images (by extension).
 bool is_image_file(const std::string& path);
+// The image files directly in `folder`, sorted; hidden ones ("._x.jpg", which macOS
+// leaves beside each image) left out, as fastai's get_files.
+std::vector<std::string> image_files_in(const std::string& folder);
 
 }  // namespace fastcpp::vision

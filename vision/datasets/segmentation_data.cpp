@@ -119,13 +119,8 @@ DataLoaders SegmentationDataLoaders::from_folders(const std::string& images_dir,
                                                   std::vector<std::string> codes, SegmentationLoadersOptions options) {
   std::error_code ec;
   if (!fs::is_directory(images_dir, ec)) throw Error("SegmentationDataLoaders: image folder '" + images_dir + "' not found");
-  std::vector<std::string> images;
-  for (const auto& entry : fs::directory_iterator(images_dir))
-    if (entry.is_regular_file() && is_image_file(entry.path().string())) images.push_back(entry.path().string());
-  std::sort(images.begin(), images.end());
-  return from_label_func(
-      images, [&](const std::string& image) { return (fs::path(masks_dir) / fs::path(image).filename()).string(); },
-      std::move(codes), std::move(options));
+  auto mask_of = [&](const std::string& image) { return (fs::path(masks_dir) / fs::path(image).filename()).string(); };
+  return from_label_func(image_files_in(images_dir), mask_of, std::move(codes), std::move(options));
 }
 
 }  // namespace fastcpp::vision
