@@ -22,6 +22,15 @@ SamplerPtr DataLoader::own_sampler() const {
   return std::make_shared<SequentialSampler>(dataset_->size());
 }
 
+std::optional<DataLoader> DataLoader::in_order() const {
+  if (options_.sampler || !(options_.shuffle || options_.drop_last)) return std::nullopt;
+  auto options = options_;
+  options.shuffle = options.drop_last = false;
+  DataLoader copy(dataset_, std::move(options));
+  copy.to(device_);
+  return copy;
+}
+
 void DataLoader::set_sampler(SamplerPtr sampler) { sampler_ = sampler ? std::move(sampler) : own_sampler(); }
 
 size_t DataLoader::size() const {

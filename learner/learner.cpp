@@ -343,14 +343,8 @@ std::vector<double> Learner::validate(DataLoader* loader) {
 Preds Learner::get_preds(DataLoader* loader, bool with_loss) {
   // Every item once and in the dataset's order, also from a loader that shuffles or drops
   // its last batch (the training one): a copy without either, as fastai's dl.new(...).
-  std::optional<DataLoader> in_order;
-  if (loader && !loader->options().sampler && (loader->options().shuffle || loader->options().drop_last)) {
-    auto options = loader->options();
-    options.shuffle = options.drop_last = false;
-    in_order.emplace(loader->dataset_ptr(), std::move(options));
-    in_order->to(loader->device());
-    loader = &*in_order;
-  }
+  auto in_order = loader ? loader->in_order() : std::nullopt;
+  if (in_order) loader = &*in_order;
   auto gather = std::make_shared<GatherPreds>(with_loss);
   AddedCallbacks added(*this, {gather});
   validate(loader);

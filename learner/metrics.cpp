@@ -43,16 +43,29 @@ double AccumMetric::value() const {
 
 namespace metrics {
 
+namespace {
+
+// One target per row of scores, as fastai's flatten_check (a [N, 1] target would broadcast).
+void check_one_target_per_row(const char* metric, const torch::Tensor& pred, const torch::Tensor& target) {
+  if (pred.dim() == 0 || target.numel() * pred.size(-1) != pred.numel())
+    throw Error(std::string(metric) + ": predictions " + c10::str(pred.sizes()) + " and targets " +
+                c10::str(target.sizes()) + " differ in their number of items (one class index an item)");
+}
+
+}  // namespace
+
 torch::Tensor accuracy_fn(const torch::Tensor& pred, const torch::Tensor& target) {
-  return (pred.argmax(-1) == target).to(torch::kFloat).mean();
+  check_one_target_per_row("accuracy", pred, target);
+  return (pred.argmax(-1).flatten() == target.flatten()).to(torch::kFloat).mean();
 }
 
 torch::Tensor top_k_accuracy_fn(const torch::Tensor& pred, const torch::Tensor& target, int64_t k) {
   if (k < 1 || k > pred.size(-1))
     throw Error("top_k_accuracy: k=" + std::to_string(k) + " but the model has " + std::to_string(pred.size(-1)) +
                 " outputs");
-  auto top = std::get<1>(pred.topk(k, -1));
-  return (top == target.unsqueeze(-1)).any(-1).to(torch::kFloat).mean();
+  check_one_target_per_row("top_k_accuracy", pred, target);
+  auto top = std::get<1>(pred.topk(k, -1)).reshape({-1, k});
+  return (top == target.flatten().unsqueeze(-1)).any(-1).to(torch::kFloat).mean();
 }
 
 MetricPtr accuracy() { return std::make_shared<AvgMetric>("accuracy", accuracy_fn); }

@@ -277,10 +277,10 @@ TEST_SUITE("export") {
   TEST_CASE("transforms in text: each is read back to the same transform") {
     const std::vector<vision::ItemTransform> tfms{
         vision::Resize(20, vision::ResizeMethod::Pad), vision::Resize(21), vision::Resize(22, vision::ResizeMethod::Squish),
-        vision::RandomResizedCrop(16, {0.3, 0.9}, {0.5, 2.0 / 3}), vision::CenterCrop(12), vision::RandomCrop(14, 3),
+        vision::RandomResizedCrop(16, {0.3, 0.9}, {0.5, 2.0 / 3}, 0.25), vision::CenterCrop(12), vision::RandomCrop(14, 3),
         vision::FlipItem(0.25)};
     const std::vector<std::string> texts{"Resize 20 pad", "Resize 21 crop", "Resize 22 squish",
-                                         "RandomResizedCrop 16 0.3 0.9 0.5 0.6666666666666666",
+                                         "RandomResizedCrop 16 0.3 0.9 0.5 0.6666666666666666 0.25",
                                          "CenterCrop 12", "RandomCrop 14 3", "FlipItem 0.25"};
     cv::Mat image(30, 40, CV_8UC3);
     cv::RNG(5).fill(image, cv::RNG::UNIFORM, 0, 255);
@@ -294,6 +294,9 @@ TEST_SUITE("export") {
         CHECK(cv::norm(tfms[i](image, a, train), back(image, b, train), cv::NORM_INF) == 0);
       }
     }
+    // Exports from before val_xtra was written: fastai's 0.14
+    CHECK(vision::item_transform_from_spec("RandomResizedCrop 16 0.3 0.9 0.5 0.75").spec() ==
+          "RandomResizedCrop 16 0.3 0.9 0.5 0.75 0.14");
     const Normalize normalize{{0.1, 1.0 / 3}, {0.2, 2.0 / 3}};
     const auto text = batch_transform_spec(normalize);
     CHECK(text == "Normalize 0.1,0.3333333333333333 0.2,0.6666666666666666");

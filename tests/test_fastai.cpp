@@ -367,6 +367,9 @@ TEST_SUITE("fastai") {
     CHECK(loss(vision::DiceLoss(), mask) == doctest::Approx(fx.at("dice_loss")[0]).epsilon(1e-6));
     CHECK(loss(vision::DiceLoss({.mean = true, .square_in_union = true}), mask) ==
           doctest::Approx(fx.at("dice_loss_mean_square")[0]).epsilon(1e-6));
+    CHECK(loss(vision::DiceLoss(), void_mask) == doctest::Approx(fx.at("dice_loss_void")[0]).epsilon(1e-6));
+    CHECK(torch::allclose(vision::DiceLoss().per_item(output, mask).to(torch::kDouble),
+                          torch::tensor(fx.at("dice_loss_per_item"), torch::kDouble), 1e-5, 1e-7));
     CHECK(loss(vision::FocalLossFlat(), mask) == doctest::Approx(fx.at("focal")[0]).epsilon(1e-6));
     CHECK(loss(vision::FocalLossFlat(1.0), mask) == doctest::Approx(fx.at("focal_gamma1")[0]).epsilon(1e-6));
 

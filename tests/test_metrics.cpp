@@ -57,6 +57,11 @@ TEST_SUITE("metrics") {
     CHECK(metrics::top_k_accuracy_fn(pred, target, 3).item<double>() == doctest::Approx(1.0));
     CHECK(error_of([&] { metrics::top_k_accuracy_fn(pred, target, 4); }) ==
           "top_k_accuracy: k=4 but the model has 3 outputs");
+    // [N, 1] targets read as N targets, as fastai's flatten_check (not broadcast to N x N)
+    CHECK(metrics::accuracy_fn(pred, target.unsqueeze(1)).item<double>() == doctest::Approx(0.5));
+    CHECK(metrics::top_k_accuracy_fn(pred, target.unsqueeze(1), 2).item<double>() == doctest::Approx(0.75));
+    CHECK(error_of([&] { metrics::accuracy_fn(pred, target.narrow(0, 0, 3)); }) ==
+          "accuracy: predictions [4, 3] and targets [3] differ in their number of items (one class index an item)");
   }
 
   TEST_CASE("metrics over a validation set are weighted by batch size") {

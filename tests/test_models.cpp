@@ -596,6 +596,9 @@ TEST_SUITE("models") {
     CHECK(params["head_linear1.weight"].sizes() == torch::IntArrayRef{512, 1024});
     CHECK(params["head_linear2.weight"].sizes() == torch::IntArrayRef{10, 512});
     CHECK(!params.contains("head_linear1.bias"));
+    CHECK(torch::equal(params["head_bn2.bias"], torch::full({512}, 1e-3)));  // fastai's BatchNorm; bn_final's is 0
+    CHECK(torch::equal(vision::create_head(8, 2, {.bn_final = true})->named_parameters()["head_bn_final.bias"],
+                       torch::zeros({2})));
     CHECK(head->named_children()[3].value()->as<torch::nn::Dropout>()->options.p() == 0.25);
     CHECK(head->named_children()[7].value()->as<torch::nn::Dropout>()->options.p() == 0.5);
     // [max, avg]

@@ -311,8 +311,13 @@ TEST_SUITE("vision") {
     Rng rng(3);
     auto out = rrc.apply(gradient(120, 80), rng, /*train=*/true);
     CHECK(out.size() == cv::Size(24, 24));
-    auto valid = rrc.apply(gradient(120, 80), rng, /*train=*/false);  // centre square, resized
+    auto valid = rrc.apply(gradient(120, 80), rng, /*train=*/false);
     CHECK(valid.size() == cv::Size(24, 24));
+    // fastai's validation form at 224 squishes to 256 and keeps the centre 224: of a 500x375
+    // image, x from 16/256 * 500 = 31.25 over 224/256 * 500 = 437.5, y from 23.4 over 328.1.
+    CHECK(vision::RandomResizedCrop(224).validation_crop({500, 375}) == cv::Rect(31, 23, 438, 328));
+    CHECK(vision::RandomResizedCrop(24, {0.08, 1.0}, {0.75, 4.0 / 3}, 0).validation_crop({120, 80}) ==
+          cv::Rect(0, 0, 120, 80));  // no extra: the whole image squished
   }
 
   TEST_CASE("RandomCrop with padding, CenterCrop, Resize and FlipItem") {
@@ -425,10 +430,10 @@ TEST_SUITE("vision") {
         if (factor == 1) CHECK(difference.max().item<int>() <= (averaged ? 6 : 1));
       }
     }
-    // The validation form: the centre square, no flip.
+    // The validation form, fastai's: squished to 48, its centre 40 (of each side 40/48, from 4/48), no flip.
     const auto valid = device.with_options({.item_tfms = tfms, .train = false, .decode = vision::Decode::Device});
     const auto& centre = dynamic_cast<const vision::DeviceDecode&>(*valid.get_batch({0}, 5).x_stage).items()[0];
-    CHECK(centre.plan.crop == cv::Rect(15, 0, 90, 90));
+    CHECK(centre.plan.crop == cv::Rect(10, 7, 100, 75));
     CHECK_FALSE(centre.plan.flip);
 
     // A loader: the same batches with 0 or 2 workers; a corrupt file, the CPU path's error.
@@ -651,6 +656,11 @@ TEST_SUITE("vision") {
       CHECK(top[k].loss == doctest::Approx(worst[static_cast<int64_t>(k)].item<double>()).epsilon(1e-6));
     }
     CHECK(interp.top_losses(1, /*largest=*/false)[0].index == expected.argmin().item<int64_t>());
+    // From a loader that shuffles and drops its short last batch: every item once, each loss its own.
+    DataLoader shuffled(data, {.bs = 3, .shuffle = true, .drop_last = true, .seed = 7, .batch_tfms = {IntToFloat()}});
+    const auto from_shuffled = vision::SegmentationInterpretation::from_learner(learn, &shuffled);
+    CHECK(torch::allclose(from_shuffled.losses(), expected));
+    CHECK(from_shuffled.top_losses(1)[0].index == worst_index[0].item<int64_t>());
     interp.plot_top_losses(2, dir + "/top_losses.png", {.min_side = kSide});
     const auto plot = vision::read_image(dir + "/top_losses.png");
     CHECK(plot.rows == kLabel + 2 * (kSide + kGap + kLabel) + kGap);  // a caption above each row

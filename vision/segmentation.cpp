@@ -144,19 +144,30 @@ Loss FocalLossFlat(double gamma) {
 }
 
 Loss DiceLoss(DiceLossOptions options) {
+  // 1 - dice of each item and class, [N, C]. A mask value outside the classes (void) is no
+  // class: its pixel's one-hot row is all zeros, as fastai's.
+  auto per_class = [options](const torch::Tensor& pred, const torch::Tensor& target) {
+    check_masks("DiceLoss", pred, target);
+    const auto probs = torch::softmax(pred, 1);
+    std::vector<int64_t> class_shape(static_cast<size_t>(pred.dim()), 1);
+    class_shape[1] = pred.size(1);
+    const auto classes = torch::arange(pred.size(1), target.options().dtype(torch::kLong)).view(class_shape);
+    const auto one_hot = target.to(torch::kLong).unsqueeze(1).eq(classes).to(probs.dtype());
+    std::vector<int64_t> pixel_dims;
+    for (int64_t d = 2; d < pred.dim(); ++d) pixel_dims.push_back(d);
+    const auto inter = (probs * one_hot).sum(pixel_dims);
+    const auto uni = ((options.square_in_union ? probs.pow(2) : probs) + one_hot).sum(pixel_dims);
+    return 1 - (2 * inter + options.smooth) / (uni + options.smooth);
+  };
   return Loss(
-      [options](const torch::Tensor& pred, const torch::Tensor& target) {
-        check_masks("DiceLoss", pred, target);
-        const auto probs = torch::softmax(pred, 1);
-        const auto one_hot = F::one_hot(target.to(torch::kLong), pred.size(1)).movedim(-1, 1).to(probs.dtype());
-        std::vector<int64_t> pixel_dims;
-        for (int64_t d = 2; d < pred.dim(); ++d) pixel_dims.push_back(d);
-        const auto inter = (probs * one_hot).sum(pixel_dims);
-        const auto uni = ((options.square_in_union ? probs.pow(2) : probs) + one_hot).sum(pixel_dims);
-        const auto loss = 1 - (2 * inter + options.smooth) / (uni + options.smooth);
+      [options, per_class](const torch::Tensor& pred, const torch::Tensor& target) {
+        const auto loss = per_class(pred, target);
         return options.mean ? loss.mean() : loss.sum();
       },
-      softmax_over_classes(), nullptr, "softmax_classes");
+      softmax_over_classes(),
+      // fastai's get_preds(with_loss=True): the unreduced loss averaged over each item's classes
+      [per_class](const torch::Tensor& pred, const torch::Tensor& target) { return per_class(pred, target).mean(1); },
+      "softmax_classes");
 }
 
 MetricPtr dice(SegmentationMetricOptions options) {

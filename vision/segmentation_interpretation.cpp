@@ -24,7 +24,8 @@ class EvalMode {
 }  // namespace
 
 SegmentationInterpretation SegmentationInterpretation::from_learner(Learner& learn, DataLoader* dl) {
-  DataLoader loader = dl ? *dl : learn.dls.valid;
+  DataLoader loader = dl ? dl->in_order().value_or(*dl) : learn.dls.valid;  // each item once, as fastai's
+  const auto items = loader.order(loader.epoch());  // iterating moves the loader to its next epoch
   torch::NoGradGuard no_grad;
   EvalMode eval(learn.model.module());
   std::vector<torch::Tensor> losses;
@@ -33,7 +34,7 @@ SegmentationInterpretation SegmentationInterpretation::from_learner(Learner& lea
     losses.push_back(learn.loss_func.per_item(pred, batch.y.to(learn.device)).to(torch::kCPU, torch::kFloat));
   }
   if (losses.empty()) throw Error("SegmentationInterpretation: the loader has no items");
-  return {learn, loader, torch::cat(losses), loader.order(loader.epoch())};
+  return {learn, loader, torch::cat(losses), items};
 }
 
 SegmentationInterpretation::SegmentationInterpretation(Learner& learn, DataLoader dl, torch::Tensor losses,

@@ -87,11 +87,13 @@ std::optional<BoxMap> Resize::box_map(cv::Size size, Rng& rng, bool train) const
                 double(corner.y), {size_, size_}};
 }
 
-RandomResizedCrop::RandomResizedCrop(int size, std::pair<double, double> scale, std::pair<double, double> ratio)
-    : size_(size), scale_(scale), ratio_(ratio) {
+RandomResizedCrop::RandomResizedCrop(int size, std::pair<double, double> scale, std::pair<double, double> ratio,
+                                     double val_xtra)
+    : size_(size), scale_(scale), ratio_(ratio), val_xtra_(val_xtra) {
   check_size(size, "RandomResizedCrop");
   if (scale.first <= 0 || scale.first > scale.second || ratio.first <= 0 || ratio.first > ratio.second)
     throw Error("RandomResizedCrop: scale and ratio must be positive (low, high) pairs");
+  if (!(val_xtra >= 0)) throw Error("RandomResizedCrop: val_xtra must be >= 0, got " + spec_text::number(val_xtra));
 }
 
 int RandomResizedCrop::min_input_side() const {
@@ -120,19 +122,20 @@ cv::Rect RandomResizedCrop::crop_for(cv::Size image, Rng& rng) const {
   return {(image.width - w) / 2, (image.height - h) / 2, w, h};
 }
 
+cv::Rect RandomResizedCrop::validation_crop(cv::Size image) const {
+  const int xtra = static_cast<int>(std::ceil(size_ * val_xtra_ / 8)) * 8;
+  const double kept = double(size_) / (size_ + xtra), offset = double(xtra / 2) / (size_ + xtra);
+  const int w = std::max(1, int(std::lround(image.width * kept))), h = std::max(1, int(std::lround(image.height * kept)));
+  return {std::min(int(image.width * offset), image.width - w), std::min(int(image.height * offset), image.height - h), w, h};
+}
+
 std::optional<CropPlan> RandomResizedCrop::plan(cv::Size size, Rng& rng, bool train) const {
-  if (train) return CropPlan{crop_for(size, rng), {size_, size_}};
-  const int side = std::min(size.width, size.height);
-  return CropPlan{{(size.width - side) / 2, (size.height - side) / 2, side, side}, {size_, size_}};
+  return CropPlan{train ? crop_for(size, rng) : validation_crop(size), {size_, size_}};
 }
 
 cv::Mat RandomResizedCrop::transform(const cv::Mat& image, Rng& rng, bool train, const Sampling& sampling) const {
-  if (!train) {
-    const int side = std::min(image.cols, image.rows);
-    const cv::Rect centre((image.cols - side) / 2, (image.rows - side) / 2, side, side);
-    return resize_to(image(centre), {size_, size_}, sampling);
-  }
-  return resize_to(image(crop_for(image.size(), rng)), {size_, size_}, sampling);
+  const auto crop = train ? crop_for(image.size(), rng) : validation_crop(image.size());
+  return resize_to(image(crop), {size_, size_}, sampling);
 }
 
 cv::Mat CenterCrop::transform(const cv::Mat& image, Rng&, bool, const Sampling& sampling) const {
@@ -234,7 +237,7 @@ std::string Resize::spec() const { return "Resize " + std::to_string(size_) + " 
 std::string RandomResizedCrop::spec() const {
   return "RandomResizedCrop " + std::to_string(size_) + " " + spec_text::number(scale_.first) + " " +
          spec_text::number(scale_.second) + " " + spec_text::number(ratio_.first) + " " +
-         spec_text::number(ratio_.second);
+         spec_text::number(ratio_.second) + " " + spec_text::number(val_xtra_);
 }
 
 std::string CenterCrop::spec() const { return "CenterCrop " + std::to_string(size_); }
@@ -258,9 +261,9 @@ ItemTransform item_transform_from_spec(const std::string& spec) {
     throw malformed("Resize SIZE crop|squish|pad");
   }
   if (name == "RandomResizedCrop") {
-    const auto a = arguments(words, 5, 1);
-    if (!a) throw malformed("RandomResizedCrop SIZE SCALE_MIN SCALE_MAX RATIO_MIN RATIO_MAX");
-    return RandomResizedCrop(as_int((*a)[0]), {(*a)[1], (*a)[2]}, {(*a)[3], (*a)[4]});
+    const auto a = words.size() == 6 ? arguments(words, 5, 1) : arguments(words, 6, 1);  // 5: before val_xtra
+    if (!a) throw malformed("RandomResizedCrop SIZE SCALE_MIN SCALE_MAX RATIO_MIN RATIO_MAX VAL_XTRA");
+    return RandomResizedCrop(as_int((*a)[0]), {(*a)[1], (*a)[2]}, {(*a)[3], (*a)[4]}, a->size() == 6 ? (*a)[5] : 0.14);
   }
   if (name == "CenterCrop") {
     const auto a = arguments(words, 1, 1);

@@ -6,7 +6,9 @@
 //                      short side when training, centre otherwise) or Pad
 //   RandomResizedCrop  torchvision's: area fraction in `scale`, aspect ratio in
 //                      `ratio` (log-uniform), 10 tries then a centre crop; resized
-//                      to size. Validation: centre square crop, resized
+//                      to size. Validation, fastai's: the image squished to size + xtra
+//                      (val_xtra of size, up to a multiple of 8), then its centre
+//                      size x size; done as one centre crop of each side, resized
 //   CenterCrop         the centre size x size (padded with zeros if smaller)
 //   RandomCrop         zero-pad by `padding`, then a random size x size crop
 //                      (CIFAR's pad-4 crop). Validation: centre crop, no padding
@@ -138,7 +140,7 @@ class Resize : public GeometricTransform {
 class RandomResizedCrop : public GeometricTransform {
  public:
   explicit RandomResizedCrop(int size, std::pair<double, double> scale = {0.08, 1.0},
-                             std::pair<double, double> ratio = {3.0 / 4, 4.0 / 3});
+                             std::pair<double, double> ratio = {3.0 / 4, 4.0 / 3}, double val_xtra = 0.14);
   cv::Mat transform(const cv::Mat& pixels, Rng& rng, bool train, const Sampling& sampling) const override;
   std::optional<CropPlan> plan(cv::Size size, Rng& rng, bool train) const override;
   // Reduced decoding must keep even the smallest possible crop (scale.first of the
@@ -148,10 +150,13 @@ class RandomResizedCrop : public GeometricTransform {
   std::string spec() const override;
   // The crop torchvision would take from a width x height image.
   cv::Rect crop_for(cv::Size image, Rng& rng) const;
+  // What fastai's validation form keeps of a width x height image.
+  cv::Rect validation_crop(cv::Size image) const;
 
  private:
   int size_;
   std::pair<double, double> scale_, ratio_;
+  double val_xtra_;
 };
 
 class CenterCrop : public GeometricTransform {

@@ -11,6 +11,18 @@ torch::Tensor AdaptiveConcatPool2dImpl::forward(const torch::Tensor& x) {
   return torch::cat({std::get<0>(torch::adaptive_max_pool2d(x, {size, size})), torch::adaptive_avg_pool2d(x, {size, size})}, 1);
 }
 
+namespace {
+
+// fastai's BatchNorm (LinBnDrop's): weight 1, bias 1e-3.
+torch::nn::BatchNorm1d batch_norm(int64_t nf) {
+  torch::nn::BatchNorm1d bn(nf);
+  torch::NoGradGuard no_grad;
+  bn->bias.fill_(1e-3);
+  return bn;
+}
+
+}  // namespace
+
 torch::nn::Sequential create_head(int64_t nf, int64_t n_out, const HeadOptions& o) {
   if (nf < 1 || n_out < 1) throw Error("create_head: nf and n_out must be positive, got " + std::to_string(nf) + " and " + std::to_string(n_out));
   if (o.ps < 0 || o.ps >= 1) throw Error("create_head: ps must be in [0, 1), got " + std::to_string(o.ps));
@@ -30,7 +42,7 @@ torch::nn::Sequential create_head(int64_t nf, int64_t n_out, const HeadOptions& 
   for (size_t i = 0; i < n_linear; ++i) {
     const auto n = std::to_string(i + 1);
     const bool last = i + 1 == n_linear;
-    head->push_back("head_bn" + n, torch::nn::BatchNorm1d(sizes[i]));
+    head->push_back("head_bn" + n, batch_norm(sizes[i]));
     const double p = last ? o.ps : o.ps / 2;
     if (p > 0) head->push_back("head_drop" + n, torch::nn::Dropout(p));
     auto linear = torch::nn::Linear(torch::nn::LinearOptions(sizes[i], sizes[i + 1]).bias(false));
