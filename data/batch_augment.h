@@ -10,6 +10,7 @@
 // data factories do (fastai's split_idx).
 #include <cstdint>
 #include <memory>
+#include <string>
 #include <vector>
 
 #include "data/dataset.h"
@@ -23,6 +24,8 @@ class BatchAugment {
   virtual Batch apply(Batch batch, uint64_t seed) const = 0;
   // What validation batches get instead: nullptr for nothing.
   virtual std::shared_ptr<const BatchAugment> validation() const { return nullptr; }
+  // Its text form, which an exported model carries for its validation batches; empty: none.
+  virtual std::string spec() const { return ""; }
 };
 
 using BatchAugmentPtr = std::shared_ptr<const BatchAugment>;

@@ -49,6 +49,19 @@ std::vector<std::string> batch_transform_specs(const DataLoader& valid) {
   return specs;
 }
 
+// The valid loader's batch augmentation: the validation forms of aug_transforms (a resize).
+std::vector<std::string> batch_augment_specs(const DataLoader& valid) {
+  std::vector<std::string> specs;
+  const auto& augments = valid.options().aug_tfms;
+  for (size_t i = 0; i < augments.size(); ++i) {
+    specs.push_back(augments[i]->spec());
+    if (specs.back().empty())
+      throw Error("export_learner: batch augmentation " + std::to_string(i) +
+                  " of the valid loader has no text form (BatchAugment::spec), so an exported model cannot carry it");
+  }
+  return specs;
+}
+
 std::vector<char> encode(const Learner& learn, const ModelSpec& spec) {
   if (learn.loss_func.has_activation() && learn.loss_func.activation_name().empty())
     throw Error("export_learner: the loss's activation is an unnamed function; an exported model can carry "
@@ -66,6 +79,7 @@ std::vector<char> encode(const Learner& learn, const ModelSpec& spec) {
   root.insert("item_shape", c10::List<int64_t>(item.sizes()));
   root.insert("item_dtype", std::string(c10::toString(item.scalar_type())));
   root.insert("item_tfms", to_list(learn.dls.valid.dataset().item_transform_specs()));
+  root.insert("aug_tfms", to_list(batch_augment_specs(learn.dls.valid)));
   root.insert("batch_tfms", to_list(batch_transform_specs(learn.dls.valid)));
   root.insert("activation", learn.loss_func.activation_name());
   return torch::pickle_save(root);
@@ -115,6 +129,7 @@ ExportedModel read_exported(const std::string& path) {
     exported.item_shape = int64s_of(field("item_shape"));
     exported.item_dtype = dtype_named(field("item_dtype").toStringRef(), source);
     exported.item_tfms = strings(field("item_tfms"));
+    if (root.contains(c10::IValue(std::string("aug_tfms")))) exported.aug_tfms = strings(field("aug_tfms"));
     exported.batch_tfms = strings(field("batch_tfms"));
     exported.activation = field("activation").toStringRef();
   } catch (const c10::Error& e) {

@@ -4,7 +4,7 @@
 // (when they are known: vision_learner records them), its weights, the class names,
 // the shape of an item, the activation of the loss, and the transforms that turn an
 // input into an item: the validation set's item transforms and the valid loader's
-// batch transforms, in their text forms.
+// batch augmentation (a resize, at most) and batch transforms, in their text forms.
 //
 //   learn.export_learner("export.pt");                 // written atomically, by rank 0
 //   auto predictor = vision::load_learner("export.pt"); // vision/predictor.h
@@ -36,6 +36,7 @@ struct ExportedModel {
   std::vector<int64_t> item_shape;     // one item as the validation set gives it, e.g. {3, 224, 224}
   c10::ScalarType item_dtype = c10::ScalarType::Byte;
   std::vector<std::string> item_tfms;  // text forms (vision::item_transform_from_spec)
+  std::vector<std::string> aug_tfms;   // text forms (vision::batch_augment_from_spec); older files: none
   std::vector<std::string> batch_tfms; // text forms (batch_transform_from_spec)
   std::string activation;              // the loss's: "softmax" (last axis), "softmax_classes" (axis 1), or empty
 };

@@ -115,6 +115,34 @@ TEST_SUITE("export") {
     }
   }
 
+  TEST_CASE("fastai's presizing (a large Resize, then aug_transforms' size): the export resizes as validation does") {
+    const auto root = make_split_folder("export_presized");
+    auto dls = vision::ImageDataLoaders::from_folder(
+        root, {.bs = 4, .workers = 0, .item_tfms = {vision::Resize(32)}, .batch_tfms = {Normalize::imagenet()},
+               .aug_tfms = {vision::aug_transforms({.size = std::pair<int64_t, int64_t>{20, 20}})}});
+    auto learn = vision::vision_learner(dls, vision::resnet18, {}, {.stem = vision::Stem::cifar, .width = 8}, quiet());
+    silence(learn);
+    learn.fit(1, 1e-3);
+    const auto path = temp_path("export_presized.pt");
+    learn.export_learner(path);
+    const auto predictor = vision::load_learner(path, {.device = torch::kCPU});
+    const auto& valid = dynamic_cast<const vision::ImageFolder&>(learn.dls.valid.dataset());
+    std::vector<torch::Tensor> probs;
+    for (const auto& prediction : predictor.predict(valid.paths(), 3)) probs.push_back(prediction.probs);
+    CHECK(torch::allclose(torch::stack(probs), learn.get_preds().preds, 1e-5, 1e-6));
+    CHECK(torch::allclose(predictor.predict(valid.get(0).x).probs, learn.predict(valid.get(0).x), 1e-5, 1e-6));
+
+    struct Unnamed : BatchAugment {  // a program's own, with no text form
+      Batch apply(Batch batch, uint64_t) const override { return batch; }
+    };
+    learn.dls.valid = DataLoader(learn.dls.valid.dataset_ptr(), {.bs = 4, .aug_tfms = {std::make_shared<Unnamed>()}});
+    CHECK(error_of([&] { learn.export_learner(path); }) ==
+          "export_learner: batch augmentation 0 of the valid loader has no text form (BatchAugment::spec), so an "
+          "exported model cannot carry it");
+    std::filesystem::remove(path);
+    std::filesystem::remove_all(root);
+  }
+
   TEST_CASE("a multi-label model's export: sigmoid probabilities, and every class above 0.5 as its label") {
     const auto root = make_split_folder("export_multi");
     const auto files = vision::get_image_files(root);

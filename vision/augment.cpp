@@ -9,6 +9,7 @@
 #include <string>
 
 #include "core/error.h"
+#include "core/spec_text.h"
 #include "data/random.h"
 
 namespace fastcpp::vision {
@@ -252,11 +253,48 @@ Batch AugTransforms::apply(Batch batch, uint64_t seed) const {
   return apply_draws(std::move(batch), draw(n, mix_seed(seed, 0x6175676dULL)));
 }
 
+namespace {
+
+AugOptions resize_only(std::pair<int64_t, int64_t> size, PadMode pad_mode, bool align_corners) {
+  return {.do_flip = false, .max_rotate = 0, .max_zoom = 1, .max_lighting = 0, .max_warp = 0, .size = size,
+          .pad_mode = pad_mode, .align_corners = align_corners};
+}
+
+const char* pad_mode_name(PadMode mode) {
+  switch (mode) {
+    case PadMode::Reflection: return "reflection";
+    case PadMode::Border: return "border";
+    case PadMode::Zeros: return "zeros";
+  }
+  return "";
+}
+
+}  // namespace
+
 BatchAugmentPtr AugTransforms::validation() const {
   if (!options_.size) return nullptr;
-  return std::make_shared<AugTransforms>(AugOptions{.do_flip = false, .max_rotate = 0, .max_zoom = 1, .max_lighting = 0,
-                                                    .max_warp = 0, .size = options_.size, .pad_mode = options_.pad_mode,
-                                                    .align_corners = options_.align_corners});
+  return std::make_shared<AugTransforms>(resize_only(*options_.size, options_.pad_mode, options_.align_corners));
+}
+
+std::string AugTransforms::spec() const {
+  const auto& o = options_;
+  const bool resizes_only = o.size && !o.do_flip && !o.flip_vert && o.max_rotate == 0 && o.min_zoom == 1 &&
+                            o.max_zoom == 1 && o.max_lighting == 0 && o.max_warp == 0;
+  if (!resizes_only) return "";
+  return "AugResize " + std::to_string(o.size->first) + " " + std::to_string(o.size->second) + " " +
+         pad_mode_name(o.pad_mode) + " " + (o.align_corners ? "1" : "0");
+}
+
+BatchAugmentPtr batch_augment_from_spec(const std::string& spec) {
+  const auto words = spec_text::words(spec);
+  if (words.size() == 5 && words[0] == "AugResize" && (words[4] == "0" || words[4] == "1")) {
+    const auto height = spec_text::to_number(words[1]), width = spec_text::to_number(words[2]);
+    for (auto mode : {PadMode::Reflection, PadMode::Border, PadMode::Zeros})
+      if (height && width && *height >= 1 && *width >= 1 && *height == std::floor(*height) &&
+          *width == std::floor(*width) && words[3] == pad_mode_name(mode))
+        return aug_transforms(resize_only({int64_t(*height), int64_t(*width)}, mode, words[4] == "1"));
+  }
+  throw Error("batch augmentation '" + spec + "' is not 'AugResize HEIGHT WIDTH reflection|border|zeros 0|1'");
 }
 
 Batch AugTransforms::apply_draws(Batch batch, const std::vector<AugDraw>& draws) const {

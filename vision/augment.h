@@ -61,6 +61,8 @@ class AugTransforms : public BatchAugment {
   Batch apply(Batch batch, uint64_t seed) const override;
   // On validation data: the resize to `size` alone, or nothing.
   BatchAugmentPtr validation() const override;
+  // That resize alone has one: "AugResize HEIGHT WIDTH reflection|border|zeros ALIGN_CORNERS(0|1)".
+  std::string spec() const override;
 
   // The draws of a batch of n items.
   std::vector<AugDraw> draw(size_t n, uint64_t seed) const;
@@ -73,5 +75,7 @@ class AugTransforms : public BatchAugment {
 };
 
 BatchAugmentPtr aug_transforms(AugOptions options = {});
+// The batch augmentation of a text form (AugTransforms::spec); an Error naming it otherwise.
+BatchAugmentPtr batch_augment_from_spec(const std::string& spec);
 
 }  // namespace fastcpp::vision

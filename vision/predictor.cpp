@@ -9,6 +9,7 @@
 #include "core/error.h"
 #include "data/dataloader.h"
 #include "formats/state_dict.h"
+#include "vision/augment.h"
 #include "vision/datasets/detection_data.h"
 #include "vision/datasets/image_folder.h"
 #include "vision/detection/detection_learner.h"
@@ -56,6 +57,8 @@ Predictor::Predictor(ExportedModel exported, LoadLearnerOptions options)
   if (!exported_.activation.empty() && exported_.activation != "softmax" && exported_.activation != "softmax_classes" &&
       exported_.activation != "sigmoid")
     throw Error("load_learner: " + exported_.source + " names an unknown activation '" + exported_.activation + "'");
+  for (const auto& spec : exported_.aug_tfms)
+    aug_tfms_.push_back(parse_spec(batch_augment_from_spec, spec, exported_.source));
   for (const auto& spec : exported_.batch_tfms)
     batch_tfms_.push_back(parse_spec(batch_transform_from_spec, spec, exported_.source));
   for (const auto& spec : exported_.item_tfms)
@@ -102,9 +105,10 @@ Prediction Predictor::decode(const torch::Tensor& probs, std::string path) const
 }
 
 Prediction Predictor::predict(const torch::Tensor& item) const {
-  auto x = item.unsqueeze(0).to(device_);
-  for (const auto& tfm : batch_tfms_) x = tfm(x);
-  return decode(forward(x)[0], "");
+  Batch batch{item.unsqueeze(0).to(device_), torch::Tensor()};
+  for (const auto& augment : aug_tfms_) batch = augment->apply(std::move(batch), 0);  // resizes: no draws
+  for (const auto& tfm : batch_tfms_) batch.x = tfm(batch.x);
+  return decode(forward(batch.x)[0], "");
 }
 
 ImageFolder Predictor::files(const std::vector<std::string>& image_paths) const {
@@ -131,7 +135,7 @@ std::vector<Prediction> Predictor::predict(const std::vector<std::string>& image
   std::vector<Prediction> out;
   if (image_paths.empty()) return out;
   DataLoader loader(std::make_shared<ImageFolder>(files(image_paths)),
-                    {.bs = bs, .workers = workers_, .batch_tfms = batch_tfms_});
+                    {.bs = bs, .workers = workers_, .batch_tfms = batch_tfms_, .aug_tfms = aug_tfms_});
   loader.to(device_);
   for (const auto& batch : loader) {
     const auto probs = forward(batch.x);

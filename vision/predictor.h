@@ -24,6 +24,7 @@
 #include <string>
 #include <vector>
 
+#include "data/batch_augment.h"
 #include "data/batch_transforms.h"
 #include "learner/export.h"
 #include "learner/model.h"
@@ -84,6 +85,7 @@ class Predictor {
   ExportedModel exported_;
   Model model_;
   torch::Device device_;
+  std::vector<BatchAugmentPtr> aug_tfms_;  // validation forms: a resize at most
   std::vector<BatchTransform> batch_tfms_;
   std::vector<ItemTransform> item_tfms_;
   int workers_ = 0;
