@@ -5,13 +5,20 @@
 
 #include "learner/checkpoint.h"
 #include "core/error.h"
+#include "core/spec_text.h"
 #include "learner/learner.h"
 #include "learner/recorder.h"
 
 namespace fastcpp {
 
 LRFinder::LRFinder(double start_lr, double end_lr, int num_it, bool stop_div)
-    : ParamScheduler({{"lr", {SchedExp(start_lr, end_lr)}}}), num_it_(num_it), stop_div_(stop_div) {}
+    : ParamScheduler({{"lr", {SchedExp(start_lr, end_lr)}}}), num_it_(num_it), stop_div_(stop_div) {
+  // An exponential schedule from start_lr up to end_lr, num_it steps: anything else gives NaN lrs.
+  if (!(start_lr > 0 && end_lr > start_lr && std::isfinite(end_lr)))
+    throw Error("LRFinder: need 0 < start_lr < end_lr, got start_lr " + spec_text::number(start_lr) + " and end_lr " +
+                spec_text::number(end_lr));
+  if (num_it < 1) throw Error("LRFinder: num_it must be positive, got " + std::to_string(num_it));
+}
 
 void LRFinder::before_fit() {
   ParamScheduler::before_fit();

@@ -18,11 +18,11 @@ void MixHandler::before_train() {
   plain_loss_ = l.loss_func;
   const Loss plain = l.loss_func;
   l.loss_func = Loss(
-      [this, plain](const torch::Tensor& pred, const torch::Tensor& y) {
-        if (!learn().training || !shuffled_y_.defined()) return plain(pred, y);
+      [batch = batch_, plain](const torch::Tensor& pred, const torch::Tensor& y) {
+        if (!batch->shuffled_y.defined()) return plain(pred, y);
         // The batch's own labels checked first: a bad one is named at its own position.
         const auto own = plain.per_item(pred, y);
-        return torch::lerp(plain.per_item(pred, shuffled_y_), own, lam).mean();
+        return torch::lerp(plain.per_item(pred, batch->shuffled_y), own, batch->lam).mean();
       },
       [plain](const torch::Tensor& pred) { return plain.activation(pred); },
       [plain](const torch::Tensor& pred, const torch::Tensor& y) { return plain.per_item(pred, y); },
@@ -33,7 +33,7 @@ void MixHandler::before_train() {
 void MixHandler::after_train() {
   if (plain_loss_) learn().loss_func = *plain_loss_;
   plain_loss_.reset();
-  shuffled_y_ = torch::Tensor();
+  batch_->shuffled_y = torch::Tensor();
 }
 
 torch::Tensor MixHandler::sample_beta(int64_t n) const {
@@ -47,11 +47,11 @@ void MixHandler::mix_targets(const torch::Tensor& shuffle) {
   auto& l = learn();
   const auto shuffled = l.yb.index_select(0, shuffle);
   if (c10::isIntegralType(l.yb.scalar_type(), /*includeBool=*/true)) {
-    shuffled_y_ = shuffled;
+    batch_->shuffled_y = shuffled;
     return;
   }
-  shuffled_y_ = torch::Tensor();
-  auto weight = lam;
+  batch_->shuffled_y = torch::Tensor();
+  auto weight = batch_->lam;
   while (weight.dim() < l.yb.dim()) weight = weight.unsqueeze(-1);
   l.yb = torch::lerp(shuffled, l.yb, weight.to(l.yb.dtype()));
 }
@@ -60,9 +60,9 @@ void MixUp::before_batch() {
   auto& l = learn();
   const int64_t bs = l.yb.size(0);
   const auto draws = to_device_async(sample_beta(bs), l.xb.device());
-  lam = torch::max(draws, 1 - draws);
+  batch_->lam = torch::max(draws, 1 - draws);
   const auto shuffle = to_device_async(torch::randperm(bs, torch::kLong), l.xb.device());
-  auto weight = lam;
+  auto weight = batch_->lam;
   while (weight.dim() < l.xb.dim()) weight = weight.unsqueeze(-1);
   l.xb = torch::lerp(l.xb.index_select(0, shuffle), l.xb, weight.to(l.xb.dtype()));
   mix_targets(shuffle);
@@ -85,7 +85,7 @@ void CutMix::before_batch() {
   l.xb = l.xb.clone();
   l.xb.narrow(2, y1, y2 - y1).narrow(3, x1, x2 - x1).copy_(
       l.xb.index_select(0, shuffle).narrow(2, y1, y2 - y1).narrow(3, x1, x2 - x1));
-  lam = torch::full({1}, 1 - static_cast<double>((x2 - x1) * (y2 - y1)) / static_cast<double>(width * height),
+  batch_->lam = torch::full({1}, 1 - static_cast<double>((x2 - x1) * (y2 - y1)) / static_cast<double>(width * height),
                     l.xb.options().dtype(torch::kFloat));
   mix_targets(shuffle);
 }

@@ -7,6 +7,7 @@
 #include <iostream>
 #include <sstream>
 
+#include "callbacks/lr_finder.h"
 #include "learner/learner.h"
 #include "learner/recorder.h"
 
@@ -81,6 +82,8 @@ void ProgressCallback::after_epoch() {
   auto& l = learn();
   if (l.logging) l.logger(table_row(l.recorder->log, l.recorder->metric_names()));
 }
+
+void ShowGraph::before_fit() { run = !learn().get_cb<LRFinder>(); }
 
 void ShowGraph::after_epoch() {
   if (learn().rank == 0) learn().recorder->plot_loss(path_, /*skip_start=*/0);

@@ -42,6 +42,7 @@ class ProgressCallback : public Callback {
 class ShowGraph : public Callback {
  public:
   explicit ShowGraph(std::string path = "loss.png") : path_(std::move(path)) { order = 65; }
+  void before_fit() override;  // sits out lr_find, as fastai's
   void after_epoch() override;
 
  private:

@@ -4,9 +4,10 @@
 
 #include <cmath>
 
-#include "optim/hypers.h"
+#include "callbacks/lr_finder.h"
 #include "learner/learner.h"
 #include "learner/recorder.h"
+#include "optim/hypers.h"
 
 namespace fastcpp {
 
@@ -16,7 +17,8 @@ TensorBoardLogger::TensorBoardLogger(std::string log_dir, TensorBoardOptions opt
 }
 
 void TensorBoardLogger::before_fit() {
-  if (learn().rank != 0) return;  // one writer for a distributed run
+  // One writer for a distributed run; lr_find's exploding losses are not a run (fastai's skips it too).
+  if (learn().rank != 0 || learn().get_cb<LRFinder>()) return;
   events_ = std::make_unique<EventFileWriter>(log_dir_);
   path_ = events_->path();
   losses_written_ = learn().recorder->losses.size();
@@ -36,10 +38,8 @@ void TensorBoardLogger::after_batch() {
     for (const auto& name : Hypers::names()) values.push_back(group.hypers.at(name));
 }
 
-void TensorBoardLogger::after_epoch() {
-  if (!events_) return;
-  auto& l = learn();
-  const auto& losses = l.recorder->losses;  // read back by the Recorder (order 50) at this epoch's end
+void TensorBoardLogger::write_steps() {
+  const auto& losses = learn().recorder->losses;  // read back by the Recorder (order 50) at an epoch's or fit's end
   for (size_t i = 0; i < steps_.size(); ++i) {
     if (losses_written_ + i < losses.size()) events_->scalar("train_loss", steps_[i], losses[losses_written_ + i]);
     for (size_t k = 0; k < hyper_tags_.size(); ++k) events_->scalar(hyper_tags_[k], steps_[i], hypers_[i][k]);
@@ -47,6 +47,12 @@ void TensorBoardLogger::after_epoch() {
   losses_written_ = losses.size();
   steps_.clear();
   hypers_.clear();
+}
+
+void TensorBoardLogger::after_epoch() {
+  if (!events_) return;
+  auto& l = learn();
+  write_steps();
   if (!l.recorder->values.empty()) {
     const auto names = l.recorder->metric_names();  // epoch, train_loss, valid_loss, ..., time
     const auto& row = l.recorder->values.back();     // train_loss, valid_loss, ...
@@ -58,6 +64,9 @@ void TensorBoardLogger::after_epoch() {
   events_->flush();
 }
 
-void TensorBoardLogger::after_fit() { events_.reset(); }
+void TensorBoardLogger::after_fit() {
+  if (events_) write_steps();  // the steps of an epoch a cancelled fit left unfinished (TerminateOnNaN's)
+  events_.reset();
+}
 
 }  // namespace fastcpp

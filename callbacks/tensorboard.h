@@ -6,8 +6,9 @@
 //   per epoch                                          valid_loss, the metrics and the extra
 //                                                      columns (those not n/a)
 //   per epoch, with histograms                         weights/<parameter name>
-// The batch values are written at the end of each epoch, once the Recorder has read the
-// losses back from the device, so logging adds no synchronization per batch.
+// The batch values are written at the end of each epoch (or of a fit cancelled within
+// one), once the Recorder has read the losses back from the device, so logging adds no
+// synchronization per batch. Each fit gets an event file of its own; lr_find gets none.
 //
 //   learn.add_cb(TensorBoardLogger("runs/fashion"));   // then: tensorboard --logdir runs
 #include <memory>
@@ -34,6 +35,7 @@ class TensorBoardLogger : public Callback {
   const std::string& path() const { return path_; }
 
  private:
+  void write_steps();  // the training steps kept since the last write
   std::string log_dir_;
   TensorBoardOptions options_;
   std::unique_ptr<EventFileWriter> events_;

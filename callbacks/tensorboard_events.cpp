@@ -4,6 +4,7 @@
 #include <unistd.h>
 
 #include <array>
+#include <atomic>
 #include <chrono>
 #include <cstring>
 #include <filesystem>
@@ -84,8 +85,12 @@ EventFileWriter::EventFileWriter(const std::string& log_dir) {
   ::gethostname(host, sizeof host - 1);
   const auto seconds = std::chrono::duration_cast<std::chrono::seconds>(
                            std::chrono::system_clock::now().time_since_epoch()).count();
+  // A number of its own for each writer of the process, as TensorBoard's writers have: two fits
+  // (fine_tune's) starting within one second must not share a file.
+  static std::atomic<int64_t> writers{0};
   path_ = (std::filesystem::path(log_dir) / ("events.out.tfevents." + std::to_string(seconds) + "." + host + "." +
-                                             std::to_string(::getpid()))).string();
+                                             std::to_string(::getpid()) + "." + std::to_string(writers++)))
+              .string();
   file_.open(path_, std::ios::binary);
   if (!file_) throw Error("TensorBoard: cannot write an event file in '" + log_dir + "'");
   std::string first;  // Event { wall_time = 1; file_version = 3 }

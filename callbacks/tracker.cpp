@@ -9,6 +9,7 @@
 
 #include "callbacks/lr_finder.h"
 #include "core/error.h"
+#include "core/spec_text.h"
 #include "learner/learner.h"
 #include "learner/recorder.h"
 
@@ -32,19 +33,24 @@ void TrackerCallback::before_fit() {
   best_ = lower_is_better_ ? std::numeric_limits<double>::infinity() : -std::numeric_limits<double>::infinity();
 }
 
-void TrackerCallback::after_epoch() {
-  new_best_ = false;
-  measured_ = std::exchange(trained_, false);
-  if (!measured_) return;
-  auto& recorder = *learn().recorder;
-  const auto names = recorder.metric_names();  // epoch, train_loss, valid_loss, ..., time
+void TrackerCallback::before_train() {
+  trained_ = true;
+  // Here rather than in before_fit: a callback ordered after this one may add its column there.
+  const auto names = learn().recorder->metric_names();  // epoch, train_loss, valid_loss, ..., time
   const auto it = std::find(names.begin() + 1, names.end() - 1, options_.monitor);
   if (it == names.end() - 1) {
     std::string valid;
     for (auto n = names.begin() + 1; n != names.end() - 1; ++n) valid += (valid.empty() ? "" : ", ") + *n;
     throw Error("cannot monitor '" + options_.monitor + "': the recorded values are " + valid);
   }
-  current_ = recorder.values.back()[static_cast<size_t>(it - names.begin() - 1)];
+  column_ = static_cast<size_t>(it - names.begin() - 1);
+}
+
+void TrackerCallback::after_epoch() {
+  new_best_ = false;
+  measured_ = std::exchange(trained_, false);
+  if (!measured_) return;
+  current_ = learn().recorder->values.back().at(column_);
   new_best_ = lower_is_better_ ? current_ + options_.min_delta < best_ : current_ - options_.min_delta > best_;
   if (new_best_) best_ = current_;
 }
@@ -52,6 +58,8 @@ void TrackerCallback::after_epoch() {
 SaveModel::SaveModel(SaveModelOptions options)
     : TrackerCallback({options.monitor, options.min_delta, options.comp}), save_options_(std::move(options)) {
   order = 61;
+  if (save_options_.every_epoch && save_options_.at_end)
+    throw Error("SaveModel: every_epoch and at_end together (each epoch's model is saved already)");
 }
 
 std::string SaveModel::path(const std::string& suffix) const {
@@ -107,6 +115,10 @@ void EarlyStopping::after_epoch() {
 ReduceLROnPlateau::ReduceLROnPlateau(ReduceLROnPlateauOptions options)
     : TrackerCallback({options.monitor, options.min_delta, options.comp}), reduce_options_(options) {
   order = 62;
+  if (!(options.factor > 1))
+    throw Error("ReduceLROnPlateau: factor must be > 1 (the lr is divided by it), got " + spec_text::number(options.factor));
+  if (!(options.min_lr >= 0))
+    throw Error("ReduceLROnPlateau: min_lr must be >= 0, got " + spec_text::number(options.min_lr));
 }
 
 void ReduceLROnPlateau::before_fit() {
@@ -128,7 +140,7 @@ void ReduceLROnPlateau::after_epoch() {
   for (auto& group : l.opt->param_groups())
     group.hypers.lr = std::max(group.hypers.lr / reduce_options_.factor, reduce_options_.min_lr);
   const double new_lr = l.opt->param_groups().back().hypers.lr;
-  if (new_lr != old_lr) {
+  if (new_lr < old_lr) {
     std::ostringstream msg;
     msg << "Epoch " << l.epoch << ": reducing lr to " << new_lr;
     l.logger(msg.str());

@@ -29,7 +29,9 @@ class TrackerCallback : public Callback {
  public:
   explicit TrackerCallback(TrackerOptions options);
   void before_fit() override;
-  void before_train() override { trained_ = true; }  // a subclass's own calls this one too
+  // Finds the monitored column (an Error before any training if there is none); a
+  // subclass's own calls this one too.
+  void before_train() override;
   void after_epoch() override;
 
   double best() const { return best_; }
@@ -43,6 +45,7 @@ class TrackerCallback : public Callback {
  private:
   bool lower_is_better_;
   bool trained_ = false;
+  size_t column_ = 0;  // of the monitored value in the Recorder's values
   double best_ = 0;
 };
 

@@ -6,6 +6,7 @@
 #include <cmath>
 
 #include "core/error.h"
+#include "core/spec_text.h"
 #include "learner/learner.h"
 
 namespace fastcpp {
@@ -30,6 +31,9 @@ void GradientAccumulation::before_step() {
 GradientClip::GradientClip(double max_norm, double norm_type) : max_norm_(max_norm), norm_type_(norm_type) {
   order = 11;
   capturable = true;  // the norm and the factor stay on the device
+  // A negative max_norm would turn every gradient around.
+  if (!(max_norm > 0)) throw Error("GradientClip: max_norm must be positive, got " + spec_text::number(max_norm));
+  if (!(norm_type > 0)) throw Error("GradientClip: norm_type must be positive, got " + spec_text::number(norm_type));
 }
 
 void GradientClip::before_step() {

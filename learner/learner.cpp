@@ -39,13 +39,15 @@ class GatherPreds : public Callback {
     order = 100;
     run_train = false;
   }
+  // Kept on the CPU, as fastai's to_detach: a whole set's predictions (a segmentation
+  // model's are [N, classes, H, W]) would otherwise fill the GPU.
   void after_batch() override {
     const auto pred = learn().pred.detach();
-    preds.push_back(learn().loss_func.activation(pred));
-    targets.push_back(learn().yb);
+    preds.push_back(learn().loss_func.activation(pred).cpu());
+    targets.push_back(learn().yb.cpu());
     if (!with_loss) return;
     torch::NoGradGuard no_grad;
-    losses.push_back(learn().loss_func.per_item(pred, learn().yb).to(torch::kFloat));
+    losses.push_back(learn().loss_func.per_item(pred, learn().yb).to(torch::kFloat).cpu());
   }
   bool with_loss;
   std::vector<torch::Tensor> preds, targets, losses;
@@ -68,16 +70,26 @@ void naming_failure(Part&& part, Failed&& failed) {
 
 class Learner::AddedCallbacks {
  public:
-  AddedCallbacks(Learner& learn, std::vector<CallbackPtr> cbs) : learn_(learn), cbs_(std::move(cbs)) {
-    for (auto& cb : cbs_) learn_.add_cb(cb);
+  // All or none: a callback refused leaves none of those before it behind.
+  AddedCallbacks(Learner& learn, std::vector<CallbackPtr> cbs) : learn_(learn) {
+    try {
+      for (auto& cb : cbs) {
+        learn_.add_cb(cb);
+        added_.push_back(std::move(cb));
+      }
+    } catch (...) {
+      remove_all();
+      throw;
+    }
   }
-  ~AddedCallbacks() {
-    for (auto& cb : cbs_) learn_.remove_cb(cb);
-  }
+  ~AddedCallbacks() { remove_all(); }
 
  private:
+  void remove_all() {
+    for (auto& cb : added_) learn_.remove_cb(cb);
+  }
   Learner& learn_;
-  std::vector<CallbackPtr> cbs_;
+  std::vector<CallbackPtr> added_;
 };
 
 Learner::Learner(DataLoaders dls_, Model model_, Loss loss_func_, std::vector<MetricPtr> metrics_,
@@ -114,13 +126,22 @@ Learner::Learner(DataLoaders dls_, Model model_, Loss loss_func_, std::vector<Me
 void Learner::add_cb(CallbackPtr cb) {
   if (!cb) throw Error("add_cb: null callback");
   if (cb->learn_ && cb->learn_ != this) throw Error("add_cb: " + cb->name() + " already belongs to another Learner");
+  if (std::find(cbs_->begin(), cbs_->end(), cb) != cbs_->end())
+    throw Error("add_cb: this " + cb->name() + " is already added (each event would run it twice)");
   cb->learn_ = this;
   auto cbs = std::make_shared<std::vector<CallbackPtr>>(*cbs_);
   auto position = std::upper_bound(cbs->begin(), cbs->end(), cb,
                                    [](const CallbackPtr& a, const CallbackPtr& b) { return a->order < b->order; });
   cbs->insert(position, cb);
   cbs_ = std::move(cbs);
-  if (created_) announce_creation(*cb);
+  if (!created_) return;
+  try {
+    announce_creation(*cb);
+  } catch (...) {
+    remove_cb(cb);  // a callback that failed to set itself up does not stay
+    cb->created_for_ = nullptr;
+    throw;
+  }
 }
 
 void Learner::announce_creation(Callback& cb) {
@@ -189,7 +210,15 @@ void Learner::fit(int n_epoch_, Lrs lr, FitOptions options) {
       l.xb = l.yb = l.pred = l.loss = l.loss_grad = torch::Tensor();
     }
   } cleanup{*this};
-  with_events<CancelFitException>([&] { do_fit(); }, Event::before_fit, Event::after_cancel_fit, Event::after_fit);
+  // A fit that fails gets no after_fit: the loss function is put back here, not left as a
+  // callback swapped it for the fit (MixUp's, which reads that callback's batch).
+  const Loss loss_before = loss_func;
+  try {
+    with_events<CancelFitException>([&] { do_fit(); }, Event::before_fit, Event::after_cancel_fit, Event::after_fit);
+  } catch (...) {
+    loss_func = loss_before;
+    throw;
+  }
 }
 
 void Learner::do_fit() {

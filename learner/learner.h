@@ -136,6 +136,8 @@ class Learner {
   Learner& operator=(const Learner&) = delete;
 
   // ---- training
+  // A fit that fails (an exception other than a cancellation) leaves the loss function as
+  // it found it, and none of options.cbs added.
   void fit(int n_epoch, Lrs lr = {}, FitOptions options = {});
   void fit_one_cycle(int n_epoch, Lrs lr_max = {}, OneCycleOptions options = {});
   void fit_flat_cos(int n_epoch, Lrs lr = {}, FlatCosOptions options = {});
@@ -148,7 +150,8 @@ class Learner {
   // ---- inference
   // [valid_loss, metrics...] over a loader (default: the valid one).
   std::vector<double> validate(DataLoader* dl = nullptr);
-  // Activated predictions of every item, in the dataset's order (a shuffling loader too).
+  // Activated predictions of every item, in the dataset's order (a shuffling loader too),
+  // on the CPU as fastai's (a whole set's would fill a GPU).
   Preds get_preds(DataLoader* dl = nullptr, bool with_loss = false);
   // Test-time augmentation, as fastai's tta: the predictions of n passes over the
   // loader's items with their training transforms (Dataset::augmented) and the training
@@ -196,7 +199,8 @@ class Learner {
 
   // ---- callbacks
   // Adds `cb` in its order. Every callback gets after_create once for this Learner: those
-  // given to the constructor at its end, one added later (fit's cbs too) when added.
+  // given to the constructor at its end, one added later (fit's cbs too) when added. A
+  // callback already added is refused, and one whose after_create throws is not kept.
   void add_cb(CallbackPtr cb);
   template <class Cb, class = std::enable_if_t<std::is_base_of_v<Callback, std::decay_t<Cb>>>>
   std::shared_ptr<std::decay_t<Cb>> add_cb(Cb&& cb) {

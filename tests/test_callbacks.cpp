@@ -123,8 +123,22 @@ TEST_SUITE("callbacks") {
   TEST_CASE("a tracker names the values it could monitor") {
     Tracked t({0.5}, {std::make_shared<EarlyStopping>(EarlyStoppingOptions{.monitor = "acuracy"})});
     CHECK(error_of([&] { t.learn.fit(1); }) ==
-          "Exception occurred in `EarlyStopping` when calling event `after_epoch`:\n\tcannot monitor 'acuracy': "
+          "Exception occurred in `EarlyStopping` when calling event `before_train`:\n\tcannot monitor 'acuracy': "
           "the recorded values are train_loss, valid_loss, scripted_loss");
+    CHECK(t.learn.train_iter == 0);  // refused before an epoch's training, not after it
+  }
+
+  TEST_CASE("callbacks refuse arguments that cannot work, naming them") {
+    CHECK(error_of([] { SaveModel({.every_epoch = true, .at_end = true}); }) ==
+          "SaveModel: every_epoch and at_end together (each epoch's model is saved already)");
+    CHECK(error_of([] { ReduceLROnPlateau({.factor = 0.5}); }) ==
+          "ReduceLROnPlateau: factor must be > 1 (the lr is divided by it), got 0.5");
+    CHECK(error_of([] { ReduceLROnPlateau({.min_lr = -1e-3}); }) == "ReduceLROnPlateau: min_lr must be >= 0, got -0.001");
+    CHECK(error_of([] { LRFinder(1e-3, 1e-5); }) == "LRFinder: need 0 < start_lr < end_lr, got start_lr 0.001 and end_lr 1e-05");
+    CHECK(error_of([] { LRFinder(0, 10); }) == "LRFinder: need 0 < start_lr < end_lr, got start_lr 0 and end_lr 10");
+    CHECK(error_of([] { LRFinder(1e-7, 10, 0); }) == "LRFinder: num_it must be positive, got 0");
+    CHECK(error_of([] { GradientClip(-1); }) == "GradientClip: max_norm must be positive, got -1");
+    CHECK(error_of([] { GradientClip(1, 0); }) == "GradientClip: norm_type must be positive, got 0");
   }
 
   TEST_CASE("TerminateOnNaN stops the fit naming the batch") {
@@ -182,6 +196,11 @@ TEST_SUITE("callbacks") {
     REQUIRE(watch->seen.size() == 2);
     for (const auto& png : watch->seen) CHECK(png.rfind("\x89PNG\r\n\x1a\n", 0) == 0);
     CHECK(watch->seen[0] != watch->seen[1]);  // a second epoch's losses drawn
+    learn.remove_cb(watch);
+    learn.lr_find({.num_it = 12, .stop_div = false, .plot = ""});
+    std::ifstream in(path, std::ios::binary);
+    const std::string after{std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>()};
+    CHECK(after == watch->seen[1]);  // lr_find's epochs do not draw over the fit's graph (as fastai's)
   }
 
   TEST_CASE("CSVLogger writes the header and one row per epoch") {
@@ -196,7 +215,41 @@ TEST_SUITE("callbacks") {
     REQUIRE(rows.size() == 4);
     CHECK(rows[0] == "epoch,train_loss,valid_loss,accuracy,time");
     CHECK(rows[3].rfind("2,", 0) == 0);
+    // The values exactly, as fastai's str(float), not the table's six decimals
+    for (size_t epoch = 0; epoch < 3; ++epoch) {
+      std::istringstream row(rows[epoch + 1]);
+      std::vector<std::string> cells;
+      for (std::string cell; std::getline(row, cell, ',');) cells.push_back(cell);
+      REQUIRE(cells.size() == 5);
+      for (size_t i = 0; i < 3; ++i) CHECK(std::stod(cells[i + 1]) == learn.recorder->values[epoch][i]);
+    }
     std::filesystem::remove(path);
+  }
+
+  TEST_CASE("CSVLogger: a fit that failed leaves it usable; a rank other than 0 writes nothing") {
+    const auto path = temp_path("history_retry.csv");
+    std::filesystem::remove(path);
+    auto logger = std::make_shared<CSVLogger>(path);
+    Learner learn(synthetic_dls(), tiny_model(), CrossEntropyLoss(), {}, quiet({.cbs = {logger}}));
+    silence(learn);
+    struct FailsInEpoch1 : Callback {
+      void after_epoch() override {
+        if (learn().epoch == 1) throw std::runtime_error("disk full");
+      }
+    };
+    CHECK_THROWS_AS(learn.fit(3, {}, {.cbs = {std::make_shared<FailsInEpoch1>()}}), Error);
+    learn.fit(2);  // the file the failed fit left open is opened again, not refused
+    auto lines = [&] {
+      std::ifstream in(path);
+      size_t n = 0;
+      for (std::string line; std::getline(in, line);) ++n;
+      return n;
+    };
+    CHECK(lines() == 3);
+    std::filesystem::remove(path);
+    learn.rank = 1;
+    learn.fit(1);
+    CHECK_FALSE(std::filesystem::exists(path));
   }
 
   TEST_CASE("CSVLogger in append mode adds a second fit's rows under the first's header") {
@@ -303,6 +356,44 @@ TEST_SUITE("callbacks") {
     CHECK(histograms["weights/0.weight"][1] == doctest::Approx(weight.to(torch::kDouble).sum().item<double>()));
     CHECK(histograms["weights/0.weight"][2] == weight.min().item<float>());
     CHECK(histograms["weights/0.weight"][4] == 30);
+    std::filesystem::remove_all(dir);
+  }
+
+  TEST_CASE("TensorBoardLogger: a file of its own for each fit, lr_find not logged, a cancelled fit's last steps kept") {
+    const auto dir = temp_path("runs_fits");
+    std::filesystem::remove_all(dir);
+    Learner learn(synthetic_dls(16, 8, 4), tiny_model(), CrossEntropyLoss(), {}, quiet());
+    silence(learn);
+    auto logger = learn.add_cb(TensorBoardLogger(dir));
+    learn.fit(1);
+    const auto first = logger->path();
+    learn.fit(1);  // within the same second, as fine_tune's two fits on small data
+    CHECK(logger->path() != first);
+    learn.lr_find({.num_it = 12, .stop_div = false, .plot = ""});
+    auto files = [&] {
+      size_t n = 0;
+      for ([[maybe_unused]] const auto& entry : std::filesystem::directory_iterator(dir)) ++n;
+      return n;
+    };
+    CHECK(files() == 2);
+
+    struct StopAtBatch : Callback {  // as TerminateOnNaN: the fit cancelled after a batch
+      StopAtBatch() { order = 70; }
+      void after_batch() override {
+        if (learn().training && learn().train_iter == 6) throw CancelFitException();
+      }
+    };
+    learn.fit(3, {}, {.cbs = {std::make_shared<StopAtBatch>()}});
+    std::istringstream lines(output_of(std::string(FASTCPP_PYTHON) + " " + FASTCPP_FIXTURES + "/read_tensorboard.py " +
+                                       logger->path()));
+    std::vector<int64_t> loss_steps;
+    for (std::string line; std::getline(lines, line);) {
+      std::istringstream words(line);
+      std::string kind, tag;
+      int64_t step = 0;
+      if (words >> kind >> tag >> step && tag == "train_loss") loss_steps.push_back(step);
+    }
+    CHECK(loss_steps == std::vector<int64_t>{1, 2, 3, 4, 5, 6});  // epoch 1's batches 5 and 6 too
     std::filesystem::remove_all(dir);
   }
 

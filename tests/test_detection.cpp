@@ -215,6 +215,33 @@ TEST_SUITE("detection") {
     CHECK(error_of([] { vision::retinanet_losses(torch::zeros({2, 5, 15}), torch::zeros({2, 1, 4})); }) ==
           "retinanet_loss: expected targets [2, boxes, 5] (x1 y1 x2 y2 label), got [2, 1, 4]");
     CHECK(error_of([] { vision::retinanet({.num_classes = 0}); }) == "retinanet: num_classes must be positive, got 0");
+    CHECK(error_of([] { vision::retinanet({.num_classes = 2, .prior_probability = 1}); }) ==
+          "retinanet: prior_probability must be between 0 and 1, got 1");
+
+    // Boxes without area (which would match every anchor: an infinite box loss) and labels
+    // beyond the model's classes (a device assert on a GPU) are named, in both losses.
+    torch::manual_seed(0);
+    auto net = vision::retinanet({.num_classes = 3, .fpn_channels = 16});
+    const auto output = net(torch::rand({2, 3, 64, 64}));
+    auto with_box = [](std::vector<double> row) {
+      auto t = torch::full({2, 2, 5}, -1.0);
+      t[0][0] = torch::tensor({4.0, 4.0, 20.0, 20.0, 0.0});
+      t[1][1] = torch::tensor(row);
+      return t;
+    };
+    CHECK(std::isfinite(vision::retinanet_losses(output, with_box({8, 8, 30, 40, 2})).box_regression.item<double>()));
+    CHECK(error_of([&] { vision::retinanet_losses(output, with_box({10, 10, 10, 20, 1})); }) ==
+          "retinanet_loss: image 1's box 1 [10, 10, 10, 20] has no area (x2 <= x1 or y2 <= y1) or a corner that is not "
+          "finite");
+    CHECK(error_of([&] { vision::retinanet_losses(output, with_box({8, 8, 30, NAN, 1})); }) ==
+          "retinanet_loss: image 1's box 1 [8, 8, 30, nan] has no area (x2 <= x1 or y2 <= y1) or a corner that is not "
+          "finite");
+    CHECK(error_of([&] { vision::retinanet_losses(output, with_box({8, 8, 30, 40, 3})); }) ==
+          "retinanet_loss: image 1's box 1 has label 3, not a class of the model's 3 (0 to 2)");
+    CHECK(error_of([&] { vision::retinanet_losses(output, with_box({8, 8, 30, 40, 1.5})); }) ==
+          "retinanet_loss: image 1's box 1 has label 1.5, not a class of the model's 3 (0 to 2)");
+    CHECK(error_of([&] { vision::retinanet_detections(output, {.candidates = -1}); }) ==
+          "PostprocessOptions: detections_per_image and candidates must be >= 0, got 300 and -1");
   }
 
   TEST_CASE("detection_learner trains a RetinaNet: the validation loss falls; pretrained weights load and freeze the body") {
@@ -272,6 +299,8 @@ TEST_SUITE("detection") {
     CHECK(groups[1].params.size() == layers["layer3"]->parameters().size() + layers["layer4"]->parameters().size());
     CHECK(error_of([&] { vision::detection_learner(DataLoaders{dls.train, dls.valid}, vision::resnet18, {}, {}, quiet()); }) ==
           "detection_learner: the data have no classes; give num_classes");
+    CHECK(error_of([&] { vision::detection_learner(dls, vision::resnet18, {}, {.num_classes = 1}, quiet()); }) ==
+          "detection_learner: num_classes 1 is fewer than the data's 2 classes");
   }
 
   TEST_CASE("coco_maps: AP and AP50 from one decoding a batch, equal to the two metrics on their own") {
@@ -329,6 +358,13 @@ TEST_SUITE("detection") {
     CHECK(perfect.evaluate().ap == doctest::Approx(1.0));
     CHECK(error_of([&] { perfect.add({truth, torch::ones({truth.size(0)}), labels + 5}, {truth, labels}); }).rfind(
               "CocoEvaluator: label ", 0) == 0);
+    const auto n = std::to_string(truth.size(0));
+    CHECK(error_of([&] { perfect.add({truth, torch::ones({truth.size(0) + 1}), labels}, {truth, labels}); }) ==
+          "CocoEvaluator::add: image 1's detections are not boxes [n, 4], scores [n] and labels [n]: got [" + n + ", 4], [" +
+              std::to_string(truth.size(0) + 1) + "] and [" + n + "]");
+    CHECK(error_of([&] { perfect.add({truth, torch::ones({truth.size(0)}), labels}, {truth[0], labels}); }) ==
+          "CocoEvaluator::add: image 1's ground truth are not boxes [n, 4] and labels [n]: got [4] and [" + n + "]");
+    CHECK(error_of([] { vision::CocoEvaluator(3, 0); }) == "CocoEvaluator: max_detections must be positive, got 0");
   }
 
   TEST_CASE("detection_learner in bf16 autocast: P6 and P7 keep finite gradients, the output stays float, the loss falls") {

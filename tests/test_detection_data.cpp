@@ -68,7 +68,7 @@ TEST_SUITE("detection") {
     const std::vector<std::pair<std::string, std::vector<ItemTransform>>> cases{
         {"Resize squish", {vision::Resize(32, vision::ResizeMethod::Squish)}},
         {"Resize crop", {vision::Resize(32, vision::ResizeMethod::Crop)}},
-        {"Resize pad", {vision::Resize(32, vision::ResizeMethod::Pad)}},
+        {"Resize pad", {vision::Resize(32, vision::ResizeMethod::Pad, vision::PadMode::Zeros)}},
         {"RandomResizedCrop", {vision::RandomResizedCrop(32, {0.5, 1.0})}},
         {"CenterCrop", {vision::CenterCrop(40)}},
         {"RandomCrop padded", {vision::RandomCrop(48, 6)}},
@@ -257,37 +257,50 @@ TEST_SUITE("detection") {
       vision::write_png(root + "/images/" + name + ".png", picture_with_box(96, 64, {20, 10, 40, 30}));
       write_text(root + "/boxes/" + name + ".txt", "square 20 10 60 40\n");
     }
-    auto dls = vision::DetectionDataLoaders::from_box_files(
-        root + "/images", root + "/boxes",
-        {.bs = 2, .workers = 0, .item_tfms = {vision::Resize(64, vision::ResizeMethod::Squish)},
-         .splitter = [](const std::vector<std::string>&) { return Split{{0, 1}, {0, 1, 2}}; }});
-    torch::manual_seed(0);
-    auto learn = vision::detection_learner(dls, vision::resnet18, {}, {.width = 8, .fpn_channels = 16}, quiet());
-    {
-      // An untrained head scores every anchor at its prior, 0.01: ties that a batch of 2
-      // and a batch of 1 may order otherwise (they did on AVX2). Wider weights give each
-      // anchor a score of its own.
-      torch::NoGradGuard no_grad;
-      learn.model.module().named_parameters()["head.classification_head.cls_logits.weight"].normal_(0, 0.1);
-    }
-    const auto path = root + "/export.pt";
-    learn.export_learner(path);
-    const auto predictor = vision::load_learner(path, {.device = torch::kCPU, .detections = {.score_threshold = 0.005}});
-    const auto& valid = dynamic_cast<const vision::DetectionDataset&>(dls.valid.dataset());
-    const auto files = std::vector<std::string>{root + "/images/a.png", root + "/images/b.png", root + "/images/c.png"};
-    const auto predictions = predictor.predict(files, /*bs=*/2);
-    REQUIRE(predictions.size() == 3);
-    for (size_t i = 0; i < 3; ++i) {
-      CAPTURE(i);
-      const auto expected = vision::detect(learn, valid.get(i).x, {.score_threshold = 0.005});
-      const auto& found = predictions[i].detections;
-      REQUIRE(found.scores.size(0) > 0);
-      // the item is the 96 x 64 file squished to 64 x 64: x comes back 1.5 times wider
-      auto scaled = expected.boxes.clone();
-      scaled.select(1, 0).mul_(1.5);
-      scaled.select(1, 2).mul_(1.5);
-      CHECK(same_detections_in_any_order(found, {scaled, expected.scores, expected.labels}));
-      CHECK(predictions[i].label == "square");
+    // Without and with fastai's presizing (aug_transforms' size): the model sees the 64 x 64
+    // items, or them resized again to 40 x 48 on the batch.
+    for (const bool presized : {false, true}) {
+      CAPTURE(presized);
+      std::vector<BatchAugmentPtr> aug;
+      if (presized)
+        aug.push_back(vision::aug_transforms(
+            {.max_lighting = 0, .size = std::pair<int64_t, int64_t>{40, 48}, .pad_mode = vision::PadMode::Zeros}));
+      auto dls = vision::DetectionDataLoaders::from_box_files(
+          root + "/images", root + "/boxes",
+          {.bs = 2, .workers = 0, .item_tfms = {vision::Resize(64, vision::ResizeMethod::Squish)}, .aug_tfms = aug,
+           .splitter = [](const std::vector<std::string>&) { return Split{{0, 1}, {0, 1, 2}}; }});
+      torch::manual_seed(0);
+      auto learn = vision::detection_learner(dls, vision::resnet18, {}, {.width = 8, .fpn_channels = 16}, quiet());
+      {
+        // An untrained head scores every anchor at its prior, 0.01: ties that a batch of 2
+        // and a batch of 1 may order otherwise (they did on AVX2). Wider weights give each
+        // anchor a score of its own.
+        torch::NoGradGuard no_grad;
+        learn.model.module().named_parameters()["head.classification_head.cls_logits.weight"].normal_(0, 0.1);
+      }
+      const auto path = root + "/export.pt";
+      learn.export_learner(path);
+      const auto predictor = vision::load_learner(path, {.device = torch::kCPU, .detections = {.score_threshold = 0.005}});
+      const auto& valid = dynamic_cast<const vision::DetectionDataset&>(dls.valid.dataset());
+      const auto files = std::vector<std::string>{root + "/images/a.png", root + "/images/b.png", root + "/images/c.png"};
+      const auto predictions = predictor.predict(files, /*bs=*/2);
+      REQUIRE(predictions.size() == 3);
+      for (size_t i = 0; i < 3; ++i) {
+        CAPTURE(i);
+        const auto expected = vision::detect(learn, valid.get(i).x, {.score_threshold = 0.005});
+        const auto& found = predictions[i].detections;
+        REQUIRE(found.scores.size(0) > 0);
+        auto scaled = expected.boxes.clone().to(torch::kDouble);
+        if (presized) {  // 48 x 40 back to 64 x 64, pixel centres to pixel centres (align_corners)
+          for (int c : {0, 2}) scaled.select(1, c).sub_(0.5).mul_(63.0 / 47).add_(0.5).clamp_(0, 64);
+          for (int c : {1, 3}) scaled.select(1, c).sub_(0.5).mul_(63.0 / 39).add_(0.5).clamp_(0, 64);
+        }
+        // the item is the 96 x 64 file squished to 64 x 64: x comes back 1.5 times wider
+        scaled.select(1, 0).mul_(1.5);
+        scaled.select(1, 2).mul_(1.5);
+        CHECK(same_detections_in_any_order(found, {scaled.to(torch::kFloat), expected.scores, expected.labels}));
+        CHECK(predictions[i].label == "square");
+      }
     }
     fs::remove_all(root);
   }

@@ -90,6 +90,33 @@ TEST_SUITE("events") {
     CHECK(for_fit->events.front() == "after_create");
   }
 
+  TEST_CASE("callbacks are added all or none: a fit's null callback, one already added, a failed after_create") {
+    Fixture f;
+    const auto before = f.learn.cbs();
+    auto extra = std::make_shared<EventProbe>();
+    CHECK_THROWS_WITH_AS(f.learn.fit(1, {}, {.cbs = {extra, nullptr}}), "add_cb: null callback", Error);
+    CHECK(f.learn.cbs() == before);
+    CHECK(extra->events == Events{"after_create"});
+    CHECK_THROWS_WITH_AS(f.learn.fit(1, {}, {.cbs = {extra, f.probe}}),
+                         "add_cb: this EventProbe is already added (each event would run it twice)", Error);
+    CHECK(f.learn.cbs() == before);  // the probe that was there stays
+    CHECK(f.probe->events.empty());
+
+    struct FailsToStart : Callback {
+      void after_create() override {
+        if (++tries == 1) throw std::runtime_error("no disk");
+      }
+      int tries = 0;
+    };
+    auto failing = std::make_shared<FailsToStart>();
+    CHECK_THROWS_WITH_AS(f.learn.add_cb(failing),
+                         "Exception occurred in `FailsToStart` when calling event `after_create`:\n\tno disk", Error);
+    CHECK(f.learn.cbs() == before);
+    f.learn.add_cb(failing);  // added again, it is set up again
+    CHECK(failing->tries == 2);
+    CHECK(f.learn.cbs().size() == before.size() + 1);
+  }
+
   TEST_CASE("a callback added during after_create gets its own after_create") {
     struct Adder : Callback {
       std::shared_ptr<EventProbe> added = std::make_shared<EventProbe>();

@@ -304,10 +304,13 @@ TEST_SUITE("export") {
 
   TEST_CASE("transforms in text: each is read back to the same transform") {
     const std::vector<vision::ItemTransform> tfms{
-        vision::Resize(20, vision::ResizeMethod::Pad), vision::Resize(21), vision::Resize(22, vision::ResizeMethod::Squish),
+        vision::Resize(20, vision::ResizeMethod::Pad),
+        vision::Resize(19, vision::ResizeMethod::Pad, vision::PadMode::Zeros),
+        vision::Resize(21), vision::Resize(22, vision::ResizeMethod::Squish),
         vision::RandomResizedCrop(16, {0.3, 0.9}, {0.5, 2.0 / 3}, 0.25), vision::CenterCrop(12), vision::RandomCrop(14, 3),
         vision::FlipItem(0.25)};
-    const std::vector<std::string> texts{"Resize 20 pad", "Resize 21 crop", "Resize 22 squish",
+    const std::vector<std::string> texts{"Resize 20 pad reflection", "Resize 19 pad zeros", "Resize 21 crop",
+                                         "Resize 22 squish",
                                          "RandomResizedCrop 16 0.3 0.9 0.5 0.6666666666666666 0.25",
                                          "CenterCrop 12", "RandomCrop 14 3", "FlipItem 0.25"};
     cv::Mat image(30, 40, CV_8UC3);
@@ -325,6 +328,8 @@ TEST_SUITE("export") {
     // Exports from before val_xtra was written: fastai's 0.14
     CHECK(vision::item_transform_from_spec("RandomResizedCrop 16 0.3 0.9 0.5 0.75").spec() ==
           "RandomResizedCrop 16 0.3 0.9 0.5 0.75 0.14");
+    // and from before Resize's pad mode, when Pad padded with zeros
+    CHECK(vision::item_transform_from_spec("Resize 20 pad").spec() == "Resize 20 pad zeros");
     const Normalize normalize{{0.1, 1.0 / 3}, {0.2, 2.0 / 3}};
     const auto text = batch_transform_spec(normalize);
     CHECK(text == "Normalize 0.1,0.3333333333333333 0.2,0.6666666666666666");
@@ -334,7 +339,11 @@ TEST_SUITE("export") {
     CHECK(batch_transform_spec([](const torch::Tensor& t) { return t; }).empty());
     CHECK_THROWS_WITH_AS(batch_transform_from_spec("Rotate 3"),
                          "unknown batch transform 'Rotate 3' (known: Normalize, IntToFloat)", Error);
-    CHECK_THROWS_WITH_AS(vision::item_transform_from_spec("Resize 20 stretch"),
-                         "item transform 'Resize 20 stretch' is not 'Resize SIZE crop|squish|pad'", Error);
+    for (const std::string bad : {"Resize 20 stretch", "Resize 20 crop zeros", "Resize 20 pad mirror",
+                                  "Resize 20 pad zeros 1"}) {
+      const std::string message =
+          "item transform '" + bad + "' is not 'Resize SIZE crop|squish|pad [reflection|border|zeros]'";
+      CHECK_THROWS_WITH_AS(vision::item_transform_from_spec(bad), message.c_str(), Error);
+    }
   }
 }

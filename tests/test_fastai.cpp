@@ -486,7 +486,7 @@ TEST_SUITE("fastai") {
       torch::manual_seed(5);
       cb->before_batch();
       CHECK(torch::allclose(learn.xb, torch::tensor(fx.at(name + ".x"), torch::kFloat).view({4, 3, 8, 8}), 1e-6, 1e-6));
-      CHECK(torch::allclose(cb->lam, torch::tensor(fx.at(name + ".lam"), torch::kFloat), 1e-6, 1e-7));
+      CHECK(torch::allclose(cb->lam(), torch::tensor(fx.at(name + ".lam"), torch::kFloat), 1e-6, 1e-7));
       CHECK(learn.loss_func(pred, y).item<double>() == doctest::Approx(fx.at(name + ".loss")[0]).epsilon(1e-6));
       cb->after_train();  // the plain loss again
       CHECK(learn.loss_func(pred, y).item<double>() == doctest::Approx(CrossEntropyLoss()(pred, y).item<double>()));
@@ -506,6 +506,31 @@ TEST_SUITE("fastai") {
       CHECK(learn.recorder->values.size() == 3);
     }
     CHECK_THROWS_WITH_AS(MixUp(0), "MixUp/CutMix: alpha must be positive, got 0.000000", Error);
+  }
+
+  TEST_CASE("MixUp gives the plain loss back however its fit ends: an epoch cancelled in training, a failed fit") {
+    auto images = std::make_shared<TensorDataset>(torch::randn({16, 3, 8, 8}), torch::randint(3, {16}, torch::kLong));
+    auto model = torch::nn::Sequential(torch::nn::Flatten(), torch::nn::Linear(192, 3));
+    Learner learn({DataLoader(images, {.bs = 4}), DataLoader(images, {.bs = 4})}, model, CrossEntropyLoss(), {}, quiet());
+    silence(learn);
+    const auto plain = learn.validate()[0];
+    struct CancelFirstEpoch : Callback {  // after its second training batch
+      void after_batch() override {
+        if (learn().training && learn().epoch == 0 && learn().iter == 1) throw CancelEpochException();
+      }
+    };
+    struct FailSecondEpoch : Callback {
+      void after_epoch() override {
+        if (learn().epoch == 1) throw std::runtime_error("disk full");
+      }
+    };
+    // lr 0: the weights stay, so validation gives the plain loss exactly, unless the loss
+    // function is still MixUp's
+    auto mixup = std::make_shared<MixUp>();
+    learn.fit(2, 0.0, {.cbs = {mixup, std::make_shared<CancelFirstEpoch>()}});
+    CHECK(learn.validate()[0] == plain);
+    CHECK_THROWS_AS(learn.fit(3, 0.0, {.cbs = {mixup, std::make_shared<FailSecondEpoch>()}}), Error);
+    CHECK(learn.validate()[0] == plain);
   }
 
   TEST_CASE("create_head: fastai's layers in fastai's order, the same outputs from fastai's weights") {

@@ -110,6 +110,19 @@ TEST_SUITE("gpu" * doctest::skip(!torch::cuda::is_available())) {
     CHECK((raw->seen.front().second == torch::kBFloat16));
   }
 
+  TEST_CASE("get_preds on CUDA gives CPU tensors, as fastai's, equal to those of the same model on the CPU") {
+    Learner learn(synthetic_dls(64, 16, 16), tiny_model(), CrossEntropyLoss(), {}, {.progress = false});
+    silence(learn);
+    REQUIRE(learn.device == kCuda0);
+    const auto got = learn.get_preds(nullptr, /*with_loss=*/true);
+    for (const auto& t : {got.preds, got.targets, got.losses}) CHECK(t.device().is_cpu());
+    learn.to(torch::kCPU);
+    const auto on_cpu = learn.get_preds(nullptr, /*with_loss=*/true);
+    CHECK(torch::allclose(got.preds, on_cpu.preds, 1e-4, 1e-5));
+    CHECK(torch::equal(got.targets, on_cpu.targets));
+    CHECK(torch::allclose(got.losses, on_cpu.losses, 1e-4, 1e-5));
+  }
+
   TEST_CASE("the progress bar's smoothed loss on CUDA is one the Recorder records, an earlier batch's, never a wait") {
     // Read at every batch as the progress bar reads it: each value read is the Recorder's
     // smoothed loss after some batch no later than the current one, in order.

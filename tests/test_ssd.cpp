@@ -93,6 +93,14 @@ TEST_SUITE("detection") {
                                                                   {0.0f, -5.0f, 30.0f, 15.0f},
                                                                   {0.0f, 2.5f, 30.0f, 7.5f},
                                                                   {11.25f, -5.0f, 18.75f, 15.0f}})));
+    // At another size than the steps were made for (SSD512's maps, 64 to 4 cells), each map's
+    // boxes are spread over its own cells: every centre on the image, the last map's first at 64.
+    const auto ssd = vision::ssd300_default_boxes();
+    const auto at512 = ssd.grid_anchors({{64, 64}, {32, 32}, {16, 16}, {8, 8}, {6, 6}, {4, 4}}, {512, 512});
+    const auto centres = (at512.narrow(1, 0, 2) + at512.narrow(1, 2, 2)) / 2;
+    CHECK(centres.min().item<double>() > 0);
+    CHECK(centres.max().item<double>() < 512);
+    CHECK(torch::allclose(centres[at512.size(0) - 16 * 4], torch::tensor({64.0f, 64.0f})));
     CHECK(error_of([&] { generator.grid_anchors({{2, 3}, {1, 1}}, {20, 30}); }) ==
           "DefaultBoxGenerator: 2 feature maps need as many aspect ratio lists (got 1), one scale more (got 2) and as many "
           "steps or none (got 0)");

@@ -5,6 +5,7 @@
 #include <numeric>
 #include <opencv2/imgcodecs.hpp>
 #include <opencv2/imgproc.hpp>
+#include <set>
 #include <stdexcept>
 
 #include "helpers.h"
@@ -329,13 +330,55 @@ TEST_SUITE("vision") {
     auto centre = vision::CenterCrop(8).apply(image, rng, false);
     CHECK((centre.at<cv::Vec3b>(0, 0) == image.at<cv::Vec3b>(12, 12)));
     CHECK(vision::Resize(16, vision::ResizeMethod::Squish).apply(gradient(40, 20), rng, true).size() == cv::Size(16, 16));
-    auto padded_resize = vision::Resize(16, vision::ResizeMethod::Pad).apply(gradient(40, 20), rng, false);
-    CHECK(padded_resize.size() == cv::Size(16, 16));
-    CHECK((padded_resize.at<cv::Vec3b>(0, 8) == cv::Vec3b(0, 0, 0)));  // the padding band
     vision::FlipItem always(1.0);
     auto flipped = always.apply(image, rng, true);
     CHECK((flipped.at<cv::Vec3b>(3, 0) == image.at<cv::Vec3b>(3, 31)));
     CHECK((always.apply(image, rng, false).at<cv::Vec3b>(3, 0) == image.at<cv::Vec3b>(3, 0)));  // not on valid
+  }
+
+  TEST_CASE("Resize's pad method: fastai's pad modes; centred for validation, placed at random for training") {
+    using vision::PadMode;
+    const auto image = gradient(40, 20);  // resized to 16 x 8, then 8 rows of padding; channel 0 is 200
+    auto row = [](const cv::Mat& m, int r) { return m.row(r).clone(); };
+    auto same = [](const cv::Mat& a, const cv::Mat& b) { return cv::norm(a, b, cv::NORM_INF) == 0; };
+    Rng rng(0);
+    const auto mirrored = vision::Resize(16, vision::ResizeMethod::Pad).apply(image, rng, false);  // reflection
+    const auto repeated = vision::Resize(16, vision::ResizeMethod::Pad, PadMode::Border).apply(image, rng, false);
+    const auto zeros = vision::Resize(16, vision::ResizeMethod::Pad, PadMode::Zeros).apply(image, rng, false);
+    REQUIRE(mirrored.size() == cv::Size(16, 16));
+    CHECK(same(mirrored.rowRange(4, 12), zeros.rowRange(4, 12)));
+    for (int k = 0; k < 4; ++k) {
+      CAPTURE(k);
+      CHECK(same(row(mirrored, 3 - k), row(mirrored, 5 + k)));  // the edge row is not repeated
+      CHECK(same(row(mirrored, 12 + k), row(mirrored, 10 - k)));
+      CHECK(same(row(repeated, k), row(repeated, 4)));
+      CHECK(same(row(repeated, 12 + k), row(repeated, 11)));
+      CHECK(cv::countNonZero(zeros.row(k).reshape(1)) == 0);
+      CHECK(cv::countNonZero(zeros.row(12 + k).reshape(1)) == 0);
+    }
+    CHECK_FALSE(same(row(mirrored, 3), row(mirrored, 4)));
+    // Training: the image at a random height, its mask at the same one (filled with the mask's fill)
+    const vision::ItemTransform padded(vision::Resize(16, vision::ResizeMethod::Pad, PadMode::Zeros));
+    const cv::Mat mask(20, 40, CV_8U, cv::Scalar(1));
+    std::set<int> tops;
+    for (uint64_t seed = 0; seed < 30; ++seed) {
+      Rng a(seed), b(seed);
+      const auto out = padded(image, a, true);
+      const auto mask_out = padded.mask(mask, b, true, 7);
+      std::vector<cv::Mat> channels;
+      cv::split(out, channels);
+      const cv::Mat inside = channels[0] == 200;
+      const int top = cv::boundingRect(inside).y;
+      CHECK(cv::countNonZero(inside) == 16 * 8);
+      CHECK(cv::countNonZero(inside.rowRange(top, top + 8)) == 16 * 8);
+      CHECK(cv::countNonZero(mask_out == 1) == 16 * 8);
+      CHECK(cv::countNonZero((mask_out == 1) != inside) == 0);
+      CHECK(cv::countNonZero(mask_out == 7) == 16 * 8);
+      tops.insert(top);
+    }
+    CHECK(*tops.begin() >= 0);
+    CHECK(*tops.rbegin() <= 8);
+    CHECK(tops.size() >= 5);
   }
 
   TEST_CASE("ImageFolder: sorted vocab, labels, bitwise-equal augmented batches across worker counts") {

@@ -260,15 +260,6 @@ AugOptions resize_only(std::pair<int64_t, int64_t> size, PadMode pad_mode, bool 
           .pad_mode = pad_mode, .align_corners = align_corners};
 }
 
-const char* pad_mode_name(PadMode mode) {
-  switch (mode) {
-    case PadMode::Reflection: return "reflection";
-    case PadMode::Border: return "border";
-    case PadMode::Zeros: return "zeros";
-  }
-  return "";
-}
-
 }  // namespace
 
 BatchAugmentPtr AugTransforms::validation() const {
@@ -285,14 +276,28 @@ std::string AugTransforms::spec() const {
          pad_mode_name(o.pad_mode) + " " + (o.align_corners ? "1" : "0");
 }
 
+torch::Tensor AugTransforms::boxes_to_input(const torch::Tensor& boxes, int64_t height, int64_t width) const {
+  if (spec().empty()) throw Error("AugTransforms::boxes_to_input: only a resize alone maps boxes back");
+  using torch::indexing::Slice;
+  const auto [out_h, out_w] = *options_.size;
+  // The resize's map is the identity on grid_sample's normalized coordinates.
+  const auto back = [&](const torch::Tensor& v, int64_t out, int64_t in) {
+    return from_normalized(to_normalized(v.to(torch::kDouble), out, options_.align_corners), in, options_.align_corners)
+        .clamp(0, double(in));
+  };
+  const auto x = back(boxes.index({Slice(), Slice(0, 4, 2)}), out_w, width);
+  const auto y = back(boxes.index({Slice(), Slice(1, 4, 2)}), out_h, height);
+  return torch::stack({x.select(1, 0), y.select(1, 0), x.select(1, 1), y.select(1, 1)}, 1).to(boxes.scalar_type());
+}
+
 BatchAugmentPtr batch_augment_from_spec(const std::string& spec) {
   const auto words = spec_text::words(spec);
   if (words.size() == 5 && words[0] == "AugResize" && (words[4] == "0" || words[4] == "1")) {
     const auto height = spec_text::to_number(words[1]), width = spec_text::to_number(words[2]);
-    for (auto mode : {PadMode::Reflection, PadMode::Border, PadMode::Zeros})
-      if (height && width && *height >= 1 && *width >= 1 && *height == std::floor(*height) &&
-          *width == std::floor(*width) && words[3] == pad_mode_name(mode))
-        return aug_transforms(resize_only({int64_t(*height), int64_t(*width)}, mode, words[4] == "1"));
+    const auto mode = pad_mode_named(words[3]);
+    if (height && width && mode && *height >= 1 && *width >= 1 && *height == std::floor(*height) &&
+        *width == std::floor(*width))
+      return aug_transforms(resize_only({int64_t(*height), int64_t(*width)}, *mode, words[4] == "1"));
   }
   throw Error("batch augmentation '" + spec + "' is not 'AugResize HEIGHT WIDTH reflection|border|zeros 0|1'");
 }

@@ -23,11 +23,9 @@
 #include <vector>
 
 #include "data/batch_augment.h"
+#include "vision/pad_mode.h"
 
 namespace fastcpp::vision {
-
-// What grid_sample reads outside the image.
-enum class PadMode { Reflection, Border, Zeros };
 
 struct AugOptions {
   double mult = 1.0;            // scales max_rotate, max_lighting and max_warp
@@ -69,6 +67,10 @@ class AugTransforms : public BatchAugment {
   // The batch with these draws (one per item).
   Batch apply_draws(Batch batch, const std::vector<AugDraw>& draws) const;
   const AugOptions& options() const { return options_; }
+  // Boxes [n, 4] (x1 y1 x2 y2) in the pixels of this resize's output back to those of its
+  // input, `height` x `width`, clipped to it: a detector's boxes after an exported model's
+  // resize. Only for a resize alone (spec() not empty), the form an export carries.
+  torch::Tensor boxes_to_input(const torch::Tensor& boxes, int64_t height, int64_t width) const;
 
  private:
   AugOptions options_;

@@ -125,7 +125,17 @@ torch::Tensor Predictor::item(const std::string& image_path) const { return file
 void Predictor::boxes_to_file(Prediction& prediction) const {
   auto size = image_header_size(read_image_bytes(prediction.path));
   if (size.area() == 0) size = read_image(prediction.path).size();  // a format without a header we read
-  prediction.detections.boxes = boxes_to_image(item_tfms_, prediction.detections.boxes, size);
+  // Back through the batch resizes (fastai's presizing: aug_transforms' size) from the last,
+  // each one's input the size before it, the first one's the items' (files() checked the shape).
+  auto boxes = prediction.detections.boxes;
+  std::vector<std::pair<int64_t, int64_t>> inputs{{exported_.item_shape[1], exported_.item_shape[2]}};
+  for (const auto& augment : aug_tfms_) {
+    const auto& size_after = static_cast<const AugTransforms&>(*augment).options().size;
+    inputs.push_back(size_after ? *size_after : inputs.back());
+  }
+  for (size_t k = aug_tfms_.size(); k-- > 0;)
+    boxes = static_cast<const AugTransforms&>(*aug_tfms_[k]).boxes_to_input(boxes, inputs[k].first, inputs[k].second);
+  prediction.detections.boxes = boxes_to_image(item_tfms_, boxes, size);
 }
 
 Prediction Predictor::predict(const std::string& image_path) const { return predict(std::vector{image_path}, 1)[0]; }

@@ -20,12 +20,20 @@ cv::Mat resize_to(const cv::Mat& image, cv::Size size, const Sampling& sampling)
   return out;
 }
 
-// The size x size window at (x, y), filled where it leaves the image.
-cv::Mat window(const cv::Mat& image, int x, int y, int size, const Sampling& sampling) {
+// The size x size window at (x, y), padded by `pad_mode` where it leaves the image (with
+// sampling.fill for zeros). Mirrored and repeated edges are those of the window's part of
+// the image; every caller that does not pad with zeros keeps the whole image in its window.
+cv::Mat window(const cv::Mat& image, int x, int y, int size, const Sampling& sampling,
+               PadMode pad_mode = PadMode::Zeros) {
   const cv::Rect inside = cv::Rect(x, y, size, size) & cv::Rect(0, 0, image.cols, image.rows);
   if (inside.width == size && inside.height == size) return image(inside).clone();
-  cv::Mat out(size, size, image.type(), cv::Scalar::all(sampling.fill));
-  if (inside.area() > 0) image(inside).copyTo(out(cv::Rect(inside.x - x, inside.y - y, inside.width, inside.height)));
+  if (inside.area() == 0) return cv::Mat(size, size, image.type(), cv::Scalar::all(sampling.fill));
+  const int border = pad_mode == PadMode::Reflection ? cv::BORDER_REFLECT_101  // torchvision's "reflect"
+                     : pad_mode == PadMode::Border   ? cv::BORDER_REPLICATE
+                                                     : cv::BORDER_CONSTANT;
+  cv::Mat out;
+  cv::copyMakeBorder(image(inside), out, inside.y - y, y + size - inside.br().y, inside.x - x, x + size - inside.br().x,
+                     border, cv::Scalar::all(sampling.fill));
   return out;
 }
 
@@ -57,7 +65,9 @@ std::vector<std::string> transform_specs(const std::vector<ItemTransform>& tfms,
   return specs;
 }
 
-Resize::Resize(int size, ResizeMethod method) : size_(size), method_(method) { check_size(size, "Resize"); }
+Resize::Resize(int size, ResizeMethod method, PadMode pad_mode) : size_(size), method_(method), pad_mode_(pad_mode) {
+  check_size(size, "Resize");
+}
 
 Resize::Layout Resize::layout(cv::Size size, Rng& rng, bool train) const {
   const double w = size.width, h = size.height;
@@ -71,13 +81,16 @@ Resize::Layout Resize::layout(cv::Size size, Rng& rng, bool train) const {
   }
   const double scale = size_ / std::max(w, h);  // Pad
   const cv::Size inside(std::max(1, int(std::lround(w * scale))), std::max(1, int(std::lround(h * scale))));
-  return {inside, {-(size_ - inside.width) / 2, -(size_ - inside.height) / 2}};
+  const int slack_x = size_ - inside.width, slack_y = size_ - inside.height;
+  const int x = train ? int(rng.integer(0, slack_x)) : slack_x / 2;
+  const int y = train ? int(rng.integer(0, slack_y)) : slack_y / 2;
+  return {inside, {-x, -y}};
 }
 
 cv::Mat Resize::transform(const cv::Mat& image, Rng& rng, bool train, const Sampling& sampling) const {
   if (method_ == ResizeMethod::Squish) return resize_to(image, {size_, size_}, sampling);
   const auto [resized, corner] = layout(image.size(), rng, train);
-  return window(resize_to(image, resized, sampling), corner.x, corner.y, size_, sampling);
+  return window(resize_to(image, resized, sampling), corner.x, corner.y, size_, sampling, pad_mode_);
 }
 
 std::optional<BoxMap> Resize::box_map(cv::Size size, Rng& rng, bool train) const {
@@ -232,7 +245,10 @@ int as_int(double value) { return static_cast<int>(value); }
 
 }  // namespace
 
-std::string Resize::spec() const { return "Resize " + std::to_string(size_) + " " + method_name(method_); }
+std::string Resize::spec() const {
+  const std::string spec = "Resize " + std::to_string(size_) + " " + method_name(method_);
+  return method_ == ResizeMethod::Pad ? spec + " " + pad_mode_name(pad_mode_) : spec;
+}
 
 std::string RandomResizedCrop::spec() const {
   return "RandomResizedCrop " + std::to_string(size_) + " " + spec_text::number(scale_.first) + " " +
@@ -255,10 +271,15 @@ ItemTransform item_transform_from_spec(const std::string& spec) {
     return Error("item transform '" + spec + "' is not '" + form + "'");
   };
   if (name == "Resize") {
-    const auto size = words.size() == 3 ? arguments({name, words[1]}, 1, 1) : std::nullopt;
+    // "Resize SIZE pad" without a pad mode comes from before there was one, when Pad padded with zeros.
+    const bool counted = words.size() == 3 || words.size() == 4;
+    const auto size = counted ? arguments({name, words[1]}, 1, 1) : std::nullopt;
+    std::optional<PadMode> pad_mode = PadMode::Zeros;
+    if (words.size() == 4) pad_mode = pad_mode_named(words[3]);
     for (auto method : {ResizeMethod::Squish, ResizeMethod::Crop, ResizeMethod::Pad})
-      if (size && words[2] == method_name(method)) return Resize(as_int((*size)[0]), method);
-    throw malformed("Resize SIZE crop|squish|pad");
+      if (size && words[2] == method_name(method) && pad_mode && (words.size() == 3 || method == ResizeMethod::Pad))
+        return Resize(as_int((*size)[0]), method, *pad_mode);
+    throw malformed("Resize SIZE crop|squish|pad [reflection|border|zeros]");
   }
   if (name == "RandomResizedCrop") {
     const auto a = words.size() == 6 ? arguments(words, 5, 1) : arguments(words, 6, 1);  // 5: before val_xtra

@@ -3,7 +3,10 @@
 // Random ones draw from the item's Rng, and act on the training set only; on the
 // validation set each does its deterministic counterpart (fastai's split_idx):
 //   Resize             to size x size: Squish, Crop (random crop of the resized
-//                      short side when training, centre otherwise) or Pad
+//                      short side when training, centre otherwise) or Pad (the
+//                      long side resized to size, the short one padded by pad_mode
+//                      to size; placed at random when training, centred otherwise).
+//                      For boxes, pad with zeros: a mirror shows objects without a box
 //   RandomResizedCrop  torchvision's: area fraction in `scale`, aspect ratio in
 //                      `ratio` (log-uniform), 10 tries then a centre crop; resized
 //                      to size. Validation, fastai's: the image squished to size + xtra
@@ -23,6 +26,7 @@
 #include <vector>
 
 #include "data/random.h"
+#include "vision/pad_mode.h"
 
 namespace fastcpp::vision {
 
@@ -87,7 +91,8 @@ class ItemTransform {
 };
 
 // How a geometric transform resamples: images bilinearly (by area when shrinking
-// strongly) with zeros outside; masks by nearest neighbour with their fill value.
+// strongly) with zeros outside; masks by nearest neighbour with their fill value
+// (Resize's pad method mirrors or repeats both alike, unless it pads with zeros).
 struct Sampling {
   bool nearest = false;
   int fill = 0;
@@ -118,7 +123,7 @@ enum class ResizeMethod { Squish, Crop, Pad };
 
 class Resize : public GeometricTransform {
  public:
-  explicit Resize(int size, ResizeMethod method = ResizeMethod::Crop);
+  explicit Resize(int size, ResizeMethod method = ResizeMethod::Crop, PadMode pad_mode = PadMode::Reflection);
   cv::Mat transform(const cv::Mat& pixels, Rng& rng, bool train, const Sampling& sampling) const override;
   std::optional<CropPlan> plan(cv::Size size, Rng& rng, bool train) const override;  // Squish only
   std::optional<BoxMap> box_map(cv::Size size, Rng& rng, bool train) const override;
@@ -135,6 +140,7 @@ class Resize : public GeometricTransform {
   Layout layout(cv::Size size, Rng& rng, bool train) const;
   int size_;
   ResizeMethod method_;
+  PadMode pad_mode_;
 };
 
 class RandomResizedCrop : public GeometricTransform {

@@ -64,6 +64,13 @@ torch::Tensor DefaultBoxGenerator::grid_anchors(const std::vector<std::pair<int6
                 std::to_string(aspect_ratios.size()) + "), one scale more (got " + std::to_string(scales.size()) +
                 ") and as many steps or none (got " + std::to_string(steps.size()) + ")");
   const auto [image_h, image_w] = image_size;
+  // The steps were chosen for one image size (SSD300's 300: 38 cells of 8 pixels); at another,
+  // where a map has more or fewer cells than its step allows, the cells would fall off the
+  // image, so every map's boxes are spread over its own cells instead.
+  bool steps_fit = !steps.empty();
+  for (size_t k = 0; k < maps && steps_fit; ++k)
+    steps_fit = std::ceil(double(image_h) / steps[k]) == double(feature_sizes[k].first) &&
+                std::ceil(double(image_w) / steps[k]) == double(feature_sizes[k].second);
   std::vector<torch::Tensor> boxes;
   for (size_t k = 0; k < maps; ++k) {
     // widths and heights as fractions of the image, in double as torchvision builds them
@@ -75,8 +82,8 @@ torch::Tensor DefaultBoxGenerator::grid_anchors(const std::vector<std::pair<int6
     auto pairs = torch::tensor(wh, torch::kFloat).view({-1, 2});
     if (clip) pairs = pairs.clamp(0, 1);
     const auto [rows, cols] = feature_sizes[k];
-    const double cells_x = steps.empty() ? double(cols) : double(image_w) / steps[k];
-    const double cells_y = steps.empty() ? double(rows) : double(image_h) / steps[k];
+    const double cells_x = steps_fit ? double(image_w) / steps[k] : double(cols);
+    const double cells_y = steps_fit ? double(image_h) / steps[k] : double(rows);
     const auto grid = torch::meshgrid({(torch::arange(rows) + 0.5) / cells_y, (torch::arange(cols) + 0.5) / cells_x}, "ij");
     const auto centres = torch::stack({grid[1].reshape(-1), grid[0].reshape(-1)}, 1);  // [cells, 2]: x, y
     const auto per_cell = pairs.size(0);

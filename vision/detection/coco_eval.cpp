@@ -31,6 +31,8 @@ std::vector<std::array<double, 4>> coco_boxes(const torch::Tensor& xyxy) {
   return out;
 }
 
+std::string shape(const torch::Tensor& t) { return t.defined() ? c10::str(t.sizes()) : "none"; }
+
 template <class T>
 std::vector<T> values_of(const torch::Tensor& t, torch::ScalarType type) {
   const auto c = t.detach().to(torch::kCPU, type).contiguous();
@@ -64,9 +66,23 @@ double mean_counted(const std::vector<double>& values) {
 CocoEvaluator::CocoEvaluator(int64_t num_classes, int64_t max_detections)
     : num_classes_(num_classes), max_detections_(max_detections) {
   if (num_classes < 1) throw Error("CocoEvaluator: num_classes must be positive");
+  if (max_detections < 1)
+    throw Error("CocoEvaluator: max_detections must be positive, got " + std::to_string(max_detections));
 }
 
 void CocoEvaluator::add(const Detections& found, const ImageBoxes& truth) {
+  const auto image_number = std::to_string(images_.size());
+  auto check = [&](const char* what, const torch::Tensor& boxes, const torch::Tensor& labels, const torch::Tensor* scores) {
+    const bool ok = boxes.defined() && labels.defined() && boxes.dim() == 2 && boxes.size(1) == 4 &&
+                    labels.dim() == 1 && labels.size(0) == boxes.size(0) &&
+                    (!scores || (scores->defined() && scores->dim() == 1 && scores->size(0) == boxes.size(0)));
+    if (!ok)
+      throw Error("CocoEvaluator::add: image " + image_number + "'s " + what + " are not boxes [n, 4]" +
+                  (scores ? ", scores [n]" : "") + " and labels [n]: got " + shape(boxes) +
+                  (scores ? ", " + shape(*scores) : "") + " and " + shape(labels));
+  };
+  check("detections", found.boxes, found.labels, &found.scores);
+  check("ground truth", truth.boxes, truth.labels, nullptr);
   Image image{coco_boxes(found.boxes), coco_boxes(truth.boxes), values_of<double>(found.scores, torch::kDouble),
               values_of<int64_t>(found.labels, torch::kLong), values_of<int64_t>(truth.labels, torch::kLong)};
   for (const auto labels : {&image.found_labels, &image.truth_labels})

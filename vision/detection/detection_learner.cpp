@@ -23,7 +23,11 @@ std::vector<std::vector<torch::Tensor>> retinanet_split(torch::nn::Module& model
 namespace {
 
 int64_t classes_of(const DataLoaders& dls, int64_t given, const char* who) {
-  const int64_t num_classes = given > 0 ? given : static_cast<int64_t>(dls.num_classes());
+  const auto of_data = static_cast<int64_t>(dls.num_classes());
+  if (given > 0 && given < of_data)
+    throw Error(std::string(who) + ": num_classes " + std::to_string(given) + " is fewer than the data's " +
+                std::to_string(of_data) + " classes");
+  const int64_t num_classes = given > 0 ? given : of_data;
   if (num_classes < 1) throw Error(std::string(who) + ": the data have no classes; give num_classes");
   return num_classes;
 }

@@ -3,6 +3,7 @@
 #include <algorithm>
 
 #include "core/error.h"
+#include "core/spec_text.h"
 
 namespace fastcpp::vision {
 
@@ -46,10 +47,26 @@ int64_t DetectorOutput::num_classes() const {
 int64_t DetectorOutput::image_height() const { return output.size(0) && output.size(1) ? output[0][0][2].item<int64_t>() : 0; }
 int64_t DetectorOutput::image_width() const { return output.size(0) && output.size(1) ? output[0][0][3].item<int64_t>() : 0; }
 
-void check_box_targets(const torch::Tensor& targets, int64_t images, const char* who) {
+void check_box_targets(const torch::Tensor& targets, int64_t images, int64_t num_classes, const char* who) {
   if (targets.dim() != 3 || targets.size(0) != images || targets.size(2) != 5)
     throw Error(std::string(who) + ": expected targets [" + std::to_string(images) +
                 ", boxes, 5] (x1 y1 x2 y2 label), got " + c10::str(targets.sizes()));
+  const auto labels = targets.select(2, 4);
+  const auto x1 = targets.select(2, 0), y1 = targets.select(2, 1), x2 = targets.select(2, 2), y2 = targets.select(2, 3);
+  const auto bad_label = (labels >= num_classes) | (labels != labels.floor());
+  const auto no_area = (x2 <= x1) | (y2 <= y1) | targets.narrow(2, 0, 4).isfinite().logical_not().any(2);
+  const auto bad = (labels >= 0) & (bad_label | no_area);
+  if (!bad.any().item<bool>()) return;  // one read-back a batch; the matching reads more
+  const auto at = bad.nonzero()[0].cpu();
+  const int64_t image = at[0].item<int64_t>(), box = at[1].item<int64_t>();
+  const auto row = targets[image][box].to(torch::kCPU, torch::kDouble);
+  const auto value = [&](int64_t k) { return spec_text::number(row[k].item<double>()); };
+  const auto where = std::string(who) + ": image " + std::to_string(image) + "'s box " + std::to_string(box) + " ";
+  if (bad_label[image][box].item<bool>())
+    throw Error(where + "has label " + value(4) + ", not a class of the model's " + std::to_string(num_classes) +
+                " (0 to " + std::to_string(num_classes - 1) + ")");
+  throw Error(where + "[" + value(0) + ", " + value(1) + ", " + value(2) + ", " + value(3) +
+              "] has no area (x2 <= x1 or y2 <= y1) or a corner that is not finite");
 }
 
 ImageBoxes image_boxes(const torch::Tensor& targets, int64_t i) {

@@ -17,9 +17,14 @@ struct Settings {
 };
 
 Settings settle(const PostprocessOptions& o, const Settings& own) {
-  return {o.score_threshold.value_or(own.score_threshold), o.nms_threshold.value_or(own.nms_threshold),
-          o.detections_per_image.value_or(own.detections_per_image), o.candidates.value_or(own.candidates),
-          o.coder.value_or(own.coder)};
+  const Settings s{o.score_threshold.value_or(own.score_threshold), o.nms_threshold.value_or(own.nms_threshold),
+                   o.detections_per_image.value_or(own.detections_per_image), o.candidates.value_or(own.candidates),
+                   o.coder.value_or(own.coder)};
+  // A negative count would reach narrow() and topk() as a c10 error naming neither option.
+  if (s.detections_per_image < 0 || s.candidates < 0)
+    throw Error("PostprocessOptions: detections_per_image and candidates must be >= 0, got " +
+                std::to_string(s.detections_per_image) + " and " + std::to_string(s.candidates));
+  return s;
 }
 
 Detections best_after_nms(const std::vector<torch::Tensor>& boxes, const std::vector<torch::Tensor>& scores,

@@ -9,6 +9,7 @@
 
 #include "core/clone.h"
 #include "core/error.h"
+#include "core/spec_text.h"
 #include "vision/detection/detector_output.h"
 #include "vision/models/group_norm.h"
 #include "vision/models/small_map_conv.h"
@@ -79,6 +80,8 @@ void RetinaNetHeadImpl::reset() {
 
 RetinaNetImpl::RetinaNetImpl(RetinaNetOptions options_) : options(std::move(options_)) {
   if (options.num_classes < 1) throw Error("retinanet: num_classes must be positive, got " + std::to_string(options.num_classes));
+  if (!(options.prior_probability > 0 && options.prior_probability < 1))  // the classification bias is its logit
+    throw Error("retinanet: prior_probability must be between 0 and 1, got " + spec_text::number(options.prior_probability));
   const auto& generator = options.anchor_generator;
   if (generator.sizes.size() != 5 || generator.aspect_ratios.size() != 5)
     throw Error("retinanet: the anchor generator needs sizes and aspect ratios for each of the 5 maps");
@@ -115,7 +118,7 @@ RetinaNetLosses retinanet_losses(const torch::Tensor& output, const torch::Tenso
                                  const RetinaNetLossOptions& options) {
   const DetectorOutput out(output, "retinanet_loss");
   const auto n = output.size(0);
-  check_box_targets(targets, n, "retinanet_loss");
+  check_box_targets(targets, n, out.num_classes(), "retinanet_loss");
   const auto all_anchors = out.anchors(), all_codes = out.codes(), all_logits = out.logits();
   const auto all_targets = targets.to(output.device());
   torch::Tensor classification, box_regression;
