@@ -1,7 +1,11 @@
 #include "distributed/env.h"
 
+#include <algorithm>
+#include <cctype>
 #include <cstdlib>
+#include <functional>
 #include <string>
+#include <vector>
 
 #include "core/error.h"
 
@@ -25,40 +29,161 @@ int integer(const char* name, int fallback) {
   throw Error(std::string("environment variable ") + name + "='" + value + "' is not an integer");
 }
 
+// The variables a launcher gives a process its place in, for reading and for naming in errors.
+struct Names {
+  const char* rank;
+  const char* world_size;
+  const char* local_rank;
+  const char* local_world_size;
+};
+
+// The run's processes are not all on this node, by the launcher's counts: "" when they
+// are (or nothing says), else what shows it ("SLURM_JOB_NUM_NODES 2").
+std::string spread_over_nodes(const DistEnv& env, const Names& names) {
+  if (env.source == "slurm")
+    for (const char* nodes : {"SLURM_JOB_NUM_NODES", "SLURM_NNODES"})
+      if (const int count = integer(nodes, 1); count > 1) return std::string(nodes) + " " + std::to_string(count);
+  if (env.source != "none" && get(names.local_world_size) && env.local_world_size < env.world_size)
+    return std::string(names.local_world_size) + " " + std::to_string(env.local_world_size) + " of " +
+           names.world_size + " " + std::to_string(env.world_size);
+  return "";
+}
+
+// The values in a host list's brackets ("01-03,07": 01, 02, 03, 07), each as wide as its range's first.
+std::vector<std::string> bracket_values(const std::string& inside, const std::function<Error(std::string)>& malformed) {
+  std::vector<std::string> values;
+  size_t start = 0;
+  while (true) {
+    const size_t comma = inside.find(',', start);
+    const std::string part = inside.substr(start, comma == std::string::npos ? std::string::npos : comma - start);
+    const size_t dash = part.find('-');
+    const std::string low = part.substr(0, dash), high = dash == std::string::npos ? low : part.substr(dash + 1);
+    const auto number = [](const std::string& text) {
+      return !text.empty() && text.size() <= 9 &&
+             std::all_of(text.begin(), text.end(), [](unsigned char c) { return std::isdigit(c); });
+    };
+    if (part.empty()) throw malformed("an empty value in '[" + inside + "]'");
+    if (!number(low) || !number(high))
+      throw malformed("'" + part + "' in '[" + inside + "]' is not a number or a range such as 01-03");
+    const long first = std::stol(low), last = std::stol(high);
+    if (first > last) throw malformed("the range " + part + " runs backwards");
+    if (last - first >= 100000) throw malformed("the range " + part + " holds more than 100000 hosts");
+    for (long n = first; n <= last; ++n) {
+      auto text = std::to_string(n);
+      if (text.size() < low.size()) text.insert(0, low.size() - text.size(), '0');
+      values.push_back(text);
+    }
+    if (comma == std::string::npos) return values;
+    start = comma + 1;
+  }
+}
+
 }  // namespace
+
+std::vector<std::string> expand_hostlist(const std::string& list, const std::string& name) {
+  const std::function<Error(std::string)> malformed = [&](const std::string& why) {
+    return Error(name + " '" + list + "' is malformed: " + why);
+  };
+  std::vector<std::string> hosts;
+  size_t pos = 0;
+  while (true) {
+    // One name up to a comma outside brackets: its text and bracketed values, every combination.
+    std::vector<std::string> names{""};
+    const size_t start = pos;
+    while (pos < list.size() && list[pos] != ',') {
+      if (list[pos] == ']') throw malformed("a ']' without its '['");
+      if (list[pos] != '[') {
+        for (auto& host : names) host += list[pos];
+        ++pos;
+        continue;
+      }
+      const size_t close = list.find(']', pos);
+      if (close == std::string::npos) throw malformed("a '[' without its ']'");
+      const auto inside = list.substr(pos + 1, close - pos - 1);
+      if (inside.find('[') != std::string::npos) throw malformed("a '[' inside '[...]'");
+      const auto values = bracket_values(inside, malformed);
+      std::vector<std::string> longer;
+      for (const auto& host : names)
+        for (const auto& value : values) longer.push_back(host + value);
+      names = std::move(longer);
+      pos = close + 1;
+    }
+    if (pos == start) throw malformed(list.empty() ? "no host" : "an empty host name");
+    hosts.insert(hosts.end(), names.begin(), names.end());
+    if (pos == list.size()) return hosts;
+    ++pos;  // the comma
+  }
+}
 
 DistEnv read_env() {
   DistEnv env;
+  Names names{"RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE"};
   if (get("RANK") || get("WORLD_SIZE")) {
+    // One without the other would quietly make rank 0 or a world of 1.
+    if (!get("RANK") || !get("WORLD_SIZE")) {
+      const std::string missing = get("RANK") ? "WORLD_SIZE" : "RANK", given = get("RANK") ? "RANK" : "WORLD_SIZE";
+      throw Error(missing + " is not set (or is empty) while " + given +
+                  " is: set both, as torchrun and fastcpp-launch do");
+    }
     env.source = "torchrun";
-    env.rank = integer("RANK", 0);
-    env.world_size = integer("WORLD_SIZE", 1);
-    env.local_rank = integer("LOCAL_RANK", env.rank);
-    env.local_world_size = integer("LOCAL_WORLD_SIZE", env.world_size);
   } else if (get("SLURM_PROCID") && get("SLURM_NTASKS")) {
     env.source = "slurm";
-    env.rank = integer("SLURM_PROCID", 0);
-    env.world_size = integer("SLURM_NTASKS", 1);
-    env.local_rank = integer("SLURM_LOCALID", 0);
-    env.local_world_size = integer("SLURM_NTASKS_PER_NODE", env.world_size);
+    names = {"SLURM_PROCID", "SLURM_NTASKS", "SLURM_LOCALID", "SLURM_NTASKS_PER_NODE"};
   } else if (get("OMPI_COMM_WORLD_RANK")) {
     env.source = "openmpi";
-    env.rank = integer("OMPI_COMM_WORLD_RANK", 0);
-    env.world_size = integer("OMPI_COMM_WORLD_SIZE", 1);
-    env.local_rank = integer("OMPI_COMM_WORLD_LOCAL_RANK", 0);
-    env.local_world_size = integer("OMPI_COMM_WORLD_LOCAL_SIZE", env.world_size);
+    names = {"OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE", "OMPI_COMM_WORLD_LOCAL_RANK",
+             "OMPI_COMM_WORLD_LOCAL_SIZE"};
   }
-  if (const char* addr = get("MASTER_ADDR")) env.master_addr = addr;
+  if (env.source != "none") {
+    env.rank = integer(names.rank, 0);
+    env.world_size = integer(names.world_size, 1);
+    env.local_rank = integer(names.local_rank, env.source == "torchrun" ? env.rank : 0);
+    env.local_world_size = integer(names.local_world_size, env.world_size);
+  }
+  // Without a variable of its own, the node's size is the world's.
+  const std::string local_size_name =
+      env.source != "none" && get(names.local_world_size) ? names.local_world_size : names.world_size;
+  if (env.world_size < 1)
+    throw Error(std::string(names.world_size) + " must be >= 1, got " + std::to_string(env.world_size));
+  if (env.rank < 0 || env.rank >= env.world_size)
+    throw Error(std::string(names.rank) + " " + std::to_string(env.rank) + " is outside the world of " +
+                std::to_string(env.world_size) + " processes (" + names.world_size + ")");
+  if (env.local_world_size < 1)
+    throw Error(local_size_name + " must be >= 1, got " + std::to_string(env.local_world_size));
+  if (env.local_rank < 0 || env.local_rank >= env.local_world_size)
+    throw Error(std::string(names.local_rank) + " " + std::to_string(env.local_rank) + " is outside the " +
+                std::to_string(env.local_world_size) + " processes of this node (" + local_size_name + ")");
+
+  const char* addr = get("MASTER_ADDR");
+  if (env.source == "torchrun" && env.world_size > 1) {
+    // Both launchers set them: without, the processes were started by hand, likely on several hosts.
+    const auto size = std::to_string(env.world_size);
+    if (!addr)
+      throw Error("MASTER_ADDR is not set (WORLD_SIZE " + size +
+                  "): set it on every process to the address of the host running rank 0");
+    if (!get("MASTER_PORT"))
+      throw Error("MASTER_PORT is not set (WORLD_SIZE " + size +
+                  "): set it on every process to the port for rank 0's rendezvous store");
+  }
+  if (addr) {
+    env.master_addr = addr;
+  } else if (const auto spread = spread_over_nodes(env, names); !spread.empty()) {
+    // 127.0.0.1 would leave every other node waiting out its timeout.
+    if (env.source != "slurm")
+      throw Error("MASTER_ADDR is not set, and the run spans nodes (" + spread +
+                  "): set it to the address of the host running rank 0");
+    const char* list_name = get("SLURM_STEP_NODELIST") ? "SLURM_STEP_NODELIST" : "SLURM_JOB_NODELIST";
+    const char* list = get(list_name);
+    if (!list)
+      throw Error("MASTER_ADDR is not set, and the run spans nodes (" + spread +
+                  ") with neither SLURM_STEP_NODELIST nor SLURM_JOB_NODELIST to name the first: set MASTER_ADDR "
+                  "to the address of the host running rank 0");
+    // Slurm's default (block) distribution puts task 0 there, as PyTorch Lightning assumes.
+    env.master_addr = expand_hostlist(list, list_name).front();
+  }
   env.master_port = integer("MASTER_PORT", env.master_port);
   env.restart_count = integer("TORCHELASTIC_RESTART_COUNT", 0);
   if (const char* agent = get("TORCHELASTIC_USE_AGENT_STORE")) env.agent_store = std::string(agent) == "True";
-  if (env.world_size < 1) throw Error("WORLD_SIZE must be >= 1, got " + std::to_string(env.world_size));
-  if (env.rank < 0 || env.rank >= env.world_size)
-    throw Error("RANK " + std::to_string(env.rank) + " is outside the world of " + std::to_string(env.world_size) +
-                " processes (" + env.source + " variables)");
-  if (env.local_rank < 0 || env.local_rank >= env.local_world_size)
-    throw Error("LOCAL_RANK " + std::to_string(env.local_rank) + " is outside the " +
-                std::to_string(env.local_world_size) + " processes of this node");
   if (env.master_port <= 0 || env.master_port > 65535)
     throw Error("MASTER_PORT " + std::to_string(env.master_port) + " is not a port number");
   return env;

@@ -4,10 +4,12 @@
 #include <torch/csrc/distributed/c10d/PrefixStore.hpp>
 #include <torch/csrc/distributed/c10d/TCPStore.hpp>
 #include <torch/torch.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <atomic>
 #include <cstdlib>
+#include <random>
 #include <sstream>
 #include <thread>
 #if FASTCPP_HAS_GLOO
@@ -43,42 +45,105 @@ struct Communicator::Impl {
 
 namespace {
 
-std::vector<uint8_t> bytes_of(int value) {
-  const auto text = std::to_string(value);
-  return {text.begin(), text.end()};
+std::vector<uint8_t> bytes_of(const std::string& text) { return {text.begin(), text.end()}; }
+std::vector<uint8_t> bytes_of(int64_t value) { return bytes_of(std::to_string(value)); }
+std::string text_of(const std::vector<uint8_t>& bytes) { return {bytes.begin(), bytes.end()}; }
+
+// The first line of an exception's message, at most 300 characters: c10's carry a C++ trace.
+std::string first_line(const std::exception& e) {
+  const std::string text = e.what();
+  return text.substr(0, std::min(text.find('\n'), size_t{300}));
 }
 
 // Every process must agree on WORLD_SIZE, or the group would wait for ranks that never
 // come. Each rank posts its own; rank 0 compares all of them, the others compare with
 // rank 0's (and acknowledge having read it, so that rank 0 stopping on a mismatch does
 // not pull the store away mid-read): both sides stop at once with the same explanation.
-void check_world_size(c10d::Store& store, const DistEnv& env) {
+// `where` is the master's address, for the error when a rank's value never comes.
+void check_world_size(c10d::Store& store, const DistEnv& env, const std::string& where) {
   const std::string key = "fastcpp/world_size/", ack = "fastcpp/world_size_read/";
   auto mismatch = [&](int other, int theirs) {
     return Error("WORLD_SIZE differs between processes: rank " + std::to_string(env.rank) + " has " +
                  std::to_string(env.world_size) + ", rank " + std::to_string(other) + " has " + std::to_string(theirs) +
                  "; start every process with the same WORLD_SIZE");
   };
+  int awaited = 0;  // the rank whose value is being read
   auto read = [&](int rank) {
-    const auto value = store.get(key + std::to_string(rank));
-    return std::stoi(std::string(value.begin(), value.end()));
+    awaited = rank;
+    return std::stoi(text_of(store.get(key + std::to_string(rank))));
   };
-  store.set(key + std::to_string(env.rank), bytes_of(env.world_size));
-  if (env.rank != 0) {
-    const int theirs = read(0);
-    store.set(ack + std::to_string(env.rank), bytes_of(1));
-    if (theirs != env.world_size) throw mismatch(0, theirs);
-    return;
-  }
-  for (int other = 1; other < env.world_size; ++other) {
-    const int theirs = read(other);
-    if (theirs == env.world_size) continue;
-    try {
-      store.wait({ack + std::to_string(other)}, std::chrono::seconds(5));
-    } catch (const std::exception&) {  // it stopped anyway
+  try {
+    store.set(key + std::to_string(env.rank), bytes_of(env.world_size));
+    if (env.rank != 0) {
+      const int theirs = read(0);
+      store.set(ack + std::to_string(env.rank), bytes_of(1));
+      if (theirs != env.world_size) throw mismatch(0, theirs);
+      return;
     }
-    throw mismatch(other, theirs);
+    for (int other = 1; other < env.world_size; ++other) {
+      const int theirs = read(other);
+      if (theirs == env.world_size) continue;
+      try {
+        store.wait({ack + std::to_string(other)}, std::chrono::seconds(5));
+      } catch (const std::exception&) {  // it stopped anyway
+      }
+      throw mismatch(other, theirs);
+    }
+  } catch (const Error&) {
+    throw;
+  } catch (const std::exception& e) {  // the store's timeout, or the store gone with rank 0
+    const auto who = "rank " + std::to_string(env.rank) + " of " + std::to_string(env.world_size) + ": rank " +
+                     std::to_string(awaited) + " did not post its WORLD_SIZE at the master " + where + " (" +
+                     first_line(e) + "); ";
+    if (env.rank != 0) throw Error(who + "check that rank 0 runs and that every process has the same WORLD_SIZE");
+    throw Error(who + "start all " + std::to_string(env.world_size) + " processes, each with the same WORLD_SIZE");
   }
+}
+
+// Under torchrun the agent serves the store, and it outlives the workers: a restarted
+// group would read the failed group's keys (its Gloo addresses, its probe ports) and try
+// to reach processes that are gone, so each attempt keeps to keys of its own. Torch's
+// TORCHELASTIC_RESTART_COUNT cannot name them: every node's agent counts its own
+// restarts, and nodes restarted apart would wait under different names for ever. Rank 0
+// numbers the attempt in the store instead and hands the number to each rank under a key
+// that only the rank's current process knows (a fresh token), and counts the rank in once
+// it answers under the new number: no key of an earlier attempt can stand for either.
+int64_t agree_on_attempt(c10d::Store& store, const DistEnv& env, std::chrono::milliseconds timeout,
+                         const std::string& where) {
+  const std::string hello = "fastcpp/hello/", welcome = "fastcpp/welcome/";
+  const auto joined = [](int64_t attempt, int rank) {
+    return "fastcpp/attempt_" + std::to_string(attempt) + "/joined/" + std::to_string(rank);
+  };
+  if (env.rank != 0) {
+    std::random_device random;
+    const auto token = host_name() + "/" + std::to_string(::getpid()) + "/" + std::to_string(env.rank) + "/" +
+                       std::to_string(random()) + std::to_string(random());
+    store.set(hello + std::to_string(env.rank), bytes_of(token));
+    const int64_t attempt = std::stoll(text_of(store.get(welcome + token)));
+    store.set(joined(attempt, env.rank), bytes_of(1));
+    return attempt;
+  }
+  const int64_t attempt = store.add("fastcpp/attempts", 1);
+  const auto deadline = std::chrono::steady_clock::now() + timeout;
+  for (int rank = 1; rank < env.world_size; ++rank) {
+    // Its hello may still be an earlier process's: each token found there is welcomed
+    // until one answers.
+    std::string welcomed;
+    while (!store.check({joined(attempt, rank)})) {
+      if (std::chrono::steady_clock::now() > deadline)
+        throw Error("rank 0 of " + std::to_string(env.world_size) + ": rank " + std::to_string(rank) +
+                    " did not join attempt " + std::to_string(attempt) + " at the store " + where + " within " +
+                    std::to_string(timeout.count() / 1000) + " s; check that every process of the job runs");
+      const auto token = text_of(store.get(hello + std::to_string(rank)));
+      if (token != welcomed) {
+        store.set(welcome + token, bytes_of(attempt));
+        welcomed = token;
+      } else {
+        std::this_thread::sleep_for(std::chrono::milliseconds(10));
+      }
+    }
+  }
+  return attempt;
 }
 
 }  // namespace
@@ -138,10 +203,6 @@ Communicator::Communicator(const DistEnv& env, ProcessGroupOptions options)
   impl_->barrier_timeout = options.barrier_timeout;
   const std::string where = env.master_addr + ":" + std::to_string(env.master_port);
   const auto rank_text = "rank " + std::to_string(env.rank);
-  const auto first_line = [](const std::exception& e) {
-    const std::string text = e.what();
-    return text.substr(0, std::min(text.find('\n'), size_t{300}));
-  };
   const bool serves_store = env.rank == 0 && !env.agent_store;
   int listen_fd = -1;
   // Only the master address listens: torch's store would listen on every interface.
@@ -156,20 +217,25 @@ Communicator::Communicator(const DistEnv& env, ProcessGroupOptions options)
     store_options.port = static_cast<std::uint16_t>(env.master_port);
     store_options.isServer = serves_store;
     store_options.numWorkers = static_cast<size_t>(env.world_size);
-    store_options.waitWorkers = true;
+    // No waiting here for WORLD_SIZE processes to connect: with a different WORLD_SIZE
+    // they never would, and the sizes are compared below, at once.
+    store_options.waitWorkers = false;
     store_options.timeout = options.timeout;
     if (serves_store) store_options.masterListenFd = listen_fd;
     c10::intrusive_ptr<c10d::Store> store = c10::make_intrusive<c10d::TCPStore>(env.master_addr, store_options);
-    // Under torchrun the store outlives restarts: each attempt keeps to its own keys, as torch does.
-    if (env.agent_store)
-      store = c10::make_intrusive<c10d::PrefixStore>("/worker/attempt_" + std::to_string(env.restart_count), store);
+    if (env.agent_store) {
+      const auto attempt = agree_on_attempt(*store, env, options.timeout, where);
+      store = c10::make_intrusive<c10d::PrefixStore>("/worker/attempt_" + std::to_string(attempt), store);
+    }
     impl_->store = store;
+  } catch (const Error&) {
+    throw;
   } catch (const std::exception& e) {
     throw Error(rank_text + " of " + std::to_string(env.world_size) + ": cannot rendezvous at the master " + where +
                 " within " + std::to_string(options.timeout.count() / 1000) + " s (" + first_line(e) +
                 "); check MASTER_ADDR/MASTER_PORT, that rank 0 runs, and WORLD_SIZE on every rank");
   }
-  check_world_size(*impl_->store, env);
+  check_world_size(*impl_->store, env, where);
   const auto address = local_address_towards(env.master_addr, env.master_port);
   try {
     impl_->peers = PeerDirectory::exchange(*impl_->store, env.rank, env.world_size, host_name(), address);

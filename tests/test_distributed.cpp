@@ -5,12 +5,16 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <torch/csrc/distributed/c10d/TCPStore.hpp>
+
 #include <atomic>
 #include <chrono>
+#include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <thread>
 #include <tuple>
+#include <utility>
 
 #include "channels_last_batchnorm_check.h"
 #include "helpers.h"
@@ -59,6 +63,59 @@ distributed::DistEnv env_of(int rank, int world, int port) {
   distributed::DistEnv env;
   env.rank = rank, env.world_size = world, env.master_port = port;
   return env;
+}
+
+// The message of whatever `f` throws: a fastcpp::Error's as it is, any other marked, so
+// that a raw c10 error fails a comparison instead of the test run.
+std::string any_error_of(const std::function<void()>& f) {
+  try {
+    f();
+  } catch (const Error& e) {
+    return e.what();
+  } catch (const std::exception& e) {
+    return std::string("(not a fastcpp::Error) ") + e.what();
+  }
+  return "(nothing thrown)";
+}
+
+using Variables = std::vector<std::pair<std::string, std::string>>;
+
+// Launchers' variables set as given for a scope, the others unset (a test run under Slurm
+// or MPI has its own); all of them as they were afterwards.
+class LauncherVariables {
+ public:
+  explicit LauncherVariables(const Variables& values) {
+    for (const char* name : kNames) {
+      if (const char* value = std::getenv(name)) saved_.emplace_back(name, value);
+      ::unsetenv(name);
+    }
+    for (const auto& [name, value] : values) {
+      REQUIRE(std::find(std::begin(kNames), std::end(kNames), name) != std::end(kNames));
+      ::setenv(name.c_str(), value.c_str(), 1);
+    }
+  }
+  ~LauncherVariables() {
+    for (const char* name : kNames) ::unsetenv(name);
+    for (const auto& [name, value] : saved_) ::setenv(name.c_str(), value.c_str(), 1);
+  }
+
+ private:
+  static constexpr const char* kNames[] = {
+      "RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT",
+      "TORCHELASTIC_RESTART_COUNT", "TORCHELASTIC_USE_AGENT_STORE", "SLURM_PROCID", "SLURM_NTASKS", "SLURM_LOCALID",
+      "SLURM_NTASKS_PER_NODE", "SLURM_JOB_NUM_NODES", "SLURM_NNODES", "SLURM_STEP_NODELIST", "SLURM_JOB_NODELIST",
+      "OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE", "OMPI_COMM_WORLD_LOCAL_RANK", "OMPI_COMM_WORLD_LOCAL_SIZE"};
+  std::vector<std::pair<std::string, std::string>> saved_;
+};
+
+distributed::DistEnv env_from(const Variables& values) {
+  const LauncherVariables variables(values);
+  return distributed::read_env();
+}
+
+std::string env_error(const Variables& values) {
+  const LauncherVariables variables(values);
+  return error_of([] { distributed::read_env(); });
 }
 
 }  // namespace
@@ -506,6 +563,87 @@ TEST_SUITE("distributed") {
     CHECK(messages[1] == "WORLD_SIZE differs between processes: rank 1 has 3, rank 0 has 2; start every process with the same WORLD_SIZE");
   }
 
+  TEST_CASE("a rank 0 started with the larger WORLD_SIZE stops at once too, and so does its peer") {
+    // The store must not wait for rank 0's 3 processes to connect before the sizes are compared.
+    const int port = free_port() + 60;
+    const distributed::ProcessGroupOptions options{.timeout = std::chrono::seconds(10)};
+    std::string messages[2];
+    const auto start = std::chrono::steady_clock::now();
+    std::thread rank1(
+        [&] { messages[1] = any_error_of([&] { distributed::Communicator(env_of(1, 2, port), options); }); });
+    messages[0] = any_error_of([&] { distributed::Communicator(env_of(0, 3, port), options); });
+    rank1.join();
+    CHECK(messages[0] ==
+          "WORLD_SIZE differs between processes: rank 0 has 3, rank 1 has 2; start every process with the same "
+          "WORLD_SIZE");
+    CHECK(messages[1] ==
+          "WORLD_SIZE differs between processes: rank 1 has 2, rank 0 has 3; start every process with the same "
+          "WORLD_SIZE");
+    CHECK(std::chrono::steady_clock::now() - start < std::chrono::seconds(6));
+  }
+
+  TEST_CASE("a WORLD_SIZE that never comes is an error naming the rank and WORLD_SIZE, not the store's own") {
+    const distributed::ProcessGroupOptions options{.timeout = std::chrono::seconds(2)};
+    // Rank 0 of 2, alone.
+    const int port = free_port() + 61;
+    const auto alone = any_error_of([&] { distributed::Communicator(env_of(0, 2, port), options); });
+    CHECK_MESSAGE(alone.starts_with("rank 0 of 2: rank 1 did not post its WORLD_SIZE at the master 127.0.0.1:" +
+                                    std::to_string(port) + " ("),
+                  alone);
+    CHECK_MESSAGE(alone.ends_with("); start all 2 processes, each with the same WORLD_SIZE"), alone);
+    // Rank 1 at a store where no rank 0 posts.
+    const int other_port = free_port() + 62;
+    c10d::TCPStoreOptions server;
+    server.port = static_cast<std::uint16_t>(other_port);
+    server.isServer = true;
+    server.waitWorkers = false;
+    c10d::TCPStore store("127.0.0.1", server);
+    const auto waiting = any_error_of([&] { distributed::Communicator(env_of(1, 2, other_port), options); });
+    CHECK_MESSAGE(waiting.starts_with("rank 1 of 2: rank 0 did not post its WORLD_SIZE at the master 127.0.0.1:" +
+                                      std::to_string(other_port) + " ("),
+                  waiting);
+    CHECK_MESSAGE(waiting.ends_with("); check that rank 0 runs and that every process has the same WORLD_SIZE"),
+                  waiting);
+  }
+
+  TEST_CASE("under torchrun's agent store, ranks on nodes that counted different restarts still form a group, attempt "
+            "after attempt") {
+    // The agent's store outlives the workers: from the second attempt on, the earlier ones' keys are there.
+    const int port = free_port() + 63;
+    c10d::TCPStoreOptions server;
+    server.port = static_cast<std::uint16_t>(port);
+    server.isServer = true;
+    server.waitWorkers = false;
+    c10d::TCPStore agent_store("127.0.0.1", server);
+    // TORCHELASTIC_RESTART_COUNT of rank 0's node and of rank 1's: each agent counts its own restarts.
+    for (const auto& counts : std::vector<std::pair<int, int>>{{0, 0}, {1, 0}, {1, 0}}) {
+      const int count0 = counts.first, count1 = counts.second;
+      CAPTURE(count0);
+      CAPTURE(count1);
+      std::string errors[2];
+      float sums[2] = {0, 0};
+      auto rank = [&](int r) {
+        errors[r] = any_error_of([&] {
+          auto env = env_of(r, 2, port);
+          env.agent_store = true;
+          env.restart_count = r == 0 ? count0 : count1;
+          distributed::Communicator comm(env, {.timeout = std::chrono::seconds(10)});
+          auto value = torch::full({1}, static_cast<float>(r + 1));
+          comm.all_reduce_sum(value);
+          sums[r] = value.item<float>();
+        });
+      };
+      std::thread rank1(rank, 1);
+      rank(0);
+      rank1.join();
+      CHECK(errors[0] == "(nothing thrown)");
+      CHECK(errors[1] == "(nothing thrown)");
+      CHECK(sums[0] == 3);
+      CHECK(sums[1] == 3);
+    }
+    CHECK(agent_store.add("fastcpp/attempts", 0) == 3);  // rank 0 numbered each attempt in the store
+  }
+
   TEST_CASE("a rank that dies while the other waits in a collective: an error on the survivor, not a hang") {
     const auto base = temp_path("dies"), log = base + ".log";
     // `resume` mode's rank 1 kills itself after epoch 0 of a first attempt; no launcher restarts it.
@@ -714,9 +852,10 @@ TEST_SUITE("distributed") {
   TEST_CASE("launcher variables are read and checked") {
     setenv("RANK", "3", 1);
     setenv("WORLD_SIZE", "2", 1);
-    CHECK(error_of([] { distributed::read_env(); }) == "RANK 3 is outside the world of 2 processes (torchrun variables)");
+    CHECK(error_of([] { distributed::read_env(); }) == "RANK 3 is outside the world of 2 processes (WORLD_SIZE)");
     setenv("RANK", "1", 1);
     setenv("LOCAL_RANK", "1", 1);
+    setenv("MASTER_ADDR", "127.0.0.1", 1);
     setenv("MASTER_PORT", "12345", 1);
     const auto env = distributed::read_env();
     CHECK(env.rank == 1);
@@ -728,7 +867,7 @@ TEST_SUITE("distributed") {
     setenv("RANK", "0", 1);
     setenv("LOCAL_RANK", "0", 1);
     CHECK(distributed::read_env().is_distributed());  // torchrun's world of 1 is still DDP
-    for (const char* name : {"RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_PORT"}) unsetenv(name);
+    for (const char* name : {"RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT"}) unsetenv(name);
     CHECK(!distributed::read_env().is_distributed());
     // Slurm's variables are in every job: its one task is a single process, two are a world.
     setenv("SLURM_PROCID", "0", 1);
@@ -738,5 +877,122 @@ TEST_SUITE("distributed") {
     setenv("SLURM_NTASKS", "2", 1);
     CHECK(distributed::read_env().is_distributed());
     for (const char* name : {"SLURM_PROCID", "SLURM_NTASKS"}) unsetenv(name);
+  }
+
+  TEST_CASE("RANK and WORLD_SIZE come together, and a world of several processes needs MASTER_ADDR and MASTER_PORT") {
+    const std::string both = " is not set (or is empty) while ";
+    CHECK(env_error({{"RANK", "1"}}) == "WORLD_SIZE" + both + "RANK is: set both, as torchrun and fastcpp-launch do");
+    CHECK(env_error({{"RANK", "1"}, {"WORLD_SIZE", ""}}) ==
+          "WORLD_SIZE" + both + "RANK is: set both, as torchrun and fastcpp-launch do");
+    CHECK(env_error({{"WORLD_SIZE", "2"}, {"MASTER_ADDR", "node0"}, {"MASTER_PORT", "29501"}}) ==
+          "RANK" + both + "WORLD_SIZE is: set both, as torchrun and fastcpp-launch do");
+    CHECK(env_error({{"RANK", "1"}, {"WORLD_SIZE", "2"}, {"MASTER_PORT", "29501"}}) ==
+          "MASTER_ADDR is not set (WORLD_SIZE 2): set it on every process to the address of the host running rank 0");
+    CHECK(env_error({{"RANK", "1"}, {"WORLD_SIZE", "2"}, {"MASTER_ADDR", "node0"}, {"MASTER_PORT", ""}}) ==
+          "MASTER_PORT is not set (WORLD_SIZE 2): set it on every process to the port for rank 0's rendezvous store");
+    CHECK(env_error({{"RANK", "0"}, {"WORLD_SIZE", "2"}, {"LOCAL_WORLD_SIZE", "0"}, {"MASTER_ADDR", "node0"},
+                     {"MASTER_PORT", "29501"}}) == "LOCAL_WORLD_SIZE must be >= 1, got 0");
+    const auto env = env_from({{"RANK", "1"}, {"WORLD_SIZE", "2"}, {"MASTER_ADDR", "node0"}, {"MASTER_PORT", "29501"}});
+    CHECK(env.rank == 1);
+    CHECK(env.world_size == 2);
+    CHECK(env.local_rank == 1);
+    CHECK(env.local_world_size == 2);
+    CHECK(env.master_addr == "node0");
+    CHECK(env.master_port == 29501);
+    // A world of one meets nobody: its rank 0 serves itself on the loopback.
+    const auto alone = env_from({{"RANK", "0"}, {"WORLD_SIZE", "1"}});
+    CHECK(alone.is_distributed());
+    CHECK(alone.master_addr == "127.0.0.1");
+    CHECK(alone.master_port == 29500);
+    // LOCAL_RANK alone (a GPU chosen by hand) is still one process.
+    const auto one = env_from({{"LOCAL_RANK", "3"}});
+    CHECK(!one.is_distributed());
+    CHECK(one.local_rank == 0);
+  }
+
+  TEST_CASE("errors in Slurm's and Open MPI's values name the variables read") {
+    CHECK(env_error({{"SLURM_PROCID", "4"}, {"SLURM_NTASKS", "4"}}) ==
+          "SLURM_PROCID 4 is outside the world of 4 processes (SLURM_NTASKS)");
+    CHECK(env_error({{"SLURM_PROCID", "0"}, {"SLURM_NTASKS", "0"}}) == "SLURM_NTASKS must be >= 1, got 0");
+    CHECK(env_error({{"SLURM_PROCID", "1"}, {"SLURM_NTASKS", "4"}, {"SLURM_LOCALID", "2"},
+                     {"SLURM_NTASKS_PER_NODE", "2"}}) ==
+          "SLURM_LOCALID 2 is outside the 2 processes of this node (SLURM_NTASKS_PER_NODE)");
+    CHECK(env_error({{"SLURM_PROCID", "0"}, {"SLURM_NTASKS", "4"}, {"SLURM_NTASKS_PER_NODE", "0"}}) ==
+          "SLURM_NTASKS_PER_NODE must be >= 1, got 0");
+    // Without SLURM_NTASKS_PER_NODE the node's share is the whole world.
+    CHECK(env_error({{"SLURM_PROCID", "0"}, {"SLURM_NTASKS", "2"}, {"SLURM_LOCALID", "2"}}) ==
+          "SLURM_LOCALID 2 is outside the 2 processes of this node (SLURM_NTASKS)");
+    CHECK(env_error({{"OMPI_COMM_WORLD_RANK", "2"}, {"OMPI_COMM_WORLD_SIZE", "2"}}) ==
+          "OMPI_COMM_WORLD_RANK 2 is outside the world of 2 processes (OMPI_COMM_WORLD_SIZE)");
+    CHECK(env_error({{"OMPI_COMM_WORLD_RANK", "0"}, {"OMPI_COMM_WORLD_SIZE", "2"}, {"OMPI_COMM_WORLD_LOCAL_RANK", "3"},
+                     {"OMPI_COMM_WORLD_LOCAL_SIZE", "2"}}) ==
+          "OMPI_COMM_WORLD_LOCAL_RANK 3 is outside the 2 processes of this node (OMPI_COMM_WORLD_LOCAL_SIZE)");
+    CHECK(env_error({{"RANK", "3"}, {"WORLD_SIZE", "2"}}) == "RANK 3 is outside the world of 2 processes (WORLD_SIZE)");
+  }
+
+  TEST_CASE("a Slurm host list expands to its hosts, each range's zero padding kept; a malformed one is named") {
+    using Hosts = std::vector<std::string>;
+    CHECK(distributed::expand_hostlist("node01") == Hosts{"node01"});
+    CHECK(distributed::expand_hostlist("node[01-03,07]") == Hosts{"node01", "node02", "node03", "node07"});
+    CHECK(distributed::expand_hostlist("a1,b[2-3]") == Hosts{"a1", "b2", "b3"});
+    CHECK(distributed::expand_hostlist("gpu-[9-11]") == Hosts{"gpu-9", "gpu-10", "gpu-11"});
+    CHECK(distributed::expand_hostlist("n[098-100],login") == Hosts{"n098", "n099", "n100", "login"});
+    CHECK(distributed::expand_hostlist("r[1-2]n[5,7]") == Hosts{"r1n5", "r1n7", "r2n5", "r2n7"});
+    const auto error = [](const std::string& list) {
+      return error_of([&] { distributed::expand_hostlist(list, "SLURM_STEP_NODELIST"); });
+    };
+    const std::string where = "SLURM_STEP_NODELIST '";
+    CHECK(error("node[01-03") == where + "node[01-03' is malformed: a '[' without its ']'");
+    CHECK(error("node01]") == where + "node01]' is malformed: a ']' without its '['");
+    CHECK(error("node[3-1]") == where + "node[3-1]' is malformed: the range 3-1 runs backwards");
+    CHECK(error("node[a-c]") ==
+          where + "node[a-c]' is malformed: 'a-c' in '[a-c]' is not a number or a range such as 01-03");
+    CHECK(error("node[1,]") == where + "node[1,]' is malformed: an empty value in '[1,]'");
+    CHECK(error("a,,b") == where + "a,,b' is malformed: an empty host name");
+    CHECK(error("a,") == where + "a,' is malformed: an empty host name");
+    CHECK(error("") == where + "' is malformed: no host");
+    CHECK(error_of([] { distributed::expand_hostlist("[[1]]"); }) ==
+          "host list '[[1]]' is malformed: a '[' inside '[...]'");
+  }
+
+  TEST_CASE("a Slurm run over several nodes without MASTER_ADDR meets at the first host of its node list") {
+    const auto two_nodes = [](const Variables& more) {
+      Variables all{{"SLURM_PROCID", "2"}, {"SLURM_NTASKS", "4"}, {"SLURM_LOCALID", "0"},
+                    {"SLURM_NTASKS_PER_NODE", "2"}, {"SLURM_JOB_NUM_NODES", "2"}};
+      all.insert(all.end(), more.begin(), more.end());
+      return all;
+    };
+    const auto env =
+        env_from(two_nodes({{"SLURM_STEP_NODELIST", "node[07-08]"}, {"SLURM_JOB_NODELIST", "node[01-08]"}}));
+    CHECK(env.master_addr == "node07");  // the step's first node, where task 0 runs
+    CHECK(env.master_port == 29500);
+    CHECK(env.rank == 2);
+    CHECK(env.local_world_size == 2);
+    CHECK(env_from(two_nodes({{"SLURM_JOB_NODELIST", "gpu-[9-11]"}})).master_addr == "gpu-9");
+    const auto chosen = env_from(two_nodes({{"SLURM_STEP_NODELIST", "a1,b[2-3]"}, {"MASTER_ADDR", "10.0.0.1"},
+                                            {"MASTER_PORT", "29600"}}));
+    CHECK(chosen.master_addr == "10.0.0.1");
+    CHECK(chosen.master_port == 29600);
+    CHECK(env_error(two_nodes({})) ==
+          "MASTER_ADDR is not set, and the run spans nodes (SLURM_JOB_NUM_NODES 2) with neither SLURM_STEP_NODELIST "
+          "nor SLURM_JOB_NODELIST to name the first: set MASTER_ADDR to the address of the host running rank 0");
+    CHECK(env_error(two_nodes({{"SLURM_STEP_NODELIST", "node[07-"}})) ==
+          "SLURM_STEP_NODELIST 'node[07-' is malformed: a '[' without its ']'");
+    // SLURM_NNODES tells it too, and so do more tasks than one node's.
+    CHECK(env_from({{"SLURM_PROCID", "0"}, {"SLURM_NTASKS", "2"}, {"SLURM_NNODES", "2"},
+                    {"SLURM_JOB_NODELIST", "node01,node02"}})
+              .master_addr == "node01");
+    CHECK(env_from({{"SLURM_PROCID", "0"}, {"SLURM_NTASKS", "4"}, {"SLURM_NTASKS_PER_NODE", "2"},
+                    {"SLURM_JOB_NODELIST", "node01,node02"}})
+              .master_addr == "node01");
+    // On one node the processes meet on the loopback.
+    CHECK(env_from({{"SLURM_PROCID", "1"}, {"SLURM_NTASKS", "2"}, {"SLURM_JOB_NUM_NODES", "1"},
+                    {"SLURM_JOB_NODELIST", "node01"}})
+              .master_addr == "127.0.0.1");
+    // Open MPI gives no node list: over several nodes MASTER_ADDR must say where rank 0 is.
+    CHECK(env_error({{"OMPI_COMM_WORLD_RANK", "0"}, {"OMPI_COMM_WORLD_SIZE", "4"},
+                     {"OMPI_COMM_WORLD_LOCAL_SIZE", "2"}}) ==
+          "MASTER_ADDR is not set, and the run spans nodes (OMPI_COMM_WORLD_LOCAL_SIZE 2 of OMPI_COMM_WORLD_SIZE 4): "
+          "set it to the address of the host running rank 0");
   }
 }
