@@ -28,7 +28,7 @@ void DistributedTrainer::before_fit() {
   group_options.device = l.device;
   comm_ = process_communicator(env_, group_options);  // the process's one group, NCCL added if needed
   if (options_.sync_bn) synchronize_batchnorm();
-  params_ = l.model.module().parameters();
+  params_ = unique_parameters(l.model.module().parameters());  // tied weights once
   broadcast_state();
   trainable_.clear();
   earlier_reductions_ = reductions_ = 0;

@@ -9,11 +9,15 @@
 // MASTER_ADDR, MASTER_PORT and TORCHELASTIC_RESTART_COUNT. With M nodes, one launcher
 // runs on each (node ranks 0..M-1, the same N everywhere) and node R's workers are
 // ranks R*N .. R*N+N-1; rank 0, on node 0, serves the rendezvous at A:P, so A must be
-// node 0's address. SIGINT/SIGTERM are forwarded. When a worker fails, the others on
-// this node are stopped (after 3 s, SIGTERM, then SIGKILL after 10 s) and this node's group is
-// started again, up to K times; workers on other nodes fail with it and their
-// launchers restart them, and a lost node is started again by its scheduler: the new
-// groups meet at the same address. The exit status is the failed worker's, or 0.
+// node 0's address (--rdzv-endpoint: HOST, HOST:PORT, [IPv6] or [IPv6]:PORT; without a port,
+// --master-port's). SIGINT, SIGTERM, SIGHUP and SIGQUIT are forwarded to the workers; no group
+// starts again, and once they end the exit status is 128 + the signal (0 if all ended with 0).
+// A SIGHUP ignored when the launcher starts, as under nohup, stays ignored, by the workers too.
+// When a worker fails, the others on this node are stopped (after 3 s, SIGTERM, then
+// SIGKILL after 10 s) and this node's group is started again, up to K times; workers on
+// other nodes fail with it and their launchers restart them, and a lost node is started
+// again by its scheduler: the new groups meet at the same address. The exit status is the
+// failed worker's, or 0.
 #include <signal.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -21,24 +25,63 @@
 #include <algorithm>
 #include <cerrno>
 #include <chrono>
+#include <csignal>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <string>
-#include <thread>
 #include <vector>
 
 #include "cli/command_line.h"
 
 namespace {
 
-volatile sig_atomic_t g_stop_signal = 0;
-std::vector<pid_t> g_children;
+using Clock = std::chrono::steady_clock;
 
-void on_signal(int signal) {
+// Signals are taken synchronously: blocked all along and waited for in sigtimedwait, with
+// SIGCHLD. No handler can then run between a fork and the record of its pid, nor signal a
+// worker after it was reaped (its pid may belong to another process by then).
+sigset_t g_awaited;       // the stop signals and SIGCHLD
+sigset_t g_startup_mask;  // the launcher's at the start, the workers'
+int g_stop_signal = 0;
+
+// Never runs (the signals stay blocked): it keeps SIGCHLD, ignored by default, from being discarded.
+void on_awaited_signal(int) {}
+
+void take_signals_synchronously() {
+  sigemptyset(&g_awaited);
+  sigaddset(&g_awaited, SIGCHLD);
+  for (int signal : {SIGINT, SIGTERM, SIGHUP, SIGQUIT}) {
+    struct sigaction old {};
+    sigaction(signal, nullptr, &old);
+    // Ignored by nohup: the job is to outlive the terminal.
+    if (signal == SIGHUP && old.sa_handler == SIG_IGN) continue;
+    sigaddset(&g_awaited, signal);
+  }
+  struct sigaction action {};
+  action.sa_handler = on_awaited_signal;
+  for (int signal = 1; signal < NSIG; ++signal)
+    if (sigismember(&g_awaited, signal) == 1) sigaction(signal, &action, nullptr);
+  sigprocmask(SIG_BLOCK, &g_awaited, &g_startup_mask);
+}
+
+// Waits up to `timeout` for a worker's exit or a stop signal; the latter is recorded and
+// forwarded to the workers not yet reaped (the entries of `workers` that are not 0).
+void await_event(const std::vector<pid_t>& workers, Clock::duration timeout) {
+  const auto ns = std::chrono::duration_cast<std::chrono::nanoseconds>(std::max(timeout, Clock::duration::zero()));
+  const timespec wait{static_cast<time_t>(ns.count() / 1000000000), static_cast<long>(ns.count() % 1000000000)};
+  const int signal = sigtimedwait(&g_awaited, nullptr, &wait);
+  if (signal <= 0 || signal == SIGCHLD) return;
   g_stop_signal = signal;
-  for (pid_t pid : g_children)
+  for (pid_t pid : workers)
     if (pid > 0) kill(pid, signal);
+}
+
+// The stop signals that came while no worker ran.
+void take_pending_signals() {
+  const timespec now{0, 0};
+  for (int signal; (signal = sigtimedwait(&g_awaited, nullptr, &now)) > 0;)
+    if (signal != SIGCHLD) g_stop_signal = signal;
 }
 
 struct Job {
@@ -52,6 +95,10 @@ struct Job {
 pid_t start_worker(const Job& job, int local_rank, int restart) {
   const pid_t pid = fork();
   if (pid != 0) return pid;
+  // The signals as the launcher found them: a signal that comes before exec then acts on the worker.
+  for (int signal = 1; signal < NSIG; ++signal)
+    if (sigismember(&g_awaited, signal) == 1) std::signal(signal, SIG_DFL);
+  sigprocmask(SIG_SETMASK, &g_startup_mask, nullptr);
   setenv("RANK", std::to_string(job.rank_of(local_rank)).c_str(), 1);
   setenv("LOCAL_RANK", std::to_string(local_rank).c_str(), 1);
   setenv("GROUP_RANK", std::to_string(job.node_rank).c_str(), 1);
@@ -70,52 +117,79 @@ pid_t start_worker(const Job& job, int local_rank, int restart) {
 
 int exit_code(int status) { return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status); }
 
-// Stops the workers still running after one failed. They first get a few seconds to
-// end on their own: a worker blocked in a collective with the failed one fails at once
-// and says which rank it lost. Then SIGTERM, and SIGKILL 10 s later.
-void stop_all(std::vector<pid_t>& running) {
-  using clock = std::chrono::steady_clock;
-  const auto start = clock::now();
-  const auto terminate_at = start + std::chrono::seconds(3), kill_at = terminate_at + std::chrono::seconds(10);
-  bool terminated = false;
-  while (!running.empty()) {
-    for (size_t i = 0; i < running.size();) {
-      int status = 0;
-      if (waitpid(running[i], &status, WNOHANG) != 0) running.erase(running.begin() + static_cast<std::ptrdiff_t>(i));
-      else ++i;
+// Runs one attempt of this node's group; returns 0 or the first failure's exit code.
+// After a failure the other workers first get a few seconds to end on their own: one
+// blocked in a collective with the failed one fails at once and says which rank it lost.
+// Then SIGTERM, and SIGKILL 10 s later.
+int run_group(const Job& job, int restart, int* failed_local_rank) {
+  const auto terminate_after = std::chrono::seconds(3), kill_after = terminate_after + std::chrono::seconds(10);
+  std::vector<pid_t> workers;  // 0 once reaped
+  int code = 0, escalations = 0;  // SIGTERM, then SIGKILL
+  Clock::time_point failed_at;
+  const auto fail = [&](int local_rank, int status_code) {
+    if (code != 0) return;
+    code = status_code, *failed_local_rank = local_rank;
+    failed_at = Clock::now();
+  };
+  for (int local = 0; local < job.nproc && code == 0; ++local) {
+    const pid_t pid = start_worker(job, local, restart);
+    if (pid < 0) {
+      std::fprintf(stderr, "fastcpp-launch: cannot start worker %d: %s\n", local, std::strerror(errno));
+      fail(local, 1);
     }
-    const auto now = clock::now();
-    if (!terminated && now > terminate_at) {
-      for (pid_t pid : running) kill(pid, SIGTERM);
-      terminated = true;
+    workers.push_back(std::max<pid_t>(pid, 0));
+  }
+  for (;;) {
+    int status = 0;
+    for (pid_t pid; (pid = waitpid(-1, &status, WNOHANG)) > 0;) {
+      const auto worker = std::find(workers.begin(), workers.end(), pid);
+      if (worker == workers.end()) continue;
+      *worker = 0;
+      if (exit_code(status) != 0) fail(static_cast<int>(worker - workers.begin()), exit_code(status));
     }
-    if (now > kill_at)
-      for (pid_t pid : running) kill(pid, SIGKILL);
-    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    if (std::all_of(workers.begin(), workers.end(), [](pid_t pid) { return pid == 0; })) return code;
+    Clock::duration timeout = std::chrono::seconds(1);
+    if (code != 0) {
+      const auto elapsed = Clock::now() - failed_at;
+      for (; escalations < (elapsed >= kill_after ? 2 : elapsed >= terminate_after ? 1 : 0); ++escalations)
+        for (pid_t pid : workers)
+          if (pid > 0) kill(pid, escalations == 0 ? SIGTERM : SIGKILL);
+      if (escalations < 2) timeout = (escalations == 0 ? terminate_after : kill_after) - elapsed;
+    }
+    await_event(workers, timeout);
   }
 }
 
-// Runs one attempt of this node's group; returns 0 or the first failure's exit code.
-int run_group(const Job& job, int restart, int* failed_local_rank) {
-  g_children.clear();
-  for (int local = 0; local < job.nproc; ++local) g_children.push_back(start_worker(job, local, restart));
-  std::vector<pid_t> running = g_children;
-  while (!running.empty()) {
-    int status = 0;
-    const pid_t pid = wait(&status);
-    if (pid < 0) {
-      if (errno == EINTR) continue;
-      break;
-    }
-    running.erase(std::remove(running.begin(), running.end(), pid), running.end());
-    if (exit_code(status) != 0) {
-      for (int local = 0; local < job.nproc; ++local)
-        if (g_children[static_cast<size_t>(local)] == pid) *failed_local_rank = local;
-      stop_all(running);
-      return exit_code(status);
-    }
+// --rdzv-endpoint as torchrun reads it: HOST or HOST:PORT, an IPv6 address in brackets
+// ([::1], [::1]:29500; the brackets are no part of the address), without a port
+// --master-port's. Sets the job's address and port, or returns why it cannot.
+std::string parse_endpoint(const std::string& endpoint, Job& job) {
+  const std::string flag = "--rdzv-endpoint " + endpoint;
+  std::string host = endpoint, port;
+  bool has_port = false;
+  if (endpoint.front() == '[') {
+    const auto close = endpoint.find(']');
+    if (close == std::string::npos) return flag + ": the ] that closes the IPv6 address is missing";
+    host = endpoint.substr(1, close - 1);
+    const auto rest = endpoint.substr(close + 1);
+    if (!rest.empty() && rest.front() != ':') return flag + " is not [ADDRESS]:PORT";
+    has_port = !rest.empty();
+    if (has_port) port = rest.substr(1);
+  } else if (const auto colon = endpoint.find(':'); colon != std::string::npos) {
+    if (endpoint.find(':', colon + 1) != std::string::npos)
+      return flag + ": an IPv6 address goes in brackets, [ADDRESS] or [ADDRESS]:PORT";
+    host = endpoint.substr(0, colon), port = endpoint.substr(colon + 1);
+    has_port = true;
   }
-  return 0;
+  if (host.empty()) return flag + " is not HOST:PORT";
+  if (has_port) {
+    const bool number = !port.empty() && port.size() <= 5 && port.find_first_not_of("0123456789") == std::string::npos;
+    const int value = number ? std::stoi(port) : 0;
+    if (value < 1 || value > 65535) return flag + ": the port is not in 1..65535";
+    job.port = value;
+  }
+  job.addr = host;
+  return "";
 }
 
 // "worker 1", and on several nodes "worker 1 (rank 3, node 1)".
@@ -143,7 +217,8 @@ int main(int argc, char** argv) {
   std::string master_addr;  // empty: not given (127.0.0.1 on one node)
   cli.flag("--master-addr,--master_addr", master_addr, "node 0's address, the rendezvous (one node: 127.0.0.1)");
   cli.flag("--master-port,--master_port", job.port, "the rendezvous port").range(1, 65535);
-  cli.flag("--rdzv-endpoint,--rdzv_endpoint", endpoint, "HOST:PORT, torchrun's form of --master-addr and --master-port");
+  cli.flag("--rdzv-endpoint,--rdzv_endpoint", endpoint,
+           "HOST[:PORT] or [IPv6][:PORT], torchrun's form of --master-addr and --master-port");
   cli.stop_at_first_argument();
   cli.example("fastcpp-launch --nproc-per-node 2 build/examples/distributed_fashion_mnist --epochs 1");
   cli.example("fastcpp-launch --nnodes 2 --node-rank 0 --master-addr 10.0.0.1 --nproc-per-node 8 ./train");
@@ -157,11 +232,8 @@ int main(int argc, char** argv) {
   const bool master_addr_given = !master_addr.empty() || !endpoint.empty();
   if (!master_addr.empty()) job.addr = master_addr;
   if (!endpoint.empty()) {
-    const auto colon = endpoint.rfind(':');
-    if (colon == std::string::npos || colon == 0) return refuse("--rdzv-endpoint " + endpoint + " is not HOST:PORT");
-    job.addr = endpoint.substr(0, colon);
-    job.port = std::atoi(endpoint.c_str() + colon + 1);
-    if (job.port < 1 || job.port > 65535) return refuse("--rdzv-endpoint " + endpoint + ": the port is not in 1..65535");
+    const auto error = parse_endpoint(endpoint, job);
+    if (!error.empty()) return refuse(error);
   }
   if (job.node_rank >= job.nnodes)
     return refuse("--node-rank " + std::to_string(job.node_rank) + " is outside the " + std::to_string(job.nnodes) +
@@ -169,11 +241,7 @@ int main(int argc, char** argv) {
   // On several nodes the default 127.0.0.1 would leave every other node waiting out its timeout.
   if (job.nnodes > 1 && !master_addr_given) return refuse("--nnodes " + std::to_string(job.nnodes) +
                                                           " needs --master-addr: the address of node 0");
-  struct sigaction action {};
-  action.sa_handler = on_signal;
-  sigaction(SIGINT, &action, nullptr);
-  sigaction(SIGTERM, &action, nullptr);
-
+  take_signals_synchronously();
   for (int attempt = 0;; ++attempt) {
     int failed = -1;
     const int code = run_group(job, attempt, &failed);
@@ -186,5 +254,9 @@ int main(int argc, char** argv) {
     }
     std::fprintf(stderr, "fastcpp-launch: %s failed with exit code %d; restarting the group (%d of %d)\n",
                  name.c_str(), code, attempt + 1, job.max_restarts);
+    // Up to the fork: a stop signal that comes after this stays pending, and is forwarded
+    // to the new workers as soon as they run.
+    take_pending_signals();
+    if (g_stop_signal) return 128 + g_stop_signal;
   }
 }

@@ -6,6 +6,7 @@
 #include <torch/torch.h>
 
 #include <algorithm>
+#include <unordered_set>
 #include <utility>
 
 #include "distributed/process_group.h"
@@ -37,6 +38,14 @@ bool same_tensor(const torch::Tensor& a, const torch::Tensor& b) {
 
 }  // namespace
 
+std::vector<torch::Tensor> unique_parameters(std::vector<torch::Tensor> params) {
+  std::unordered_set<const c10::TensorImpl*> seen;
+  std::vector<torch::Tensor> unique;
+  for (auto& param : params)
+    if (seen.insert(param.unsafeGetTensorImpl()).second) unique.push_back(std::move(param));
+  return unique;
+}
+
 // flat: the params' gradients, then one flag per param (1 where this rank has a gradient
 // for it), reduced together: after the sum a flag of 0 marks a param no rank used.
 struct Reducer::Bucket {
@@ -48,7 +57,10 @@ struct Reducer::Bucket {
 };
 
 Reducer::Reducer(std::vector<torch::Tensor> params, std::shared_ptr<Communicator> comm, ReducerOptions options)
-    : params_(std::move(params)), comm_(std::move(comm)), options_(options), alive_(std::make_shared<bool>(true)) {
+    : params_(unique_parameters(std::move(params))),
+      comm_(std::move(comm)),
+      options_(options),
+      alive_(std::make_shared<bool>(true)) {
   bucket_of_.resize(params_.size());
   views_.resize(params_.size());
   ready_.assign(params_.size(), false);

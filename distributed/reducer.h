@@ -30,6 +30,9 @@
 // that has an unused parameter, as DDP's find_unused_parameters pays it).
 // no_sync: while off, hooks do nothing and gradients accumulate in their slots; the next
 // synchronized backward reduces the accumulated sums.
+// A tensor listed twice (tied weights: a module's parameters() names a shared tensor once
+// per module that holds it) is reduced once, as PyTorch's DDP does; indices into the
+// parameters count it once too.
 #include <torch/types.h>
 
 #include <memory>
@@ -44,6 +47,10 @@ class Work;
 namespace fastcpp::distributed {
 
 class Communicator;
+
+// `params` with each tensor once, at its first place. Two hooks on one gradient
+// accumulator would copy the gradient out of a bucket whose all-reduce may be running.
+std::vector<torch::Tensor> unique_parameters(std::vector<torch::Tensor> params);
 
 struct ReducerOptions {
   size_t bucket_bytes = 25 * 1024 * 1024;
@@ -63,7 +70,8 @@ class Reducer {
   void set_sync(bool sync) { sync_ = sync; }
   bool sync() const { return sync_; }
   size_t n_buckets() const { return buckets_.size(); }
-  // The parameters of each bucket, in the order they fill it (by index into `params`).
+  // The parameters of each bucket, in the order they fill it (by index into `params`, each
+  // tensor counted once).
   std::vector<std::vector<size_t>> bucket_params() const;
   // For the last synchronized backward: how many gradients had arrived when each bucket
   // started its all-reduce (ideally a bucket starts as soon as its own are in).

@@ -29,7 +29,8 @@
 // FASTCPP_WORKER_NCCL_TIMEOUT_S shortens NCCL's watchdog timeout; FASTCPP_WORKER_MODEL=unet
 // trains a U-Net on masks instead (its metric: mean IoU), FASTCPP_WORKER_MODEL=retinanet a
 // RetinaNet on painted boxes (its metric: COCO's AP50 of
-// the detections at any score). syncbn and syncbn_single take a channels-last input where
+// the detections at any score), FASTCPP_WORKER_MODEL=tied an MLP with a weight tied
+// between two layers. syncbn and syncbn_single take a channels-last input where
 // FASTCPP_WORKER_CHANNELS_LAST=1.
 #include <fastcpp.h>
 
@@ -58,6 +59,23 @@ bool unet_worker() { return worker_model_is("unet"); }
 // FASTCPP_WORKER_MODEL=retinanet: detection, a RetinaNet on 32 px images with a box of one
 // of 3 classes each.
 bool retinanet_worker() { return worker_model_is("retinanet"); }
+
+// A linear layer over another's weight (tied weights): the model's parameters() lists that
+// tensor twice.
+struct TiedLinearImpl : torch::nn::Module {
+  explicit TiedLinearImpl(torch::Tensor shared) { weight = register_parameter("weight", std::move(shared)); }
+  torch::Tensor forward(const torch::Tensor& x) { return torch::nn::functional::linear(x, weight); }
+  torch::Tensor weight;
+};
+TORCH_MODULE(TiedLinear);
+
+// FASTCPP_WORKER_MODEL=tied: an MLP whose third layer reuses the second one's weight.
+Model tied_model() {
+  torch::nn::Linear hidden(8, 8);
+  return Model(torch::nn::Sequential(torch::nn::Flatten(), torch::nn::Linear(192, 8), torch::nn::ReLU(), hidden,
+                                     torch::nn::ReLU(), TiedLinear(hidden->weight), torch::nn::ReLU(),
+                                     torch::nn::Linear(8, 3)));
+}
 
 // RetinaNet's detections at any score: after 3 short epochs none scores 0.05 yet, and an
 // AP50 of 0 on both sides would not show a gathered validation going wrong.
@@ -230,6 +248,7 @@ int main(int argc, char** argv) {
                   : retinanet_worker()
                       ? Model(vision::retinanet({.num_classes = 3, .arch = vision::resnet18, .backbone = {.width = 8},
                                                  .fpn_channels = 16}))
+                  : worker_model_is("tied") ? tied_model()
                   : with_unused ? Model(WithUnused())
                                    : Model(torch::nn::Sequential(conv(3, 8, 1), torch::nn::BatchNorm2d(8),
                                                                  torch::nn::ReLU(), conv(8, 8, 2),
@@ -249,6 +268,8 @@ int main(int argc, char** argv) {
         options.process_group.nccl_timeout = std::chrono::seconds(std::atoi(seconds));
       if (worker_backend() == "gloo" && learn.device.is_cuda()) options.device = learn.device;  // ranks share it
       options.sync_bn = mode != "ddp_local_bn";
+      // A bucket per parameter: the tied weight's gradient reduced while backward goes on.
+      if (worker_model_is("tied")) options.reducer = {.bucket_bytes = 1, .first_bucket_bytes = 1};
       learn.to_distributed(options);
     }
     if (accumulate) learn.add_cb(GradientAccumulation(2 * (two_rank_batches ? 2 : 1) * kLocalBs));

@@ -1,6 +1,9 @@
 // Distributed training on the CPU with Gloo: two processes against one, and the
 // errors a user meets when the processes cannot meet.
+#include <fcntl.h>
+#include <poll.h>
 #include <signal.h>
+#include <spawn.h>
 #include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -51,6 +54,26 @@ struct ReversedLayers : torch::nn::Module {
   std::vector<torch::nn::Linear> layers;
 };
 
+// A linear layer over another's weight (tied weights, as a language model's embedding and
+// output layer): the model's parameters() lists that tensor twice.
+struct TiedDecoderImpl : torch::nn::Module {
+  explicit TiedDecoderImpl(torch::Tensor shared) { weight = register_parameter("weight", std::move(shared)); }
+  torch::Tensor forward(const torch::Tensor& x) { return torch::nn::functional::linear(x, weight); }
+  torch::Tensor weight;
+};
+TORCH_MODULE(TiedDecoder);
+
+struct TiedLayers : torch::nn::Module {
+  TiedLayers() {
+    encoder = register_module("encoder", torch::nn::Linear(6, 6));
+    middle = register_module("middle", torch::nn::Linear(6, 6));
+    decoder = register_module("decoder", TiedDecoder(encoder->weight));
+  }
+  torch::Tensor forward(torch::Tensor x) { return decoder(torch::tanh(middle(torch::tanh(encoder(x))))); }
+  torch::nn::Linear encoder{nullptr}, middle{nullptr};
+  TiedDecoder decoder{nullptr};
+};
+
 // One synchronized backward through `reducer`, the gradients dropped before it as zero_grad does.
 void reduced_backward(distributed::Reducer& reducer, torch::nn::Module& model, const std::function<torch::Tensor()>& loss) {
   for (auto& param : model.parameters()) param.mutable_grad() = torch::Tensor();
@@ -76,6 +99,49 @@ std::string any_error_of(const std::function<void()>& f) {
     return std::string("(not a fastcpp::Error) ") + e.what();
   }
   return "(nothing thrown)";
+}
+
+// Starts fastcpp-launch with `args`, its stdout to /dev/null and its stderr to `stderr_fd`
+// (-1: this process's), the signals it stops on as their defaults whatever this process
+// was started with (nohup's ignored SIGHUP, a shell's for background jobs). Returns its pid.
+pid_t spawn_launcher(const std::vector<std::string>& args, int stderr_fd = -1) {
+  std::vector<std::string> line{FASTCPP_LAUNCH};
+  line.insert(line.end(), args.begin(), args.end());
+  std::vector<char*> argv;
+  for (auto& arg : line) argv.push_back(arg.data());
+  argv.push_back(nullptr);
+  posix_spawn_file_actions_t actions;
+  posix_spawn_file_actions_init(&actions);
+  posix_spawn_file_actions_addopen(&actions, 1, "/dev/null", O_WRONLY, 0);
+  if (stderr_fd >= 0) posix_spawn_file_actions_adddup2(&actions, stderr_fd, 2);
+  posix_spawnattr_t attributes;
+  posix_spawnattr_init(&attributes);
+  sigset_t defaults, none;
+  sigemptyset(&defaults);
+  for (int signal : {SIGINT, SIGTERM, SIGHUP, SIGQUIT}) sigaddset(&defaults, signal);
+  sigemptyset(&none);
+  posix_spawnattr_setsigdefault(&attributes, &defaults);
+  posix_spawnattr_setsigmask(&attributes, &none);
+  posix_spawnattr_setflags(&attributes, POSIX_SPAWN_SETSIGDEF | POSIX_SPAWN_SETSIGMASK);
+  pid_t pid = 0;
+  const int failed = posix_spawn(&pid, argv[0], &actions, &attributes, argv.data(), environ);
+  posix_spawnattr_destroy(&attributes);
+  posix_spawn_file_actions_destroy(&actions);
+  REQUIRE(failed == 0);
+  return pid;
+}
+
+// The lines of a file, waiting up to `seconds` for it to have `n` of them.
+std::vector<std::string> await_lines(const std::string& path, size_t n, int seconds = 30) {
+  std::vector<std::string> lines;
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(seconds);
+  do {
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    lines.clear();
+    std::ifstream in(path);
+    for (std::string line; std::getline(in, line);) lines.push_back(line);
+  } while (lines.size() < n && std::chrono::steady_clock::now() < deadline);
+  return lines;
 }
 
 using Variables = std::vector<std::pair<std::string, std::string>>;
@@ -133,6 +199,10 @@ TEST_SUITE("distributed") {
     CHECK(check_two_ranks_equal_one_process(18, {"FASTCPP_WORKER_MODEL=retinanet"}, 1e-4, 1e-5) > 0);  // AP50
   }
 
+  TEST_CASE("an MLP with a weight tied between two layers on 2 ranks ends with the weights of 1 process") {
+    check_two_ranks_equal_one_process(58, {"FASTCPP_WORKER_MODEL=tied"});
+  }
+
   TEST_CASE("the U-Net's 2 ranks started by fastcpp-launch and by torchrun end as 1 process") {
     const auto single_out = temp_path("unet_single");
     REQUIRE(wait_for(spawn_worker("single", single_out, {"FASTCPP_WORKER_MODEL=unet"}), 120) == 0);
@@ -165,11 +235,91 @@ TEST_SUITE("distributed") {
     CHECK(refusal("--nnodes 2 --node-rank 1") == "2 fastcpp-launch: --nnodes 2 needs --master-addr: the address of node 0");
     CHECK(refusal("--nnodes 2 --node-rank 2 --master-addr node0") ==
           "2 fastcpp-launch: --node-rank 2 is outside the 2 nodes of --nnodes");
-    CHECK(refusal("--rdzv_endpoint node0") == "2 fastcpp-launch: --rdzv-endpoint node0 is not HOST:PORT");
+    CHECK(refusal("--rdzv_endpoint :29400") == "2 fastcpp-launch: --rdzv-endpoint :29400 is not HOST:PORT");
+    CHECK(refusal("--rdzv-endpoint node0:29x") ==
+          "2 fastcpp-launch: --rdzv-endpoint node0:29x: the port is not in 1..65535");
+    CHECK(refusal("--rdzv-endpoint ::1:29400") ==
+          "2 fastcpp-launch: --rdzv-endpoint ::1:29400: an IPv6 address goes in brackets, [ADDRESS] or [ADDRESS]:PORT");
+    CHECK(refusal("--rdzv-endpoint '[::1:29400'") ==
+          "2 fastcpp-launch: --rdzv-endpoint [::1:29400: the ] that closes the IPv6 address is missing");
     CHECK(refusal("--nnodes 2 --node_rank 1 --rdzv_endpoint node0:29400 --no-such-flag") ==
           "2 fastcpp-launch: The following argument was not expected: --no-such-flag (fastcpp-launch --help lists the "
           "flags)");
     std::filesystem::remove(log);
+  }
+
+  TEST_CASE("fastcpp-launch's --rdzv-endpoint: an IPv6 address without its brackets, --master-port's port by default") {
+    const auto out = temp_path("launch_endpoint");
+    auto master = [&](const std::string& flags) {
+      REQUIRE(run_command(std::string(FASTCPP_LAUNCH) + " --nproc-per-node 1 " + flags +
+                          " sh -c 'echo \"$MASTER_ADDR $MASTER_PORT\"' > " + out) == 0);
+      std::ifstream in(out);
+      std::string line;
+      std::getline(in, line);
+      return line;
+    };
+    CHECK(master("--rdzv-endpoint '[::1]:29511'") == "::1 29511");
+    CHECK(master("--rdzv-endpoint '[::1]'") == "::1 29500");
+    CHECK(master("--rdzv_endpoint node0") == "node0 29500");
+    CHECK(master("--rdzv-endpoint node0 --master-port 29512") == "node0 29512");
+    CHECK(master("--master-port 29512 --rdzv-endpoint node0:29513") == "node0 29513");
+    std::filesystem::remove(out);
+  }
+
+  TEST_CASE("fastcpp-launch on SIGINT, SIGTERM, SIGHUP or SIGQUIT stops its workers and exits with 128 + the signal") {
+    const auto pids = temp_path("launch_signal_pids");
+    for (const int signal : {SIGINT, SIGTERM, SIGHUP, SIGQUIT}) {
+      CAPTURE(signal);
+      std::filesystem::remove(pids);
+      const pid_t launcher =
+          spawn_launcher({"--nproc-per-node", "2", "sh", "-c", "echo $$ >> " + pids + "; exec sleep 60"});
+      const auto workers = await_lines(pids, 2);
+      REQUIRE(workers.size() == 2);
+      ::kill(launcher, signal);
+      CHECK(wait_for(launcher, 30) == 128 + signal);
+      for (const auto& worker : workers) {
+        CAPTURE(worker);
+        const bool running = ::kill(std::stoi(worker), 0) == 0;
+        CHECK_FALSE(running);
+        if (running) ::kill(std::stoi(worker), SIGKILL);
+      }
+    }
+    std::filesystem::remove(pids);
+  }
+
+  TEST_CASE("fastcpp-launch signalled between a failed group and its restart starts no other group") {
+    // Its stderr a full pipe, the launcher blocks in writing that it restarts the group,
+    // after the first group ended and before the second starts: SIGTERM comes there.
+    const auto starts = temp_path("launch_restart_starts");
+    std::filesystem::remove(starts);
+    int ends[2];
+    REQUIRE(::pipe2(ends, O_CLOEXEC) == 0);
+    ::fcntl(ends[1], F_SETFL, O_NONBLOCK);
+    while (::write(ends[1], "x", 1) == 1) {
+    }
+    ::fcntl(ends[1], F_SETFL, 0);
+    const pid_t launcher = spawn_launcher({"--nproc-per-node", "1", "--max-restarts", "1", "sh", "-c",
+                                           "echo $TORCHELASTIC_RESTART_COUNT >> " + starts + "; exit 3"},
+                                          ends[1]);
+    ::close(ends[1]);
+    REQUIRE(await_lines(starts, 1).size() == 1);
+    std::this_thread::sleep_for(std::chrono::milliseconds(500));  // the launcher blocked in its write
+    ::kill(launcher, SIGTERM);
+    std::string errors;
+    const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(30);
+    for (pollfd readable{ends[0], POLLIN, 0}; std::chrono::steady_clock::now() < deadline;) {
+      if (::poll(&readable, 1, 100) <= 0) continue;
+      char buffer[65536];
+      const auto n = ::read(ends[0], buffer, sizeof buffer);
+      if (n <= 0) break;  // every writer gone: the launcher and its workers
+      errors.append(buffer, static_cast<size_t>(n));
+    }
+    ::close(ends[0]);
+    CHECK(wait_for(launcher, 30) == 128 + SIGTERM);
+    CHECK(await_lines(starts, 2, 0) == std::vector<std::string>{"0"});
+    CHECK(errors.find("fastcpp-launch: worker 0 failed with exit code 3; restarting the group (1 of 1)") !=
+          std::string::npos);
+    std::filesystem::remove(starts);
   }
 
   TEST_CASE("fastcpp-launch: a worker killed mid-run restarts the group, which resumes and ends as an uninterrupted run") {
@@ -846,6 +996,64 @@ TEST_SUITE("distributed") {
       CAPTURE(k);
       CHECK(torch::allclose(grads[0][k], expected[k].grad(), 1e-6, 1e-7));
       CHECK(torch::equal(grads[0][k], grads[1][k]));
+    }
+  }
+
+  TEST_CASE("DDP reduces a weight tied between two layers once, with one hook, to 1 process's gradient") {
+    // A bucket per parameter: a second hook on the tied weight would copy its gradient out
+    // of a bucket whose all-reduce runs.
+    const int port = free_port() + 57;
+    std::vector<std::shared_ptr<TiedLayers>> models;
+    for (int r = 0; r < 2; ++r) {
+      torch::manual_seed(0);
+      models.push_back(std::make_shared<TiedLayers>());
+    }
+    REQUIRE(models[0]->parameters().size() == 5);  // the tied weight twice
+    torch::manual_seed(1);
+    const auto inputs = torch::randn({2, 3, 6});
+    std::vector<std::vector<std::vector<size_t>>> buckets(2);
+    std::vector<size_t> hooks(2);
+    std::vector<std::vector<torch::Tensor>> grads(2);
+    std::string errors[2];
+    auto rank = [&](int r) {
+      try {
+        auto comm = std::make_shared<distributed::Communicator>(env_of(r, 2, port));
+        TiedLayers& model = *models[static_cast<size_t>(r)];
+        const auto accumulator = torch::autograd::impl::grad_accumulator(model.encoder->weight);
+        const auto before = accumulator->post_hooks().size();
+        distributed::Reducer reducer(model.parameters(), comm, {.bucket_bytes = 1, .first_bucket_bytes = 1});
+        hooks[static_cast<size_t>(r)] = accumulator->post_hooks().size() - before;
+        for (int step = 0; step < 3; ++step)
+          reduced_backward(reducer, model, [&] { return model.forward(inputs[r]).square().sum(); });
+        buckets[static_cast<size_t>(r)] = reducer.bucket_params();
+        for (const auto& param : distributed::unique_parameters(model.parameters()))
+          grads[static_cast<size_t>(r)].push_back(param.grad().clone());
+      } catch (const std::exception& e) {
+        errors[r] = e.what();
+      }
+    };
+    std::thread rank1(rank, 1);
+    rank(0);
+    rank1.join();
+    REQUIRE(errors[0] == "");
+    REQUIRE(errors[1] == "");
+    torch::manual_seed(0);
+    TiedLayers single;
+    (single.forward(inputs[0]).square().sum() + single.forward(inputs[1]).square().sum()).div(2).backward();
+    const auto expected = distributed::unique_parameters(single.parameters());
+    REQUIRE(expected.size() == 4);
+    for (int r = 0; r < 2; ++r) {
+      CAPTURE(r);
+      CHECK(hooks[r] == 1);
+      std::vector<size_t> reduced;
+      for (const auto& bucket : buckets[r]) reduced.insert(reduced.end(), bucket.begin(), bucket.end());
+      std::sort(reduced.begin(), reduced.end());
+      CHECK(reduced == std::vector<size_t>{0, 1, 2, 3});
+      REQUIRE(grads[r].size() == expected.size());
+      for (size_t k = 0; k < expected.size(); ++k) {
+        CAPTURE(k);
+        CHECK(torch::allclose(grads[r][k], expected[k].grad(), 1e-5, 1e-6));
+      }
     }
   }
 
