@@ -116,7 +116,8 @@ ReduceLROnPlateau::ReduceLROnPlateau(ReduceLROnPlateauOptions options)
     : TrackerCallback({options.monitor, options.min_delta, options.comp}), reduce_options_(options) {
   order = 62;
   if (!(options.factor > 1))
-    throw Error("ReduceLROnPlateau: factor must be > 1 (the lr is divided by it), got " + spec_text::number(options.factor));
+    throw Error("ReduceLROnPlateau: factor must be > 1 (the lr is divided by it), got " +
+                spec_text::number(options.factor));
   if (!(options.min_lr >= 0))
     throw Error("ReduceLROnPlateau: min_lr must be >= 0, got " + spec_text::number(options.min_lr));
 }

@@ -28,6 +28,16 @@ void GradientAccumulation::before_step() {
   count_ = 0;
 }
 
+void BnFreeze::before_train() {
+  for (const auto& module : learn().model.module().modules()) {
+    const auto params = module->parameters(/*recurse=*/false);
+    const bool tracks_statistics = module->named_buffers(/*recurse=*/false).contains("running_mean");
+    if (tracks_statistics && !params.empty() &&
+        std::none_of(params.begin(), params.end(), [](const torch::Tensor& p) { return p.requires_grad(); }))
+      module->eval();
+  }
+}
+
 GradientClip::GradientClip(double max_norm, double norm_type) : max_norm_(max_norm), norm_type_(norm_type) {
   order = 11;
   capturable = true;  // the norm and the factor stay on the device

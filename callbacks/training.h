@@ -7,6 +7,9 @@
 // GradientClip (order 11, after MixedPrecision): clips the global gradient norm.
 // TerminateOnNaN (order -9): stops the fit when the training loss is nan or inf,
 //   naming the batch.
+// BnFreeze (order -5, after TrainEval): while training, the norm layers with running
+//   statistics whose parameters are all frozen stay in eval mode, so that their statistics
+//   stay the pretrained model's (fastai's, for a body frozen with train_bn = false).
 #include <string>
 
 #include "learner/callback.h"
@@ -35,6 +38,12 @@ class GradientClip : public Callback {
 
  private:
   double max_norm_, norm_type_;
+};
+
+class BnFreeze : public Callback {
+ public:
+  BnFreeze() { order = -5; }
+  void before_train() override;
 };
 
 class TerminateOnNaN : public Callback {

@@ -10,6 +10,7 @@
 #include "core/device.h"
 #include "core/error.h"
 #include "learner/learner.h"
+#include "optim/param_groups.h"
 
 namespace fastcpp::distributed {
 

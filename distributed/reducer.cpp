@@ -6,10 +6,10 @@
 #include <torch/torch.h>
 
 #include <algorithm>
-#include <unordered_set>
 #include <utility>
 
 #include "distributed/process_group.h"
+#include "optim/param_groups.h"
 #include "core/device.h"
 #include "core/error.h"
 
@@ -37,14 +37,6 @@ bool same_tensor(const torch::Tensor& a, const torch::Tensor& b) {
 }
 
 }  // namespace
-
-std::vector<torch::Tensor> unique_parameters(std::vector<torch::Tensor> params) {
-  std::unordered_set<const c10::TensorImpl*> seen;
-  std::vector<torch::Tensor> unique;
-  for (auto& param : params)
-    if (seen.insert(param.unsafeGetTensorImpl()).second) unique.push_back(std::move(param));
-  return unique;
-}
 
 // flat: the params' gradients, then one flag per param (1 where this rank has a gradient
 // for it), reduced together: after the sum a flag of 0 marks a param no rank used.

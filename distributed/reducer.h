@@ -48,10 +48,6 @@ namespace fastcpp::distributed {
 
 class Communicator;
 
-// `params` with each tensor once, at its first place. Two hooks on one gradient
-// accumulator would copy the gradient out of a bucket whose all-reduce may be running.
-std::vector<torch::Tensor> unique_parameters(std::vector<torch::Tensor> params);
-
 struct ReducerOptions {
   size_t bucket_bytes = 25 * 1024 * 1024;
   size_t first_bucket_bytes = 1024 * 1024;

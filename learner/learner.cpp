@@ -416,10 +416,14 @@ void Learner::create_opt() {
     for (auto* bias : bias_params(model.module())) no_wd.insert(bias);
   }
   std::vector<ParamGroup> groups;
+  ParamSet taken;  // a tied weight is stepped once, in the first group that lists it
   for (const auto& params : param_lists) {
     ParamGroup group;
-    group.params = params;
-    for (const auto& param : params) group.do_wd.push_back(!contains(no_wd, param));
+    for (const auto& param : params) {
+      if (!taken.insert(param.unsafeGetTensorImpl()).second) continue;
+      group.params.push_back(param);
+      group.do_wd.push_back(!contains(no_wd, param));
+    }
     groups.push_back(std::move(group));
   }
   if (groups.empty()) throw Error("create_opt: the splitter returned no parameter groups");

@@ -36,4 +36,12 @@ ParamSet bias_params(const torch::nn::Module& model) {
 
 std::vector<std::vector<torch::Tensor>> single_group(torch::nn::Module& model) { return {model.parameters()}; }
 
+std::vector<torch::Tensor> unique_parameters(std::vector<torch::Tensor> params) {
+  ParamSet seen;
+  std::vector<torch::Tensor> unique;
+  for (auto& param : params)
+    if (seen.insert(param.unsafeGetTensorImpl()).second) unique.push_back(std::move(param));
+  return unique;
+}
+
 }  // namespace fastcpp

@@ -23,4 +23,10 @@ inline bool contains(const ParamSet& set, const torch::Tensor& param) {
 // The default splitter: every parameter in one group.
 std::vector<std::vector<torch::Tensor>> single_group(torch::nn::Module& model);
 
+// `params` with each tensor once, at its first place: libtorch's parameters() lists a
+// tensor two modules share (tied weights) once for each, where PyTorch's lists it once.
+// Stepped twice, it would move twice as far; reduced twice (DDP), two hooks would copy
+// its gradient out of a bucket whose all-reduce may be running.
+std::vector<torch::Tensor> unique_parameters(std::vector<torch::Tensor> params);
+
 }  // namespace fastcpp

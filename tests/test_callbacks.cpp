@@ -141,6 +141,28 @@ TEST_SUITE("callbacks") {
     CHECK(error_of([] { GradientClip(1, 0); }) == "GradientClip: norm_type must be positive, got 0");
   }
 
+  TEST_CASE("BnFreeze keeps the running statistics of frozen BatchNorm layers, as fastai's; trainable ones still move") {
+    // A body (the first group) frozen with train_bn = false: its BatchNorm's parameters too
+    auto run = [](bool with_bn_freeze) {
+      torch::manual_seed(0);
+      torch::nn::BatchNorm1d body_bn(4), head_bn(4);
+      torch::nn::Sequential model(torch::nn::Linear(4, 4), body_bn, torch::nn::Linear(4, 4), head_bn,
+                                  torch::nn::Linear(4, 2));
+      auto data = std::make_shared<TensorDataset>(torch::randn({16, 4}) * 3 + 1, torch::randint(2, {16}, torch::kLong));
+      std::vector<CallbackPtr> cbs;
+      if (with_bn_freeze) cbs.push_back(std::make_shared<BnFreeze>());
+      Learner learn({DataLoader(data, {.bs = 8}), DataLoader(data, {.bs = 8})}, model, CrossEntropyLoss(), {},
+                    quiet({.train_bn = false, .cbs = cbs, .splitter = split_after(2), .frozen = true}));
+      silence(learn);
+      learn.fit(1);
+      return std::pair{body_bn->running_mean.clone(), head_bn->running_mean.clone()};
+    };
+    const auto [body, head] = run(true);
+    CHECK(torch::equal(body, torch::zeros({4})));
+    CHECK_FALSE(torch::equal(head, torch::zeros({4})));
+    CHECK_FALSE(torch::equal(run(false).first, torch::zeros({4})));  // without it, they drift
+  }
+
   TEST_CASE("TerminateOnNaN stops the fit naming the batch") {
     auto nan_after_two = [calls = std::make_shared<int>(0)](const torch::Tensor& pred, const torch::Tensor& target) {
       auto loss = torch::nn::functional::cross_entropy(pred, target);
@@ -401,6 +423,7 @@ TEST_SUITE("callbacks") {
     const std::map<std::string, int> in_code{
         {"TrainEvalCallback", TrainEvalCallback().order},
         {"TerminateOnNaN", TerminateOnNaN().order},
+        {"BnFreeze", BnFreeze().order},
         {"ChannelsLast", ChannelsLast().order},
         {"MixUp", MixUp().order},
         {"CutMix", CutMix().order},

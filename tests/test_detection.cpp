@@ -179,6 +179,26 @@ TEST_SUITE("detection") {
           "retinanet: a head with GroupNorm needs channels in multiples of 32, got 48");
   }
 
+  TEST_CASE("RetinaNet pads its input to a multiple of 32 pixels, as torchvision's: its anchors fit the maps' cells") {
+    torch::manual_seed(0);
+    auto net = vision::retinanet({.num_classes = 2, .fpn_channels = 16});
+    net->eval();
+    const auto image = torch::rand({1, 3, 100, 70});
+    const auto padded = torch::zeros({1, 3, 128, 96});
+    padded.narrow(2, 0, 100).narrow(3, 0, 70).copy_(image);
+    torch::NoGradGuard no_grad;
+    const vision::DetectorOutput own(net(image), "test"), bigger(net(padded), "test");
+    CHECK(torch::equal(own.anchors(), bigger.anchors()));
+    CHECK(torch::allclose(own.codes(), bigger.codes(), 1e-5, 1e-6));
+    CHECK(torch::allclose(own.logits(), bigger.logits(), 1e-5, 1e-6));
+    CHECK((own.image_height() == 100 && own.image_width() == 70));  // what boxes are clipped to
+    // the first map: 16 x 12 cells 8 pixels apart, 9 anchors each, the first cell's centred at 0
+    const auto first = own.anchors()[0].narrow(0, 0, 16 * 12 * 9);
+    const auto centres = (first.narrow(1, 0, 2) + first.narrow(1, 2, 2)) / 2;
+    CHECK(centres.select(1, 0).max().item<double>() == 88);
+    CHECK(centres.select(1, 1).max().item<double>() == 120);
+  }
+
   TEST_CASE("a RetinaNet's clone has its own copy of every tensor and draws nothing from the global generator") {
     auto model = fixture_retinanet();
     torch::manual_seed(3);

@@ -258,13 +258,14 @@ TEST_SUITE("detection") {
       write_text(root + "/boxes/" + name + ".txt", "square 20 10 60 40\n");
     }
     // Without and with fastai's presizing (aug_transforms' size): the model sees the 64 x 64
-    // items, or them resized again to 40 x 48 on the batch.
+    // items, or them resized again to 32 x 96 on the batch (multiples of 32: RetinaNet pads
+    // others, and the near-equal scores of the padding would make ties to order).
     for (const bool presized : {false, true}) {
       CAPTURE(presized);
       std::vector<BatchAugmentPtr> aug;
       if (presized)
         aug.push_back(vision::aug_transforms(
-            {.max_lighting = 0, .size = std::pair<int64_t, int64_t>{40, 48}, .pad_mode = vision::PadMode::Zeros}));
+            {.max_lighting = 0, .size = std::pair<int64_t, int64_t>{32, 96}, .pad_mode = vision::PadMode::Zeros}));
       auto dls = vision::DetectionDataLoaders::from_box_files(
           root + "/images", root + "/boxes",
           {.bs = 2, .workers = 0, .item_tfms = {vision::Resize(64, vision::ResizeMethod::Squish)}, .aug_tfms = aug,
@@ -283,7 +284,9 @@ TEST_SUITE("detection") {
       const auto predictor = vision::load_learner(path, {.device = torch::kCPU, .detections = {.score_threshold = 0.005}});
       const auto& valid = dynamic_cast<const vision::DetectionDataset&>(dls.valid.dataset());
       const auto files = std::vector<std::string>{root + "/images/a.png", root + "/images/b.png", root + "/images/c.png"};
-      const auto predictions = predictor.predict(files, /*bs=*/2);
+      // Batches of 2 where the scores are far enough apart for a batch's rounding not to reorder
+      // them; the presized model's small maps score many anchors alike.
+      const auto predictions = predictor.predict(files, /*bs=*/presized ? 1 : 2);
       REQUIRE(predictions.size() == 3);
       for (size_t i = 0; i < 3; ++i) {
         CAPTURE(i);
@@ -291,9 +294,9 @@ TEST_SUITE("detection") {
         const auto& found = predictions[i].detections;
         REQUIRE(found.scores.size(0) > 0);
         auto scaled = expected.boxes.clone().to(torch::kDouble);
-        if (presized) {  // 48 x 40 back to 64 x 64, pixel centres to pixel centres (align_corners)
-          for (int c : {0, 2}) scaled.select(1, c).sub_(0.5).mul_(63.0 / 47).add_(0.5).clamp_(0, 64);
-          for (int c : {1, 3}) scaled.select(1, c).sub_(0.5).mul_(63.0 / 39).add_(0.5).clamp_(0, 64);
+        if (presized) {  // 96 x 32 back to 64 x 64, pixel centres to pixel centres (align_corners)
+          for (int c : {0, 2}) scaled.select(1, c).sub_(0.5).mul_(63.0 / 95).add_(0.5).clamp_(0, 64);
+          for (int c : {1, 3}) scaled.select(1, c).sub_(0.5).mul_(63.0 / 31).add_(0.5).clamp_(0, 64);
         }
         // the item is the 96 x 64 file squished to 64 x 64: x comes back 1.5 times wider
         scaled.select(1, 0).mul_(1.5);

@@ -26,6 +26,7 @@
 #include "worker_process.h"
 #include "distributed/network.h"
 #include "distributed/reducer.h"
+#include "optim/param_groups.h"
 #ifdef FASTCPP_HAS_CUDA
 #include "distributed/channels_last_batchnorm_kernels.h"
 #endif
@@ -1026,7 +1027,7 @@ TEST_SUITE("distributed") {
         for (int step = 0; step < 3; ++step)
           reduced_backward(reducer, model, [&] { return model.forward(inputs[r]).square().sum(); });
         buckets[static_cast<size_t>(r)] = reducer.bucket_params();
-        for (const auto& param : distributed::unique_parameters(model.parameters()))
+        for (const auto& param : unique_parameters(model.parameters()))
           grads[static_cast<size_t>(r)].push_back(param.grad().clone());
       } catch (const std::exception& e) {
         errors[r] = e.what();
@@ -1040,7 +1041,7 @@ TEST_SUITE("distributed") {
     torch::manual_seed(0);
     TiedLayers single;
     (single.forward(inputs[0]).square().sum() + single.forward(inputs[1]).square().sum()).div(2).backward();
-    const auto expected = distributed::unique_parameters(single.parameters());
+    const auto expected = unique_parameters(single.parameters());
     REQUIRE(expected.size() == 4);
     for (int r = 0; r < 2; ++r) {
       CAPTURE(r);

@@ -519,9 +519,9 @@ TEST_SUITE("fastai") {
         if (learn().training && learn().epoch == 0 && learn().iter == 1) throw CancelEpochException();
       }
     };
-    struct FailSecondEpoch : Callback {
-      void after_epoch() override {
-        if (learn().epoch == 1) throw std::runtime_error("disk full");
+    struct FailInSecondEpoch : Callback {  // while training: no after_train
+      void after_batch() override {
+        if (learn().training && learn().epoch == 1) throw std::runtime_error("disk full");
       }
     };
     // lr 0: the weights stay, so validation gives the plain loss exactly, unless the loss
@@ -529,7 +529,7 @@ TEST_SUITE("fastai") {
     auto mixup = std::make_shared<MixUp>();
     learn.fit(2, 0.0, {.cbs = {mixup, std::make_shared<CancelFirstEpoch>()}});
     CHECK(learn.validate()[0] == plain);
-    CHECK_THROWS_AS(learn.fit(3, 0.0, {.cbs = {mixup, std::make_shared<FailSecondEpoch>()}}), Error);
+    CHECK_THROWS_AS(learn.fit(3, 0.0, {.cbs = {mixup, std::make_shared<FailInSecondEpoch>()}}), Error);
     CHECK(learn.validate()[0] == plain);
   }
 

@@ -89,6 +89,32 @@ void check_fused_equals_per_param(const OptFunc& opt_func, void (*fused)(GroupTe
 }  // namespace
 
 TEST_SUITE("optimizers") {
+  TEST_CASE("a weight two layers share is one parameter to the optimizer: stepped once, as PyTorch's") {
+    struct TiedLinearImpl : torch::nn::Module {  // a linear layer over another's weight
+      explicit TiedLinearImpl(torch::Tensor shared) { weight = register_parameter("weight", std::move(shared)); }
+      torch::Tensor forward(const torch::Tensor& x) { return torch::nn::functional::linear(x, weight); }
+      torch::Tensor weight;
+    };
+    torch::manual_seed(0);
+    torch::nn::Linear hidden(4, 4);
+    torch::nn::Sequential model(hidden, torch::nn::ReLU(), torch::nn::ModuleHolder<TiedLinearImpl>(hidden->weight),
+                                torch::nn::ReLU(), torch::nn::Linear(4, 2));
+    REQUIRE(model->parameters().size() == 5);  // libtorch lists the shared weight twice
+    auto data = std::make_shared<TensorDataset>(torch::randn({8, 4}), torch::randint(2, {8}, torch::kLong));
+    // The gradient of one step, both uses of the weight summed into it
+    const auto x = data->get_batch({0, 1, 2, 3, 4, 5, 6, 7});
+    torch::nn::functional::cross_entropy(model->forward(x.x), x.y).backward();
+    const auto expected = (hidden->weight - 0.1 * hidden->weight.grad()).detach().clone();
+    model->zero_grad();
+    Learner learn({DataLoader(data, {.bs = 8}), DataLoader(data, {.bs = 8})}, model, CrossEntropyLoss(), {},
+                  quiet({.opt_func = sgd(), .wd = 0.0}));
+    silence(learn);
+    CHECK(learn.n_param_groups() == 1);
+    learn.fit(1, 0.1);
+    CHECK(learn.opt->param_groups()[0].params.size() == 4);
+    CHECK(torch::allclose(hidden->weight, expected, 1e-6, 1e-7));
+  }
+
   TEST_CASE("the fused group updates (ATen's kernels) equal SGD's and Adam's per-param updates") {
     check_fused_equals_per_param(sgd({.mom = 0.9}), [](GroupTensors& g, const Hypers& h) { fused_sgd_update(g, h, true); });
     check_fused_equals_per_param(sgd(), [](GroupTensors& g, const Hypers& h) { fused_sgd_update(g, h, false); });

@@ -72,7 +72,8 @@ CocoEvaluator::CocoEvaluator(int64_t num_classes, int64_t max_detections)
 
 void CocoEvaluator::add(const Detections& found, const ImageBoxes& truth) {
   const auto image_number = std::to_string(images_.size());
-  auto check = [&](const char* what, const torch::Tensor& boxes, const torch::Tensor& labels, const torch::Tensor* scores) {
+  auto check = [&](const char* what, const torch::Tensor& boxes, const torch::Tensor& labels,
+                   const torch::Tensor* scores) {
     const bool ok = boxes.defined() && labels.defined() && boxes.dim() == 2 && boxes.size(1) == 4 &&
                     labels.dim() == 1 && labels.size(0) == boxes.size(0) &&
                     (!scores || (scores->defined() && scores->dim() == 1 && scores->size(0) == boxes.size(0)));

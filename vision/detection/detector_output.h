@@ -14,6 +14,7 @@
 // filling the images with fewer boxes (box_targets makes them).
 #include <torch/types.h>
 
+#include <optional>
 #include <utility>
 #include <vector>
 
@@ -54,19 +55,24 @@ class AnchorColumns {
  public:
   explicit AnchorColumns(Scoring scoring) : scoring_(scoring) {}
 
-  // `generator`: the detector's AnchorGenerator or DefaultBoxGenerator.
+  // `generator`: the detector's AnchorGenerator or DefaultBoxGenerator; `input`: the batch
+  // the maps were made of, the anchors laid out over it; `image_size`: the images' own
+  // (height, width), what boxes are clipped to, when the input was padded beyond it.
   template <class Generator>
-  const torch::Tensor& of(const Generator& generator, const std::vector<torch::Tensor>& maps, const torch::Tensor& images) {
+  const torch::Tensor& of(const Generator& generator, const std::vector<torch::Tensor>& maps,
+                          const torch::Tensor& input, std::optional<std::pair<int64_t, int64_t>> image_size = {}) {
     std::vector<std::pair<int64_t, int64_t>> feature_sizes;
     std::vector<int64_t> per_cell;
     for (size_t k = 0; k < maps.size(); ++k) {
       feature_sizes.emplace_back(maps[k].size(2), maps[k].size(3));
       per_cell.push_back(generator.anchors_per_cell(k));
     }
-    const std::pair<int64_t, int64_t> image_size{images.size(2), images.size(3)};
-    if (!columns_.defined() || feature_sizes != feature_sizes_ || image_size != image_size_ ||
-        columns_.device() != images.device())
-      remake(generator.grid_anchors(feature_sizes, image_size), per_cell, feature_sizes, image_size, images.device());
+    const std::pair<int64_t, int64_t> input_size{input.size(2), input.size(3)};
+    const auto images = image_size.value_or(input_size);
+    if (!columns_.defined() || feature_sizes != feature_sizes_ || input_size != input_size_ || images != image_size_ ||
+        columns_.device() != input.device())
+      remake(generator.grid_anchors(feature_sizes, input_size), per_cell, feature_sizes, images, input.device());
+    input_size_ = input_size;
     return columns_;
   }
   void clear() { columns_ = torch::Tensor(); }
@@ -78,7 +84,7 @@ class AnchorColumns {
 
   Scoring scoring_;
   std::vector<std::pair<int64_t, int64_t>> feature_sizes_;
-  std::pair<int64_t, int64_t> image_size_{0, 0};
+  std::pair<int64_t, int64_t> image_size_{0, 0}, input_size_{0, 0};
   torch::Tensor columns_;
 };
 

@@ -81,7 +81,8 @@ void RetinaNetHeadImpl::reset() {
 RetinaNetImpl::RetinaNetImpl(RetinaNetOptions options_) : options(std::move(options_)) {
   if (options.num_classes < 1) throw Error("retinanet: num_classes must be positive, got " + std::to_string(options.num_classes));
   if (!(options.prior_probability > 0 && options.prior_probability < 1))  // the classification bias is its logit
-    throw Error("retinanet: prior_probability must be between 0 and 1, got " + spec_text::number(options.prior_probability));
+    throw Error("retinanet: prior_probability must be between 0 and 1, got " +
+                spec_text::number(options.prior_probability));
   const auto& generator = options.anchor_generator;
   if (generator.sizes.size() != 5 || generator.aspect_ratios.size() != 5)
     throw Error("retinanet: the anchor generator needs sizes and aspect ratios for each of the 5 maps");
@@ -106,10 +107,18 @@ std::shared_ptr<torch::nn::Module> RetinaNetImpl::clone(const std::optional<torc
 torch::Tensor RetinaNetImpl::forward(const torch::Tensor& images) {
   if (images.dim() != 4)
     throw Error("retinanet: expected images [N, C, H, W], got " + c10::str(images.sizes()));
-  const auto maps = backbone(images);
+  // Padded with zeros to a multiple of 32 pixels, as torchvision pads a batch
+  // (GeneralizedRCNNTransform's size_divisible): each map's cells are then exactly its
+  // anchors' stride apart. At 300 pixels the first map's 38 cells would span 304 under
+  // anchors 7 pixels apart, drifting off the objects towards the far edges.
+  const int64_t height = images.size(2), width = images.size(3);
+  const int64_t pad_h = (32 - height % 32) % 32, pad_w = (32 - width % 32) % 32;
+  const auto input = pad_h || pad_w ? torch::constant_pad_nd(images, {0, pad_w, 0, pad_h}) : images;
+  const auto maps = backbone(input);
   const auto logits = head->classification_head(maps);
   const auto codes = head->regression_head(maps);
-  return DetectorOutput::pack(codes, logits, anchor_columns_.of(options.anchor_generator, maps, images));
+  return DetectorOutput::pack(codes, logits,
+                              anchor_columns_.of(options.anchor_generator, maps, input, {{height, width}}));
 }
 
 RetinaNet retinanet(RetinaNetOptions options) { return RetinaNet(std::move(options)); }
