@@ -17,6 +17,7 @@ TensorBoardLogger::TensorBoardLogger(std::string log_dir, TensorBoardOptions opt
 }
 
 void TensorBoardLogger::before_fit() {
+  events_.reset();  // a failed fit's writer (it had no after_fit)
   // One writer for a distributed run; lr_find's exploding losses are not a run (fastai's skips it too).
   if (learn().rank != 0 || learn().get_cb<LRFinder>()) return;
   events_ = std::make_unique<EventFileWriter>(log_dir_);

@@ -211,12 +211,13 @@ void Learner::fit(int n_epoch_, Lrs lr, FitOptions options) {
     }
   } cleanup{*this};
   // A fit that fails gets no after_fit: the loss function is put back here, not left as a
-  // callback swapped it for the fit (MixUp's, which reads that callback's batch).
+  // callback swapped it for the fit (MixUp's), and every callback runs again.
   const Loss loss_before = loss_func;
   try {
     with_events<CancelFitException>([&] { do_fit(); }, Event::before_fit, Event::after_cancel_fit, Event::after_fit);
   } catch (...) {
     loss_func = loss_before;
+    for (const auto& cb : *cbs_) cb->run = true;  // as after_fit would: lr_find's sit-outs (run false) end with it
     throw;
   }
 }

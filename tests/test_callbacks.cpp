@@ -128,6 +128,16 @@ TEST_SUITE("callbacks") {
     CHECK(t.learn.train_iter == 0);  // refused before an epoch's training, not after it
   }
 
+  TEST_CASE("after a failed fit every callback runs again, as after_fit would have made it (trackers sit out lr_find)") {
+    Tracked t({0.5, 0.4}, {std::make_shared<EarlyStopping>(EarlyStoppingOptions{.monitor = "scripted_loss"})});
+    struct FailsInBatch : Callback {
+      void after_batch() override { throw std::runtime_error("out of memory"); }
+    };
+    CHECK_THROWS_AS(t.learn.fit(1, {}, {.cbs = {std::make_shared<LRFinder>(), std::make_shared<FailsInBatch>()}}),
+                    Error);
+    CHECK(t.learn.get_cb<EarlyStopping>()->run);
+  }
+
   TEST_CASE("callbacks refuse arguments that cannot work, naming them") {
     CHECK(error_of([] { SaveModel({.every_epoch = true, .at_end = true}); }) ==
           "SaveModel: every_epoch and at_end together (each epoch's model is saved already)");

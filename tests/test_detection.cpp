@@ -260,6 +260,10 @@ TEST_SUITE("detection") {
           "retinanet_loss: image 1's box 1 has label 3, not a class of the model's 3 (0 to 2)");
     CHECK(error_of([&] { vision::retinanet_losses(output, with_box({8, 8, 30, 40, 1.5})); }) ==
           "retinanet_loss: image 1's box 1 has label 1.5, not a class of the model's 3 (0 to 2)");
+    CHECK(error_of([&] { vision::retinanet_losses(output, with_box({8, 8, 30, 40, NAN})); }) ==
+          "retinanet_loss: image 1's box 1 has label nan, not a class of the model's 3 (0 to 2)");
+    CHECK(error_of([&] { vision::retinanet_losses(output, with_box({8, 8, 30, 40, -2})); }) ==
+          "retinanet_loss: image 1's box 1 has label -2, not a class of the model's 3 (0 to 2)");
     CHECK(error_of([&] { vision::retinanet_detections(output, {.candidates = -1}); }) ==
           "PostprocessOptions: detections_per_image and candidates must be >= 0, got 300 and -1");
   }

@@ -34,9 +34,9 @@ AnchorGenerator retinanet_anchor_generator();
 // SSD's default boxes (Liu et al., section 2.2): map k has boxes of scale s_k and
 // sqrt(s_k * s_k+1) (fractions of the image's side) and, for each aspect ratio r, of
 // s_k * sqrt(r) by s_k / sqrt(r) and the transposed box; centred on each cell at
-// (i + 0.5) * steps[k] pixels, or at the map's own cells (i + 0.5) * image / cells without
-// steps, or at an image size the steps do not fit (each map as many cells as the image
-// divided by its step, rounded up: SSD300's at 300 pixels).
+// (i + 0.5) * steps[k] pixels where the steps fit the image (each map has as many cells as
+// the image divided by its step, rounded up: SSD300's at 300 pixels), else at the map's own
+// cells, (i + 0.5) * image / cells.
 struct DefaultBoxGenerator {
   std::vector<std::vector<double>> aspect_ratios;  // per map, besides 1 (each gives two boxes)
   std::vector<double> scales;                      // one a map, and one more (the last map's s_k+1)

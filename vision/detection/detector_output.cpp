@@ -53,9 +53,10 @@ void check_box_targets(const torch::Tensor& targets, int64_t images, int64_t num
                 ", boxes, 5] (x1 y1 x2 y2 label), got " + c10::str(targets.sizes()));
   const auto labels = targets.select(2, 4);
   const auto x1 = targets.select(2, 0), y1 = targets.select(2, 1), x2 = targets.select(2, 2), y2 = targets.select(2, 3);
-  const auto bad_label = (labels >= num_classes) | (labels != labels.floor());
+  // -1 marks padding; any other label must be a class (NaN is not: it differs from its floor)
+  const auto bad_label = (labels != -1) & ((labels < 0) | (labels >= num_classes) | (labels != labels.floor()));
   const auto no_area = (x2 <= x1) | (y2 <= y1) | targets.narrow(2, 0, 4).isfinite().logical_not().any(2);
-  const auto bad = (labels >= 0) & (bad_label | no_area);
+  const auto bad = bad_label | ((labels >= 0) & no_area);
   if (!bad.any().item<bool>()) return;  // one read-back a batch; the matching reads more
   const auto at = bad.nonzero()[0].cpu();
   const int64_t image = at[0].item<int64_t>(), box = at[1].item<int64_t>();
