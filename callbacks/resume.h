@@ -7,7 +7,8 @@
 // whole fit, which the later one replaces; none, or one of an earlier fit, trains from
 // the start. So a restarted process (fastcpp-launch --max-restarts, torchrun's elastic
 // restarts) ends with the weights an uninterrupted run would have: the schedule and the
-// data order depend only on the epoch, the optimizer state is in the checkpoint, and each
+// data order depend only on the epoch (and the epochs of the fits before, which the
+// program calls again), the optimizer state is in the checkpoint, and each
 // trained epoch reseeds the global generators (dropout, MixUp) from (seed, fit, epoch,
 // rank). The seed is drawn from the global generator at the first fit; rank 0's is saved,
 // so give every rank the same manual_seed.

@@ -11,6 +11,13 @@
 
 namespace fastcpp {
 
+void check_split(const Split& split, size_t n, const std::string& who) {
+  for (const auto* indices : {&split.train, &split.valid})
+    for (const auto i : *indices)
+      if (i < 0 || static_cast<size_t>(i) >= n)
+        throw Error(who + ": the splitter gave index " + std::to_string(i) + " for " + std::to_string(n) + " items");
+}
+
 Split RandomSplitter::split(size_t n) const {
   if (!(valid_pct >= 0 && valid_pct < 1))
     throw Error("RandomSplitter: valid_pct must be in [0, 1), got " + std::to_string(valid_pct));

@@ -27,6 +27,9 @@ struct Split {
   std::vector<int64_t> valid;
 };
 
+// Refuses an index outside the n items (a custom splitter's), naming `who` (the caller).
+void check_split(const Split& split, size_t n, const std::string& who);
+
 template <class Item>
 using DataSplitter = std::function<Split(const std::vector<Item>&)>;  // (learner.h's Splitter splits a model)
 

@@ -1,5 +1,7 @@
 #include "distributed/batchnorm_math.h"
 
+#include "core/error.h"
+
 #include <torch/torch.h>
 
 namespace fastcpp::distributed::batchnorm {
@@ -30,6 +32,9 @@ Normalization normalization(const torch::Tensor& summed_stats, int64_t channels,
                             torch::Tensor& running_mean, torch::Tensor& running_var) {
   Normalization n;
   n.count = summed_stats[2 * channels].item<double>();
+  if (n.count == 1)
+    throw Error("SyncBatchNorm: expected more than 1 value per channel when training, got 1 over all the "
+                "synchronized batches; train on batches of 2 or more");
   n.mean = summed_stats.narrow(0, 0, channels) / n.count;
   auto var = (summed_stats.narrow(0, channels, channels) / n.count - n.mean * n.mean).clamp_min(0);
   n.invstd = (var + eps).rsqrt();

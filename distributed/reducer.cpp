@@ -198,6 +198,10 @@ void Reducer::launch(Bucket& bucket) {
   if (std::find(used.begin(), used.end(), 0.0f) == used.end()) flags.fill_(1);  // the usual case: one kernel
   else flags.copy_(to_device_async(torch::tensor(used), flags.device()));
   launching_.push_back(arrivals_.size());
+  // Averaged as it is summed, as PyTorch's DDP does: the sum of half-precision gradients
+  // can overflow where their average does not.
+  const int world = comm_->world_size();
+  if (world > 1) bucket.flat.narrow(0, 0, bucket.flags_at).div_(world);
   bucket.work = comm_->all_reduce_async(bucket.flat);
 }
 
@@ -217,10 +221,8 @@ void Reducer::finalize() {
     --buckets_[bucket_of_[k]]->pending;
   }
   launch_ready();
-  const int world = comm_->world_size();
   for (auto& bucket : buckets_) {
     comm_->wait(bucket->work, "gradient all-reduce");
-    if (world > 1) bucket->flat.narrow(0, 0, bucket->flags_at).div_(world);
     torch::Tensor used_anywhere;  // read back only for a param unused here (as DDP's unused map)
     for (size_t i = 0; i < bucket->params.size(); ++i) {
       const size_t k = bucket->params[i];
@@ -276,7 +278,7 @@ void Reducer::hand_over(const std::vector<size_t>& leaving) {
     // The gradient flattened, then a flag: 1 where this rank carries one.
     auto flat = torch::zeros({param.numel() + 1}, param.options());
     if (carries_gradient(k)) {
-      flat.narrow(0, 0, param.numel()).copy_(grad.reshape(-1));
+      flat.narrow(0, 0, param.numel()).copy_(grad.reshape(-1)).div_(comm_->world_size());
       flat.narrow(0, param.numel(), 1).fill_(1);
     }
     comm_->all_reduce_sum(flat);
@@ -285,7 +287,7 @@ void Reducer::hand_over(const std::vector<size_t>& leaving) {
       continue;
     }
     grad = torch::empty_like(param);  // laid out as the param, as autograd would
-    grad.copy_(flat.narrow(0, 0, param.numel()).view(param.sizes()).div_(comm_->world_size()));
+    grad.copy_(flat.narrow(0, 0, param.numel()).view(param.sizes()));
   }
 }
 

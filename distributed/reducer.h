@@ -17,9 +17,10 @@
 // A hook after each parameter's gradient accumulation counts it in; a full bucket starts
 // an asynchronous all-reduce while backward goes on. Buckets start strictly in index
 // order on every rank (a bucket that is ready early waits for its predecessors), so the
-// collectives match across ranks. finalize() (after backward) starts what is left, waits,
-// and divides by the world size (at a world of 1 there is nothing to divide): the
-// gradients are then the averages.
+// collectives match across ranks. Each bucket is divided by the world size before its
+// all-reduce, as PyTorch's DDP does (a sum of fp16 gradients overflows where their
+// average does not; at a world of 1 there is nothing to divide). finalize() (after
+// backward) starts what is left and waits: the gradients are then the averages.
 //
 // Unused parameters: a parameter whose hook did not fire by finalize() contributes
 // the gradient it carried into this backward (accumulated by backward passes under

@@ -199,6 +199,11 @@ SyncBatchNormImpl::SyncBatchNormImpl(int64_t num_features_, double eps_, double 
 void SyncBatchNormImpl::begin_batch(const torch::Tensor& x) {
   if (x.dim() < 2 || x.size(1) != num_features)
     throw Error("SyncBatchNorm: expected input [N, " + std::to_string(num_features) + ", ...], got " + c10::str(x.sizes()));
+  // BatchNorm's check: from one value a channel its running variance would become NaN.
+  // With peers, their values count too (batchnorm::normalization checks the sum).
+  if (is_training() && (!sync_ || !sync_->has_peers()) && x.numel() == x.size(1))
+    throw Error("SyncBatchNorm: expected more than 1 value per channel when training, got input size " +
+                c10::str(x.sizes()) + "; train on batches of 2 or more (drop_last drops a last batch of 1)");
   if (is_training() && (!sync_ || sync_->counts_batches())) {  // as torch::nn::BatchNorm counts
     torch::NoGradGuard no_grad;
     num_batches_tracked.add_(1);

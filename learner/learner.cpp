@@ -205,11 +205,13 @@ void Learner::fit(int n_epoch_, Lrs lr, FitOptions options) {
   n_epoch = n_epoch_;
   struct Cleanup {  // the loop's tensors are not kept alive after a fit
     Learner& l;
+    int epochs;
     ~Cleanup() {
       l.dl = nullptr;
       l.xb = l.yb = l.pred = l.loss = l.loss_grad = torch::Tensor();
+      l.earlier_epochs_ += epochs;  // planned, not run: the count does not hang on where a fit stopped
     }
-  } cleanup{*this};
+  } cleanup{*this, n_epoch_};
   // A fit that fails gets no after_fit: the loss function is put back here, not left as a
   // callback swapped it for the fit (MixUp's), and every callback runs again.
   const Loss loss_before = loss_func;
@@ -234,14 +236,14 @@ void Learner::do_fit() {
 
 void Learner::do_epoch_train() {
   dl = &dls.train;
-  dl->set_epoch(epoch);
+  dl->set_epoch(earlier_epochs_ + epoch);
   with_events<CancelTrainException>([&] { all_batches(); }, Event::before_train, Event::after_cancel_train,
                                     Event::after_train);
 }
 
 void Learner::do_epoch_validate(DataLoader& loader) {
   dl = &loader;
-  dl->set_epoch(epoch);
+  dl->set_epoch(earlier_epochs_ + epoch);
   torch::NoGradGuard no_grad;
   with_events<CancelValidException>([&] { all_batches(); }, Event::before_validate, Event::after_cancel_validate,
                                     Event::after_validate);
@@ -417,14 +419,10 @@ void Learner::create_opt() {
     for (auto* bias : bias_params(model.module())) no_wd.insert(bias);
   }
   std::vector<ParamGroup> groups;
-  ParamSet taken;  // a tied weight is stepped once, in the first group that lists it
-  for (const auto& params : param_lists) {
+  for (auto& params : unique_parameters(param_lists)) {  // a tied weight stepped once
     ParamGroup group;
-    for (const auto& param : params) {
-      if (!taken.insert(param.unsafeGetTensorImpl()).second) continue;
-      group.params.push_back(param);
-      group.do_wd.push_back(!contains(no_wd, param));
-    }
+    for (const auto& param : params) group.do_wd.push_back(!contains(no_wd, param));
+    group.params = std::move(params);
     groups.push_back(std::move(group));
   }
   if (groups.empty()) throw Error("create_opt: the splitter returned no parameter groups");

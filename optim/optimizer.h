@@ -2,7 +2,9 @@
 // Optimizer: parameter groups, each with its own Hypers, and per-parameter state.
 // Subclasses (SGD, Adam in optimizers.h) write only the per-parameter update.
 // All params stay in the optimizer when frozen: a param whose grad is undefined
-// (requires_grad off, or unused) is skipped, as in fastai.
+// (requires_grad off, or unused) is skipped. zero_grad drops the gradients (PyTorch 2's
+// default) where fastai zeroes them, so a param unused in one batch (after having a
+// gradient) is not stepped there, where fastai's would still move by its momentum.
 #include <torch/types.h>
 
 #include <functional>

@@ -36,12 +36,16 @@ ParamSet bias_params(const torch::nn::Module& model) {
 
 std::vector<std::vector<torch::Tensor>> single_group(torch::nn::Module& model) { return {model.parameters()}; }
 
-std::vector<torch::Tensor> unique_parameters(std::vector<torch::Tensor> params) {
+std::vector<std::vector<torch::Tensor>> unique_parameters(std::vector<std::vector<torch::Tensor>> groups) {
   ParamSet seen;
-  std::vector<torch::Tensor> unique;
-  for (auto& param : params)
-    if (seen.insert(param.unsafeGetTensorImpl()).second) unique.push_back(std::move(param));
-  return unique;
+  for (auto& group : groups)
+    std::erase_if(group, [&](const torch::Tensor& param) { return !seen.insert(param.unsafeGetTensorImpl()).second; });
+  return groups;
+}
+
+std::vector<torch::Tensor> unique_parameters(std::vector<torch::Tensor> params) {
+  std::vector<std::vector<torch::Tensor>> one_group{std::move(params)};
+  return std::move(unique_parameters(std::move(one_group)).front());
 }
 
 }  // namespace fastcpp

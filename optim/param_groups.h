@@ -28,5 +28,7 @@ std::vector<std::vector<torch::Tensor>> single_group(torch::nn::Module& model);
 // Stepped twice, it would move twice as far; reduced twice (DDP), two hooks would copy
 // its gradient out of a bucket whose all-reduce may be running.
 std::vector<torch::Tensor> unique_parameters(std::vector<torch::Tensor> params);
+// The same over groups: each tensor in the first group that lists it.
+std::vector<std::vector<torch::Tensor>> unique_parameters(std::vector<std::vector<torch::Tensor>> groups);
 
 }  // namespace fastcpp

@@ -44,6 +44,22 @@ void copy_lists(const std::vector<std::vector<torch::Tensor>>& to, const std::ve
   for (size_t k = 0; k < to.size(); ++k) at::_foreach_copy_(to[k], from[k], /*non_blocking=*/true);
 }
 
+// Every module of `replica` in the train or eval mode of its twin in `model` (BnFreeze
+// keeps frozen BatchNorm layers in eval mode while the rest trains), as PyTorch's
+// replicate copies each module's `training`. The two trees match one to one (swapped
+// BatchNorm layers are leaves), so their pre-order walks pair the modules up; train()
+// reaches a module's children too, so a parent set first is corrected by its children.
+void follow_modes(const torch::nn::Module& model, torch::nn::Module& replica) {
+  const auto from = model.modules(), to = replica.modules();
+  if (from.size() != to.size())
+    throw Error("to_parallel: a replica has " + std::to_string(to.size()) + " modules, the model " +
+                std::to_string(from.size()));
+  bool same = true;
+  for (size_t i = 0; i < from.size() && same; ++i) same = from[i]->is_training() == to[i]->is_training();
+  if (same) return;
+  for (size_t i = 0; i < from.size(); ++i) to[i]->train(from[i]->is_training());
+}
+
 }  // namespace
 
 DataParallel::DataParallel(std::vector<torch::Device> devices, bool sync_bn)
@@ -151,9 +167,8 @@ torch::Tensor DataParallel::forward(const torch::Tensor& x) {
   last_replicas_ = replicas;
   // The Learner switches train/eval on its plain model, which the replicas' SyncBatchNorm
   // layers (and replicas 1.. entirely) are not part of.
-  const bool training = plain_->module().is_training();
   for (auto& replica : replicas_)
-    if (replica.module().is_training() != training) replica.module().train(training);
+    if (&replica.module() != &plain_->module()) follow_modes(plain_->module(), replica.module());
   follow_trainable();
   copy_to_replicas();
   group_.start_step(replicas);

@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <map>
+#include <unordered_map>
 
 #include "parallel/replica_streams.h"
 
@@ -25,12 +26,38 @@ bool nccl_reduces(const std::vector<torch::Device>& devices) {
 
 namespace {
 
+// A weight tied between two modules is one tensor that replica 0 lists twice, and two
+// tensors in the copies (cloning unties it), each with its module's part of the gradient.
+// Each copy's parts are summed into its first place; the later places are left out of
+// the reduction (replica 0's would add its gradient twice, and a multi-tensor add given
+// one tensor twice may lose one of the updates). Returns which places are repeats.
+std::vector<bool> merge_tied(const std::vector<std::vector<torch::Tensor>>& params, int replicas) {
+  std::vector<bool> repeat(params[0].size(), false);
+  std::unordered_map<const c10::TensorImpl*, size_t> first;
+  for (size_t i = 0; i < params[0].size(); ++i) {
+    const auto [at, inserted] = first.emplace(params[0][i].unsafeGetTensorImpl(), i);
+    if (inserted) continue;
+    repeat[i] = true;
+    for (int r = 1; r < replicas; ++r) {
+      const auto& copy = params[static_cast<size_t>(r)];
+      auto& part = copy[i].mutable_grad();
+      if (!part.defined() || copy[i].is_same(copy[at->second])) continue;  // still tied: one gradient
+      auto& into = copy[at->second].mutable_grad();
+      if (into.defined()) into.add_(part);
+      else into = part.clone();
+      keep_for_current_stream(part);
+      part = torch::Tensor();
+    }
+  }
+  return repeat;
+}
+
 #if FASTCPP_HAS_NCCL
 // One flat buffer per replica and dtype, summed into replica 0's by one NCCL reduce
 // across the GPUs, then split back into replica 0's gradients. Every replica takes part,
 // those that sat out a short batch with zeros: NCCL's communicators are cached per device
 // list, and a list of its own for the last batch would build new ones.
-void reduce_with_nccl(const std::vector<std::vector<torch::Tensor>>& params) {
+void reduce_with_nccl(const std::vector<std::vector<torch::Tensor>>& params, const std::vector<bool>& repeat) {
   const size_t replicas = params.size();
   auto any_grad = [&](size_t i) {
     if (!params[0][i].requires_grad()) return false;
@@ -40,7 +67,7 @@ void reduce_with_nccl(const std::vector<std::vector<torch::Tensor>>& params) {
   };
   std::map<c10::ScalarType, std::vector<size_t>> by_dtype;
   for (size_t i = 0; i < params[0].size(); ++i)
-    if (any_grad(i)) by_dtype[params[0][i].scalar_type()].push_back(i);
+    if (!repeat[i] && any_grad(i)) by_dtype[params[0][i].scalar_type()].push_back(i);
   for (const auto& [dtype, indices] : by_dtype) {
     std::vector<torch::Tensor> flat;
     for (size_t r = 0; r < replicas; ++r) {
@@ -69,8 +96,9 @@ void reduce_with_nccl(const std::vector<std::vector<torch::Tensor>>& params) {
 
 void reduce_into_first(const std::vector<std::vector<torch::Tensor>>& params, int replicas, bool nccl) {
   torch::NoGradGuard no_grad;
+  const auto repeat = merge_tied(params, replicas);
 #if FASTCPP_HAS_NCCL
-  if (nccl) reduce_with_nccl(params);
+  if (nccl) reduce_with_nccl(params, repeat);
 #endif
   for (int r = 1; r < replicas; ++r) {
     // Each gradient added where replica 0's lies, no flat copies: one multi-tensor add
@@ -79,7 +107,7 @@ void reduce_into_first(const std::vector<std::vector<torch::Tensor>>& params, in
     for (size_t i = 0; i < params[0].size(); ++i) {
       auto& grad = params[static_cast<size_t>(r)][i].mutable_grad();
       if (!grad.defined()) continue;
-      if (!nccl && params[0][i].requires_grad()) {
+      if (!nccl && !repeat[i] && params[0][i].requires_grad()) {
         auto& total = params[0][i].mutable_grad();
         if (total.defined()) {
           totals.push_back(total);

@@ -153,7 +153,7 @@ TEST_SUITE("callbacks") {
 
   TEST_CASE("BnFreeze keeps the running statistics of frozen BatchNorm layers, as fastai's; trainable ones still move") {
     // A body (the first group) frozen with train_bn = false: its BatchNorm's parameters too
-    auto run = [](bool with_bn_freeze) {
+    auto run = [](bool with_bn_freeze, bool parallel = false) {
       torch::manual_seed(0);
       torch::nn::BatchNorm1d body_bn(4), head_bn(4);
       torch::nn::Sequential model(torch::nn::Linear(4, 4), body_bn, torch::nn::Linear(4, 4), head_bn,
@@ -164,6 +164,7 @@ TEST_SUITE("callbacks") {
       Learner learn({DataLoader(data, {.bs = 8}), DataLoader(data, {.bs = 8})}, model, CrossEntropyLoss(), {},
                     quiet({.train_bn = false, .cbs = cbs, .splitter = split_after(2), .frozen = true}));
       silence(learn);
+      if (parallel) learn.to_parallel({torch::kCPU, torch::kCPU});  // its replicas follow each layer's mode
       learn.fit(1);
       return std::pair{body_bn->running_mean.clone(), head_bn->running_mean.clone()};
     };
@@ -171,6 +172,9 @@ TEST_SUITE("callbacks") {
     CHECK(torch::equal(body, torch::zeros({4})));
     CHECK_FALSE(torch::equal(head, torch::zeros({4})));
     CHECK_FALSE(torch::equal(run(false).first, torch::zeros({4})));  // without it, they drift
+    const auto [parallel_body, parallel_head] = run(true, true);
+    CHECK(torch::equal(parallel_body, torch::zeros({4})));
+    CHECK(torch::allclose(parallel_head, head, 1e-5, 1e-6));
   }
 
   TEST_CASE("TerminateOnNaN stops the fit naming the batch") {

@@ -10,6 +10,7 @@
 
 #include <torch/csrc/distributed/c10d/TCPStore.hpp>
 
+#include <array>
 #include <atomic>
 #include <chrono>
 #include <cstdlib>
@@ -24,6 +25,7 @@
 #include "operator_count.h"
 #include "synced_arithmetic.h"
 #include "worker_process.h"
+#include "distributed/batchnorm_math.h"
 #include "distributed/network.h"
 #include "distributed/reducer.h"
 #include "optim/param_groups.h"
@@ -100,6 +102,16 @@ std::string any_error_of(const std::function<void()>& f) {
     return std::string("(not a fastcpp::Error) ") + e.what();
   }
   return "(nothing thrown)";
+}
+
+// Runs `rank` as ranks 0 and 1, rank 1 in a thread of its own; returns what each threw
+// (any_error_of's "(nothing thrown)" when nothing).
+std::array<std::string, 2> in_two_threads(const std::function<void(int)>& rank) {
+  std::array<std::string, 2> errors;
+  std::thread rank1([&] { errors[1] = any_error_of([&] { rank(1); }); });
+  errors[0] = any_error_of([&] { rank(0); });
+  rank1.join();
+  return errors;
 }
 
 // Starts fastcpp-launch with `args`, its stdout to /dev/null and its stderr to `stderr_fd`
@@ -598,10 +610,28 @@ TEST_SUITE("distributed") {
         }
       }
     }
-    // A batch of one value per channel is ATen's error, as BatchNorm's.
+    // A batch of one value per channel: BatchNorm's error, before the running statistics
+    // take a NaN variance (ATen's batch_norm would give them one without a word).
     distributed::SyncBatchNorm bn(3);
-    CHECK(!error_of([&] { bn->forward_relu(torch::randn({1, 3, 1, 1}).contiguous(torch::MemoryFormat::ChannelsLast)); })
-               .empty());
+    const auto one_value = [](const std::string& sizes) {
+      return "SyncBatchNorm: expected more than 1 value per channel when training, got input size " + sizes +
+             "; train on batches of 2 or more (drop_last drops a last batch of 1)";
+    };
+    CHECK(error_of([&] {
+            bn->forward_relu(torch::randn({1, 3, 1, 1}).contiguous(torch::MemoryFormat::ChannelsLast));
+          }) == one_value("[1, 3, 1, 1]"));
+    CHECK(error_of([&] { bn->forward(torch::randn({1, 3})); }) == one_value("[1, 3]"));
+    CHECK(torch::equal(bn->running_var, torch::ones({3})));
+    CHECK(bn->num_batches_tracked.item<int64_t>() == 0);
+    bn->eval();
+    CHECK(bn->forward(torch::randn({1, 3})).sizes() == torch::IntArrayRef{1, 3});  // evaluation uses the running ones
+    // Synchronized, it is the values of all the processes' batches that count.
+    auto mean = torch::zeros({3}), var = torch::ones({3});
+    const auto summed = torch::tensor({1.0, 2.0, 3.0, 1.0, 4.0, 9.0, 1.0}, torch::kDouble);  // sums, squares, count
+    CHECK(error_of([&] { distributed::batchnorm::normalization(summed, 3, 1e-5, 0.1, mean, var); }) ==
+          "SyncBatchNorm: expected more than 1 value per channel when training, got 1 over all the synchronized "
+          "batches; train on batches of 2 or more");
+    CHECK(torch::equal(var, torch::ones({3})));
   }
 
   TEST_CASE("BatchNorm layers that cannot be swapped are named") {
@@ -706,10 +736,8 @@ TEST_SUITE("distributed") {
 
   TEST_CASE("processes started with different WORLD_SIZE values both stop with the same explanation") {
     const int port = free_port() + 3;
-    std::string messages[2];
-    std::thread rank1([&] { messages[1] = error_of([&] { distributed::Communicator(env_of(1, 3, port), {.timeout = std::chrono::seconds(10)}); }); });
-    messages[0] = error_of([&] { distributed::Communicator(env_of(0, 2, port), {.timeout = std::chrono::seconds(10)}); });
-    rank1.join();
+    const auto messages = in_two_threads(
+        [&](int r) { distributed::Communicator(env_of(r, r == 0 ? 2 : 3, port), {.timeout = std::chrono::seconds(10)}); });
     CHECK(messages[0] == "WORLD_SIZE differs between processes: rank 0 has 2, rank 1 has 3; start every process with the same WORLD_SIZE");
     CHECK(messages[1] == "WORLD_SIZE differs between processes: rank 1 has 3, rank 0 has 2; start every process with the same WORLD_SIZE");
   }
@@ -718,12 +746,9 @@ TEST_SUITE("distributed") {
     // The store must not wait for rank 0's 3 processes to connect before the sizes are compared.
     const int port = free_port() + 60;
     const distributed::ProcessGroupOptions options{.timeout = std::chrono::seconds(10)};
-    std::string messages[2];
     const auto start = std::chrono::steady_clock::now();
-    std::thread rank1(
-        [&] { messages[1] = any_error_of([&] { distributed::Communicator(env_of(1, 2, port), options); }); });
-    messages[0] = any_error_of([&] { distributed::Communicator(env_of(0, 3, port), options); });
-    rank1.join();
+    const auto messages =
+        in_two_threads([&](int r) { distributed::Communicator(env_of(r, r == 0 ? 3 : 2, port), options); });
     CHECK(messages[0] ==
           "WORLD_SIZE differs between processes: rank 0 has 3, rank 1 has 2; start every process with the same "
           "WORLD_SIZE");
@@ -771,22 +796,16 @@ TEST_SUITE("distributed") {
       const int count0 = counts.first, count1 = counts.second;
       CAPTURE(count0);
       CAPTURE(count1);
-      std::string errors[2];
       float sums[2] = {0, 0};
-      auto rank = [&](int r) {
-        errors[r] = any_error_of([&] {
-          auto env = env_of(r, 2, port);
-          env.agent_store = true;
-          env.restart_count = r == 0 ? count0 : count1;
-          distributed::Communicator comm(env, {.timeout = std::chrono::seconds(10)});
-          auto value = torch::full({1}, static_cast<float>(r + 1));
-          comm.all_reduce_sum(value);
-          sums[r] = value.item<float>();
-        });
-      };
-      std::thread rank1(rank, 1);
-      rank(0);
-      rank1.join();
+      const auto errors = in_two_threads([&](int r) {
+        auto env = env_of(r, 2, port);
+        env.agent_store = true;
+        env.restart_count = r == 0 ? count0 : count1;
+        distributed::Communicator comm(env, {.timeout = std::chrono::seconds(10)});
+        auto value = torch::full({1}, static_cast<float>(r + 1));
+        comm.all_reduce_sum(value);
+        sums[r] = value.item<float>();
+      });
       CHECK(errors[0] == "(nothing thrown)");
       CHECK(errors[1] == "(nothing thrown)");
       CHECK(sums[0] == 3);
@@ -949,7 +968,6 @@ TEST_SUITE("distributed") {
     std::vector<std::vector<std::vector<size_t>>> buckets(2);
     std::vector<std::vector<size_t>> first_points(2), later_points(2);
     std::vector<std::vector<torch::Tensor>> grads(2);
-    std::string errors[2];
     torch::manual_seed(1);
     const auto inputs = torch::randn({2, 3, 6});
     // The same weights on both ranks, drawn before the ranks' threads start: the global
@@ -959,26 +977,19 @@ TEST_SUITE("distributed") {
       torch::manual_seed(0);
       models.push_back(std::make_shared<ReversedLayers>());
     }
-    auto rank = [&](int r) {
-      try {
-        auto comm = std::make_shared<distributed::Communicator>(env_of(r, 2, port));
-        ReversedLayers& model = *models[static_cast<size_t>(r)];
-        distributed::Reducer reducer(model.parameters(), comm, {.bucket_bytes = 150, .first_bucket_bytes = 150});
-        for (int step = 0; step < 2; ++step) {
-          reduced_backward(reducer, model, [&] { return model.forward(inputs[r]).sum(); });
-          (step == 0 ? first_points : later_points)[static_cast<size_t>(r)] = reducer.launch_points();
-        }
-        buckets[static_cast<size_t>(r)] = reducer.bucket_params();
-        for (const auto& param : model.parameters()) grads[static_cast<size_t>(r)].push_back(param.grad().clone());
-      } catch (const std::exception& e) {
-        errors[r] = e.what();
+    const auto errors = in_two_threads([&](int r) {
+      auto comm = std::make_shared<distributed::Communicator>(env_of(r, 2, port));
+      ReversedLayers& model = *models[static_cast<size_t>(r)];
+      distributed::Reducer reducer(model.parameters(), comm, {.bucket_bytes = 150, .first_bucket_bytes = 150});
+      for (int step = 0; step < 2; ++step) {
+        reduced_backward(reducer, model, [&] { return model.forward(inputs[r]).sum(); });
+        (step == 0 ? first_points : later_points)[static_cast<size_t>(r)] = reducer.launch_points();
       }
-    };
-    std::thread rank1(rank, 1);
-    rank(0);
-    rank1.join();
-    REQUIRE(errors[0] == "");
-    REQUIRE(errors[1] == "");
+      buckets[static_cast<size_t>(r)] = reducer.bucket_params();
+      for (const auto& param : model.parameters()) grads[static_cast<size_t>(r)].push_back(param.grad().clone());
+    });
+    REQUIRE(errors[0] == "(nothing thrown)");
+    REQUIRE(errors[1] == "(nothing thrown)");
     const std::vector<std::vector<size_t>> expected_buckets{{0, 1}, {2, 3}, {4, 5}, {6, 7}};
     for (int r = 0; r < 2; ++r) {
       CAPTURE(r);
@@ -1015,29 +1026,21 @@ TEST_SUITE("distributed") {
     std::vector<std::vector<std::vector<size_t>>> buckets(2);
     std::vector<size_t> hooks(2);
     std::vector<std::vector<torch::Tensor>> grads(2);
-    std::string errors[2];
-    auto rank = [&](int r) {
-      try {
-        auto comm = std::make_shared<distributed::Communicator>(env_of(r, 2, port));
-        TiedLayers& model = *models[static_cast<size_t>(r)];
-        const auto accumulator = torch::autograd::impl::grad_accumulator(model.encoder->weight);
-        const auto before = accumulator->post_hooks().size();
-        distributed::Reducer reducer(model.parameters(), comm, {.bucket_bytes = 1, .first_bucket_bytes = 1});
-        hooks[static_cast<size_t>(r)] = accumulator->post_hooks().size() - before;
-        for (int step = 0; step < 3; ++step)
-          reduced_backward(reducer, model, [&] { return model.forward(inputs[r]).square().sum(); });
-        buckets[static_cast<size_t>(r)] = reducer.bucket_params();
-        for (const auto& param : unique_parameters(model.parameters()))
-          grads[static_cast<size_t>(r)].push_back(param.grad().clone());
-      } catch (const std::exception& e) {
-        errors[r] = e.what();
-      }
-    };
-    std::thread rank1(rank, 1);
-    rank(0);
-    rank1.join();
-    REQUIRE(errors[0] == "");
-    REQUIRE(errors[1] == "");
+    const auto errors = in_two_threads([&](int r) {
+      auto comm = std::make_shared<distributed::Communicator>(env_of(r, 2, port));
+      TiedLayers& model = *models[static_cast<size_t>(r)];
+      const auto accumulator = torch::autograd::impl::grad_accumulator(model.encoder->weight);
+      const auto before = accumulator->post_hooks().size();
+      distributed::Reducer reducer(model.parameters(), comm, {.bucket_bytes = 1, .first_bucket_bytes = 1});
+      hooks[static_cast<size_t>(r)] = accumulator->post_hooks().size() - before;
+      for (int step = 0; step < 3; ++step)
+        reduced_backward(reducer, model, [&] { return model.forward(inputs[r]).square().sum(); });
+      buckets[static_cast<size_t>(r)] = reducer.bucket_params();
+      for (const auto& param : unique_parameters(model.parameters()))
+        grads[static_cast<size_t>(r)].push_back(param.grad().clone());
+    });
+    REQUIRE(errors[0] == "(nothing thrown)");
+    REQUIRE(errors[1] == "(nothing thrown)");
     torch::manual_seed(0);
     TiedLayers single;
     (single.forward(inputs[0]).square().sum() + single.forward(inputs[1]).square().sum()).div(2).backward();
@@ -1055,6 +1058,34 @@ TEST_SUITE("distributed") {
         CAPTURE(k);
         CHECK(torch::allclose(grads[r][k], expected[k].grad(), 1e-5, 1e-6));
       }
+    }
+  }
+
+  TEST_CASE("DDP averages half-precision gradients whose sum would overflow: divided before the all-reduce") {
+    // Each rank's gradient is 40000; their sum, 80000, is past half's largest (65504).
+    const int port = free_port() + 64;
+    std::vector<torch::Tensor> params, grads(2), handed(2);
+    for (int r = 0; r < 4; ++r) params.push_back(torch::ones({3}, torch::kHalf).requires_grad_());
+    const auto errors = in_two_threads([&](int r) {
+      auto comm = std::make_shared<distributed::Communicator>(env_of(r, 2, port));
+      auto& param = params[static_cast<size_t>(r)];
+      auto& leaving = params[static_cast<size_t>(r + 2)];
+      distributed::Reducer reducer({param, leaving}, comm);
+      param.mutable_grad() = torch::Tensor();
+      reducer.prepare();
+      (param * 40000).sum().backward();
+      reducer.finalize();
+      grads[static_cast<size_t>(r)] = param.grad().clone();
+      leaving.mutable_grad() = torch::full({3}, 40000, torch::kHalf);  // set by other code, then handed over
+      reducer.hand_over({1});
+      handed[static_cast<size_t>(r)] = leaving.grad().clone();
+    });
+    REQUIRE(errors[0] == "(nothing thrown)");
+    REQUIRE(errors[1] == "(nothing thrown)");
+    for (int r = 0; r < 2; ++r) {
+      CAPTURE(r);
+      CHECK(torch::equal(grads[r], torch::full({3}, 40000, torch::kHalf)));
+      CHECK(torch::equal(handed[r], torch::full({3}, 40000, torch::kHalf)));
     }
   }
 

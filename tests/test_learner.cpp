@@ -574,6 +574,48 @@ TEST_SUITE("learner") {
                          "item_tfms) or the loaders batch augmentation (vision::aug_transforms)",
                          Error);
     CHECK_THROWS_WITH_AS(learn.tta({.n = 0}), "tta: n must be at least 1, got 0", Error);
+    // Targets laid out over the image: predictions of flipped copies would be out of place.
+    auto masks = std::make_shared<TensorDataset>(torch::randn({4, 1, 4, 4}), torch::zeros({4, 4, 4}, torch::kLong));
+    Learner segmenter({DataLoader(masks, {.bs = 2}), DataLoader(masks, {.bs = 2})},
+                      torch::nn::Sequential(torch::nn::Conv2d(1, 2, 1)), CrossEntropyLoss(), {}, quiet());
+    CHECK_THROWS_WITH_AS(segmenter.tta(),
+                         "tta: the targets have a place in the image (an item's is [4, 4]): averaged predictions of "
+                         "flipped or cropped copies would be out of place; use get_preds",
+                         Error);
+  }
+
+  TEST_CASE("each fit draws a new data order, as fastai's: fit(1) twice, fine_tune's two phases; the same calls the same") {
+    // The first training batch's targets of every epoch, over the fits of `calls`.
+    auto first_batches = [](const std::function<void(Learner&)>& calls) {
+      struct FirstBatch : Callback {
+        void before_batch() override {
+          if (learn().training && learn().iter == 0) seen.push_back(learn().yb.clone());
+        }
+        std::vector<torch::Tensor> seen;
+      };
+      auto dataset = std::make_shared<TensorDataset>(torch::randn({64, 4}), torch::arange(64));
+      Loss loss([](const torch::Tensor& pred, const torch::Tensor&) { return pred.square().mean(); });
+      auto record = std::make_shared<FirstBatch>();
+      Learner learn({DataLoader(dataset, {.bs = 8, .shuffle = true}), DataLoader(dataset, {.bs = 8})}, tiny_model(),
+                    loss, {}, quiet({.cbs = {record}, .splitter = two_groups}));
+      silence(learn);
+      calls(learn);
+      return record->seen;
+    };
+    const auto twice = first_batches([](Learner& learn) {
+      learn.fit(1);
+      learn.fit(1);
+    });
+    REQUIRE(twice.size() == 2);
+    CHECK_FALSE(torch::equal(twice[0], twice[1]));
+    // The order of fit(2)'s epochs, one fit after the other: epoch 1 of the loader is epoch 1.
+    const auto once = first_batches([](Learner& learn) { learn.fit(2); });
+    CHECK(torch::equal(once[0], twice[0]));
+    CHECK(torch::equal(once[1], twice[1]));
+    const auto tuned = first_batches([](Learner& learn) { learn.fine_tune(1, {.freeze_epochs = 1}); });
+    REQUIRE(tuned.size() == 2);
+    CHECK_FALSE(torch::equal(tuned[0], tuned[1]));
+    CHECK(torch::equal(first_batches([](Learner& learn) { learn.fine_tune(1, {.freeze_epochs = 1}); })[1], tuned[1]));
   }
 }
 

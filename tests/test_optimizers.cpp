@@ -88,13 +88,14 @@ void check_fused_equals_per_param(const OptFunc& opt_func, void (*fused)(GroupTe
 
 }  // namespace
 
+struct TiedLinearImpl : torch::nn::Module {  // a linear layer over another's weight
+  explicit TiedLinearImpl(torch::Tensor shared) { weight = register_parameter("weight", std::move(shared)); }
+  torch::Tensor forward(const torch::Tensor& x) { return torch::nn::functional::linear(x, weight); }
+  torch::Tensor weight;
+};
+
 TEST_SUITE("optimizers") {
   TEST_CASE("a weight two layers share is one parameter to the optimizer: stepped once, as PyTorch's") {
-    struct TiedLinearImpl : torch::nn::Module {  // a linear layer over another's weight
-      explicit TiedLinearImpl(torch::Tensor shared) { weight = register_parameter("weight", std::move(shared)); }
-      torch::Tensor forward(const torch::Tensor& x) { return torch::nn::functional::linear(x, weight); }
-      torch::Tensor weight;
-    };
     torch::manual_seed(0);
     torch::nn::Linear hidden(4, 4);
     torch::nn::Sequential model(hidden, torch::nn::ReLU(), torch::nn::ModuleHolder<TiedLinearImpl>(hidden->weight),
@@ -113,6 +114,22 @@ TEST_SUITE("optimizers") {
     learn.fit(1, 0.1);
     CHECK(learn.opt->param_groups()[0].params.size() == 4);
     CHECK(torch::allclose(hidden->weight, expected, 1e-6, 1e-7));
+  }
+
+  TEST_CASE("a weight shared across parameter groups is in the first group that lists it, once") {
+    torch::manual_seed(0);
+    torch::nn::Linear hidden(4, 4), out(4, 2);
+    torch::nn::Sequential model(hidden, torch::nn::ModuleHolder<TiedLinearImpl>(hidden->weight), out);
+    Learner learn(synthetic_dls(), model, CrossEntropyLoss(), {}, quiet({.splitter = two_groups}));
+    learn.create_opt();
+    const auto& groups = learn.opt->param_groups();
+    REQUIRE(groups.size() == 2);
+    REQUIRE(groups[0].params.size() == 2);  // the hidden layer's weight and bias
+    CHECK(groups[0].params[0].is_same(hidden->weight));
+    REQUIRE(groups[1].params.size() == 2);  // the shared weight again left out
+    CHECK(groups[1].params[0].is_same(out->weight));
+    CHECK(groups[1].params[1].is_same(out->bias));
+    CHECK(groups[1].do_wd == std::vector<bool>{true, false});  // a bias without weight decay
   }
 
   TEST_CASE("the fused group updates (ATen's kernels) equal SGD's and Adam's per-param updates") {

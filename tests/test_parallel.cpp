@@ -49,6 +49,29 @@ struct ThreadProbeImpl : torch::nn::Cloneable<ThreadProbeImpl> {
 };
 TORCH_MODULE(ThreadProbe);
 
+// Two linear layers and a third over the first one's weight (tied, as a language model's
+// embedding and output). `tied_copies`: clone() ties each copy's as well; otherwise the
+// copies hold two tensors where the model has one, as clones of a model tied after it
+// was built do.
+struct TiedNetImpl : torch::nn::Cloneable<TiedNetImpl> {
+  explicit TiedNetImpl(bool tied_copies) : tie_(true), tied_copies_(tied_copies) { reset(); }
+  void reset() override {
+    encoder = register_module("encoder", torch::nn::Linear(6, 6));
+    middle = register_module("middle", torch::nn::Linear(6, 6));
+    decoder_weight = register_parameter("decoder_weight", tie_ ? encoder->weight : encoder->weight.detach().clone());
+    tie_ = tied_copies_;  // what the copies (made from this one) do
+  }
+  torch::Tensor forward(const torch::Tensor& x) {
+    return torch::nn::functional::linear(torch::tanh(middle(torch::tanh(encoder(x)))), decoder_weight);
+  }
+  torch::nn::Linear encoder{nullptr}, middle{nullptr};
+  torch::Tensor decoder_weight;
+
+ private:
+  bool tie_, tied_copies_;
+};
+TORCH_MODULE(TiedNet);
+
 namespace {
 
 const std::vector<torch::Device> kTwoCpus{torch::kCPU, torch::kCPU}, kThreeCpus{torch::kCPU, torch::kCPU, torch::kCPU};
@@ -417,6 +440,38 @@ TEST_SUITE("parallel") {
     const auto single = train({}, sgd({.mom = 0.9}), {freeze()});
     CHECK(!torch::equal(single.params.back(), train({}, sgd({.mom = 0.9})).params.back()));  // the freezing took
     check_equal(train(kTwoCpus, sgd({.mom = 0.9}), {freeze()}), single);
+  }
+
+  TEST_CASE("a weight tied between two layers trains on 2 and 3 CPU replicas as on one device, tied or not in the "
+            "copies") {
+    auto train_tied = [](const std::vector<torch::Device>& devices, bool tied_copies) {
+      auto gen = at::make_generator<at::CPUGeneratorImpl>(4);
+      auto data = std::make_shared<TensorDataset>(torch::randn({21, 6}, gen), torch::randint(6, {21}, gen, torch::kLong));
+      torch::manual_seed(0);
+      TiedNet model(tied_copies);
+      REQUIRE(model->decoder_weight.is_same(model->encoder->weight));
+      Learner learn({DataLoader(data, {.bs = 8, .shuffle = true}), DataLoader(data, {.bs = 8})}, model,
+                    CrossEntropyLoss(), {}, quiet({.opt_func = sgd({.mom = 0.9})}));
+      silence(learn);
+      if (!devices.empty()) learn.to_parallel(devices);
+      learn.fit(2, 0.1);
+      std::vector<torch::Tensor> params;
+      for (const auto& p : model->parameters()) params.push_back(p.detach().clone());
+      return params;
+    };
+    const auto single = train_tied({}, true);
+    for (const bool tied_copies : {true, false}) {
+      for (const auto& devices : {kTwoCpus, kThreeCpus}) {
+        CAPTURE(tied_copies);
+        CAPTURE(devices.size());
+        const auto parallel = train_tied(devices, tied_copies);
+        REQUIRE(parallel.size() == single.size());
+        for (size_t i = 0; i < single.size(); ++i) {
+          CAPTURE(i);
+          CHECK(torch::allclose(parallel[i], single[i], 1e-5, 1e-6));
+        }
+      }
+    }
   }
 
   TEST_CASE("autocast reaches the replica threads: bf16 forwards, a float loss that falls") {

@@ -10,11 +10,11 @@
 
 #include "helpers.h"
 #include "vision/device_decode.h"
+#include "formats/png_samples.h"
 #if FASTCPP_HAS_DIRECT_DECODERS
-#include <zlib.h>
-
 #include "vision/decoders.h"
 #endif
+#include <zlib.h>
 
 using namespace fastcpp;
 using namespace fastcpp::testing;
@@ -77,14 +77,6 @@ std::string make_segmentation_folder(const std::string& name, int n) {
   return root;
 }
 
-
-#if FASTCPP_HAS_DIRECT_DECODERS
-std::vector<uint8_t> encoded(const std::string& extension, const cv::Mat& image, const std::vector<int>& params = {}) {
-  std::vector<uint8_t> bytes;
-  REQUIRE(cv::imencode(extension, image, bytes, params));
-  return bytes;
-}
-
 // A PNG of the given bit depth and colour type from its raw rows (what OpenCV cannot
 // write: palettes, 1-bit grey, grey with alpha).
 std::vector<uint8_t> raw_png(int w, int h, int depth, int colour, const std::vector<std::vector<uint8_t>>& rows,
@@ -129,6 +121,13 @@ std::vector<uint8_t> with_orientation(std::vector<uint8_t> jpeg, int orientation
                                   0, 0, 0, 0};                                    // no next IFD
   jpeg.insert(jpeg.begin() + 2, app1.begin(), app1.end());
   return jpeg;
+}
+
+#if FASTCPP_HAS_DIRECT_DECODERS
+std::vector<uint8_t> encoded(const std::string& extension, const cv::Mat& image, const std::vector<int>& params = {}) {
+  std::vector<uint8_t> bytes;
+  REQUIRE(cv::imencode(extension, image, bytes, params));
+  return bytes;
 }
 
 bool same_pixels(const cv::Mat& a, const cv::Mat& b) {
@@ -840,7 +839,125 @@ TEST_SUITE("vision") {
           "mask '" + root + "/bad.png' has value 9 at pixel (7, 4): not a class index (3 codes) nor the void index 255");
     CHECK(error_of([&] { vision::SegmentationDataset({image}, {image}, {"a"}, {.mask_fill = 255}); }) ==
           "SegmentationDataset: mask_fill 255 is neither a class index nor the void index");
+    // An 8-bit mask cannot hold a void index above 255 (its padding would be clipped to 255).
+    CHECK(error_of([&] {
+            vision::SegmentationDataset({image}, {image}, {"a"}, {.void_index = 300, .mask_fill = 300});
+          }) == "SegmentationDataset: void_index must be in [0, 255] (masks are 8-bit), got 300");
+    // A splitter's index past the images.
+    const std::vector<std::string> codes{"a", "b", "c"};
+    auto split_past = [](const std::vector<std::string>&) { return Split{{0}, {10}}; };
+    CHECK(error_of([&] {
+            vision::SegmentationDataLoaders::from_folders(root + "/images", root + "/masks", codes,
+                                                          {.workers = 0, .splitter = split_past});
+          }) == "SegmentationDataLoaders: the splitter gave index 10 for 1 items");
+    // unet_learner's default loss with fewer outputs than codes: a target out of range.
+    const auto dls = vision::SegmentationDataLoaders::from_folders(root + "/images", root + "/masks", codes,
+                                                                   {.workers = 0, .splitter = IndexSplitter{{}}});
+    CHECK(error_of([&] { vision::unet_learner(dls, vision::resnet18, {}, {.n_out = 2}); }) ==
+          "unet_learner: n_out is 2 but the data have 3 codes; give n_out >= 3 (or leave it out), or a loss_func "
+          "of your own");
     fs::remove_all(root);
+  }
+
+  TEST_CASE("mask PNGs read as stored: 16-bit, 1-bit and 2-bit grey unscaled, a palette's indices; bad ones named") {
+    const auto root = make_segmentation_folder("seg_depths", 1);
+    const auto image = root + "/images/0.png";
+    const cv::Mat classes = cv::imread(root + "/masks/0.png", cv::IMREAD_UNCHANGED);  // 0..2, 36x30
+    auto save = [&](const std::string& name, const std::vector<uint8_t>& bytes) {
+      std::ofstream(root + "/" + name, std::ios::binary).write(reinterpret_cast<const char*>(bytes.data()),
+                                                               static_cast<std::streamsize>(bytes.size()));
+      return root + "/" + name;
+    };
+    // The rows of `mask` packed at `depth` bits a pixel, the leftmost in the highest bits.
+    auto packed = [](const cv::Mat& mask, int depth) {
+      std::vector<std::vector<uint8_t>> rows;
+      for (int y = 0; y < mask.rows; ++y) {
+        std::vector<uint8_t> row((mask.cols * depth + 7) / 8, 0);
+        for (int x = 0; x < mask.cols; ++x)
+          row[x * depth / 8] |= uint8_t(mask.at<uint8_t>(y, x) << (8 - depth - x * depth % 8));
+        rows.push_back(row);
+      }
+      return rows;
+    };
+    auto mask_of = [&](const std::string& path) {
+      return vision::SegmentationDataset({image}, {path}, {"a", "b", "c"}).get(0).y;
+    };
+    const auto expected = torch::from_blob(classes.data, {30, 36}, torch::kUInt8).to(torch::kLong);
+    cv::Mat sixteen;
+    classes.convertTo(sixteen, CV_16U);
+    write(root + "/16.png", sixteen);  // a picture decoder keeps only the high byte: all 0
+    CHECK(torch::equal(mask_of(root + "/16.png"), expected));
+    CHECK(torch::equal(mask_of(save("2.png", raw_png(36, 30, 2, 0, packed(classes, 2)))), expected));  // not x85
+    cv::Mat odd;
+    cv::bitwise_and(classes, cv::Scalar(1), odd);  // 0, 1, 0: what 1 bit holds
+    CHECK(torch::equal(mask_of(save("1.png", raw_png(36, 30, 1, 0, packed(odd, 1)))), expected % 2));  // not x255
+    const std::vector<uint8_t> palette{0, 0, 0, 128, 0, 0, 0, 128, 0};  // VOC's first colours
+    CHECK(torch::equal(mask_of(save("p.png", raw_png(36, 30, 4, 3, packed(classes, 4), palette))), expected));
+    sixteen.at<uint16_t>(4, 7) = 300;
+    write(root + "/300.png", sixteen);
+    CHECK(error_of([&] { mask_of(root + "/300.png"); }) ==
+          "mask '" + root + "/300.png' has value 300 at pixel (7, 4): masks hold class indices up to 255");
+    // Against OpenCV's 16-bit decode, over rows libpng filtered each its own way.
+    auto gen = at::make_generator<at::CPUGeneratorImpl>(3);
+    cv::Mat wide(23, 37, CV_16U);
+    for (int y = 0; y < wide.rows; ++y)
+      for (int x = 0; x < wide.cols; ++x)
+        wide.at<uint16_t>(y, x) = uint16_t(y < 12 ? x * 1500 + y * 700 : torch::randint(65536, {1}, gen).item<int>());
+    std::vector<uint8_t> bytes;
+    REQUIRE(cv::imencode(".png", wide, bytes));
+    const auto samples = decode_png_samples(bytes, "wide.png");
+    REQUIRE(samples.has_value());
+    CHECK(samples->bit_depth == 16);
+    CHECK(std::equal(samples->samples.begin(), samples->samples.end(), wide.ptr<uint16_t>(0)));
+    // Damaged files, and PNGs that are pictures (left to the image decoders).
+    auto cut = bytes;
+    cut.resize(bytes.size() - 20);
+    CHECK(error_of([&] { decode_png_samples(cut, "cut.png"); }) ==
+          "cannot read PNG 'cut.png': the file ends inside a chunk (truncated)");
+    auto flipped = bytes;
+    flipped[40] ^= 1;
+    CHECK(error_of([&] { decode_png_samples(flipped, "bad.png"); }) ==
+          "cannot read PNG 'bad.png': a chunk's checksum does not match (corrupt)");
+    std::vector<uint8_t> colour;
+    REQUIRE(cv::imencode(".png", gradient(4, 3), colour));
+    CHECK_FALSE(decode_png_samples(colour, "colour.png").has_value());
+    fs::remove_all(root);
+  }
+
+  TEST_CASE("a mask turns with its JPEG image's EXIF orientation, drawn on the stored pixels as fastai reads them") {
+    const auto root = temp_dir("seg_exif");
+    // Stored: 36 wide, 30 high; dark on the left (class 0), bright on the right (class 1).
+    cv::Mat stored(30, 36, CV_8UC1, cv::Scalar(0)), mask(30, 36, CV_8UC1, cv::Scalar(0));
+    stored.colRange(18, 36).setTo(255);
+    mask.colRange(18, 36).setTo(1);
+    write(root + "/mask.png", mask);
+    std::vector<uint8_t> jpeg;
+    REQUIRE(cv::imencode(".jpg", stored, jpeg));
+    for (const int orientation : {3, 6}) {  // turned half round; a quarter (the sides swap)
+      CAPTURE(orientation);
+      const auto path = root + "/" + std::to_string(orientation) + ".jpg";
+      const auto bytes = with_orientation(jpeg, orientation);
+      std::ofstream(path, std::ios::binary).write(reinterpret_cast<const char*>(bytes.data()),
+                                                  static_cast<std::streamsize>(bytes.size()));
+      const auto item = vision::SegmentationDataset({path}, {root + "/mask.png"}, {"a", "b"}, {.channels = 1}).get(0);
+      CHECK(item.y.sizes() == (orientation == 6 ? torch::IntArrayRef{36, 30} : torch::IntArrayRef{30, 36}));
+      CHECK(torch::equal(item.x[0].gt(128).to(torch::kLong), item.y));
+    }
+    fs::remove_all(root);
+  }
+
+  TEST_CASE("a mask resized takes the pixel nearest each output pixel's centre, as Pillow's NEAREST (fastai's)") {
+    // Each pixel's value is its column; 30 -> 36 columns. OpenCV's plain nearest takes
+    // the pixel at each output pixel's corner: 0 0 1 2 3 4 5 5, half a pixel off.
+    cv::Mat columns(30, 30, CV_8UC1);
+    for (int x = 0; x < 30; ++x) columns.col(x).setTo(x);
+    Rng rng(0);
+    const auto resized = vision::ItemTransform(vision::Resize(36, vision::ResizeMethod::Squish))
+                             .mask(columns, rng, /*train=*/false, /*fill=*/0);
+    REQUIRE(resized.cols == 36);
+    std::vector<int> first;
+    for (int x = 0; x < 8; ++x) first.push_back(resized.at<uint8_t>(0, x));
+    CHECK(first == std::vector<int>{0, 1, 2, 2, 3, 4, 5, 6});
   }
 
   TEST_CASE("CIFAR binary batches and the export to an image folder round-trip") {

@@ -150,10 +150,7 @@ ImageDatasets image_datasets(const LabelledImages& items, const Blocks& blocks, 
                 " labels");
   if (items.split.train.empty())
     throw Error("DataBlock: no training items");
-  const auto n = static_cast<int64_t>(items.images.size());
-  for (const auto* indices : {&items.split.train, &items.split.valid})
-    for (const auto i : *indices)
-      if (i < 0 || i >= n) throw Error("DataBlock: the splitter gave index " + std::to_string(i) + " for " + std::to_string(n) + " items");
+  check_split(items.split, items.images.size(), "DataBlock");
   const ImageFolderOptions options{blocks.x.channels, item_tfms, /*train=*/true, /*skip_bad=*/false, decode};
   if (const auto* block = std::get_if<CategoryBlock>(&blocks.y)) return category_datasets(items, *block, options);
   if (const auto* block = std::get_if<MultiCategoryBlock>(&blocks.y)) return multi_category_datasets(items, *block, options);

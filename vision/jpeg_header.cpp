@@ -86,4 +86,14 @@ bool decodable_size(cv::Size size) {
          int64_t(size.width) * size.height <= (int64_t(1) << 30);
 }
 
+void apply_orientation(cv::Mat& image, int orientation) {
+  if (orientation >= 5) cv::transpose(image, image);
+  switch (orientation) {
+    case 2: case 6: cv::flip(image, image, 1); break;
+    case 3: case 7: cv::flip(image, image, -1); break;
+    case 4: case 8: cv::flip(image, image, 0); break;
+    default: break;
+  }
+}
+
 }  // namespace fastcpp::vision

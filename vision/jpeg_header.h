@@ -17,6 +17,9 @@ struct JpegHeader {
 
 bool is_jpeg(const std::vector<uint8_t>& bytes);
 JpegHeader read_jpeg_header(const std::vector<uint8_t>& bytes);
+// Turns `image` as an EXIF `orientation` says (what cv::imdecode does with a JPEG's): the
+// stored pixels to the picture as it is shown.
+void apply_orientation(cv::Mat& image, int orientation);
 // The end-of-image marker FF D9 near the end: without it libjpeg only warns and greys out the rest.
 bool has_jpeg_end(const std::vector<uint8_t>& bytes);
 // The largest of 1, 2, 4, 8 that keeps the short side of `size` at least min_side (1 for min_side 0).

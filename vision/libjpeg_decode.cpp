@@ -25,17 +25,6 @@ void on_error(j_common_ptr info) {
   std::longjmp(errors->jump, 1);
 }
 
-// What cv::imdecode does with an EXIF orientation.
-void apply_orientation(cv::Mat& image, int orientation) {
-  if (orientation >= 5) cv::transpose(image, image);
-  switch (orientation) {
-    case 2: case 6: cv::flip(image, image, 1); break;
-    case 3: case 7: cv::flip(image, image, -1); break;
-    case 4: case 8: cv::flip(image, image, 0); break;
-    default: break;
-  }
-}
-
 // Adobe's inverted CMYK to RGB or grey, as OpenCV converts it.
 cv::Mat from_cmyk(const cv::Mat& cmyk, int channels) {
   cv::Mat out(cmyk.rows, cmyk.cols, channels == 3 ? CV_8UC3 : CV_8UC1);

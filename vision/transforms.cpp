@@ -15,7 +15,10 @@ cv::Mat resize_to(const cv::Mat& image, cv::Size size, const Sampling& sampling)
   // Area averaging only for strong shrinking, where bilinear would alias; it costs
   // several times more.
   const bool strong = size.width * 2 < image.cols && size.height * 2 < image.rows;
-  const int how = sampling.nearest ? cv::INTER_NEAREST : strong ? cv::INTER_AREA : cv::INTER_LINEAR;
+  // Masks: the nearest pixel to each output pixel's centre, as Pillow's NEAREST (fastai's
+  // for masks) and where the image's own samples are centred; INTER_NEAREST takes the one
+  // at its top-left corner, shifting the mask up to half a pixel against its image.
+  const int how = sampling.nearest ? cv::INTER_NEAREST_EXACT : strong ? cv::INTER_AREA : cv::INTER_LINEAR;
   cv::resize(image, out, size, 0, 0, how);
   return out;
 }

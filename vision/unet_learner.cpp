@@ -101,6 +101,12 @@ Learner unet_learner(DataLoaders dls, const Arch& arch, std::vector<MetricPtr> m
   if (!arch) throw Error("unet_learner: no architecture given");
   const int64_t n_out = o.n_out > 0 ? o.n_out : static_cast<int64_t>(dls.num_classes());
   if (n_out < 1) throw Error("unet_learner: the data have no codes; give n_out");
+  // The default loss reads each mask value as a class: one past n_out would be an index
+  // out of range (a device assert on a GPU).
+  if (!o.loss_func && n_out < static_cast<int64_t>(dls.num_classes()))
+    throw Error("unet_learner: n_out is " + std::to_string(n_out) + " but the data have " +
+                std::to_string(dls.num_classes()) + " codes; give n_out >= " + std::to_string(dls.num_classes()) +
+                " (or leave it out), or a loss_func of your own");
   auto img_size = o.img_size;
   if (img_size.empty()) {
     if (dls.train.dataset().size() == 0) throw Error("unet_learner: the training set is empty; give img_size");

@@ -6,9 +6,11 @@
 #include <filesystem>
 
 #include "core/error.h"
+#include "formats/png_samples.h"
 #include "vision/data_block.h"
 #include "vision/datasets/image_folder.h"
 #include "vision/image.h"
+#include "vision/jpeg_header.h"
 
 namespace fastcpp::vision {
 namespace {
@@ -32,6 +34,28 @@ void check_mask_values(const cv::Mat& mask, const std::string& path, size_t n_co
   }
 }
 
+// A mask's values as stored: a one-channel PNG's samples whatever its bit depth (a
+// picture decoder would scale 1-bit 0/1 to 0/255 and keep the high byte of 16 bits) or a
+// palette's indices (Pascal VOC's masks, where fastai's PILMask reads the colours' grey
+// levels); other files as grey levels, as fastai's.
+cv::Mat read_mask(const std::string& path) {
+  const auto bytes = read_image_bytes(path);
+  const auto png = decode_png_samples(bytes, path);
+  if (!png) return decode_image(bytes, path, {.channels = 1});
+  cv::Mat mask(png->height, png->width, CV_8UC1);
+  for (int y = 0; y < mask.rows; ++y) {
+    auto* row = mask.ptr<uint8_t>(y);
+    for (int x = 0; x < mask.cols; ++x) {
+      const uint16_t value = png->samples[static_cast<size_t>(y) * static_cast<size_t>(mask.cols) + x];
+      if (value > 255)
+        throw Error("mask '" + path + "' has value " + std::to_string(value) + " at pixel (" + std::to_string(x) +
+                    ", " + std::to_string(y) + "): masks hold class indices up to 255");
+      row[x] = static_cast<uint8_t>(value);
+    }
+  }
+  return mask;
+}
+
 }  // namespace
 
 SegmentationDataset::SegmentationDataset(std::vector<std::string> images, std::vector<std::string> masks,
@@ -42,6 +66,10 @@ SegmentationDataset::SegmentationDataset(std::vector<std::string> images, std::v
                 std::to_string(masks_.size()) + " masks");
   if (codes_.empty()) throw Error("SegmentationDataset: no codes (the class names)");
   if (codes_.size() > 256) throw Error("SegmentationDataset: 8-bit masks hold at most 256 classes, got " + std::to_string(codes_.size()) + " codes");
+  // The masks are 8-bit: a larger value could not be stored in them.
+  if (options_.void_index && (*options_.void_index < 0 || *options_.void_index > 255))
+    throw Error("SegmentationDataset: void_index must be in [0, 255] (masks are 8-bit), got " +
+                std::to_string(*options_.void_index));
   const bool fill_ok = options_.mask_fill >= 0 && (options_.mask_fill < static_cast<int>(codes_.size()) ||
                                                    (options_.void_index && options_.mask_fill == *options_.void_index));
   if (!fill_ok)
@@ -58,8 +86,15 @@ Example SegmentationDataset::get(size_t index, Rng& rng) const {
   const auto& image_path = images_.at(index);
   const auto& mask_path = masks_.at(index);
   if (!fs::exists(mask_path)) throw Error("mask '" + mask_path + "' of image '" + image_path + "' not found");
-  cv::Mat image = read_image(image_path, {.channels = options_.channels});
-  cv::Mat mask = read_image(mask_path, {.channels = 1});
+  const auto image_bytes = read_image_bytes(image_path);
+  cv::Mat image = decode_image(image_bytes, image_path, {.channels = options_.channels});
+  cv::Mat mask = read_mask(mask_path);
+  // The decoder turned a JPEG as its EXIF orientation says; a mask drawn on the stored
+  // pixels (as fastai and torchvision read them) turns with it.
+  if (is_jpeg(image_bytes)) {
+    const auto header = read_jpeg_header(image_bytes);
+    if (header.orientation != 1 && mask.size() == header.size) apply_orientation(mask, header.orientation);
+  }
   if (mask.size() != image.size())
     throw Error("mask '" + mask_path + "' is " + size_text(mask) + " but its image '" + image_path + "' is " + size_text(image));
   check_mask_values(mask, mask_path, codes_.size(), options_.void_index);
@@ -108,6 +143,7 @@ DataLoaders SegmentationDataLoaders::from_label_func(const std::vector<std::stri
   valid_options.train = false;
   const SegmentationDataset all(images, std::move(masks), codes, train_options);
   const auto split = o.splitter ? o.splitter(images) : RandomSplitter{o.valid_pct, o.seed}.split(all.size());
+  check_split(split, images.size(), "SegmentationDataLoaders");
   if (split.train.empty()) throw Error("SegmentationDataLoaders: the split left no training images");
   auto train = std::make_shared<SegmentationDataset>(all.subset(split.train));
   auto valid = std::make_shared<SegmentationDataset>(all.subset(split.valid).with_options(valid_options));
