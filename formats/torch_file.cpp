@@ -8,6 +8,7 @@
 #include <cstring>
 #include <functional>
 #include <map>
+#include <memory>
 #include <unordered_map>
 
 #include "core/error.h"
@@ -16,11 +17,24 @@
 namespace fastcpp {
 namespace {
 
+// Values nested deeper are refused: destroying one recurses once per level, and a
+// pickle of a few hundred thousand nested lists would overflow the stack. torch.save's
+// state dicts nest about 5 deep.
+constexpr size_t kMaxDepth = 1000;
+
+// How deep a value nests ([[1]] is 2 deep), and whether a container holds it. A list or
+// dict already placed in a container must not grow: those above it would deepen unseen.
+struct Nesting {
+  size_t depth = 0;
+  bool placed = false;
+};
+
 // A pickle stack entry: a value or a MARK. A class or function named by GLOBAL is a
 // value holding its "module.name" (so that a storage class inside a tuple keeps it).
 struct Item {
   bool mark = false;
   c10::IValue data;
+  std::shared_ptr<Nesting> nesting = std::make_shared<Nesting>();  // shared with the item's memo copies
 };
 
 const std::map<std::string, torch::Dtype>& storage_dtypes() {
@@ -69,35 +83,37 @@ class Unpickler {
         case 0x85: tuple(1); break;
         case 0x86: tuple(2); break;
         case 0x87: tuple(3); break;
-        case 't': push(c10::ivalue::Tuple::create(values_since_mark())); break;
+        case 't': stack_.push_back(tuple_of(values_since_mark())); break;
         case '}': push(c10::impl::GenericDict(c10::AnyType::get(), c10::AnyType::get())); break;
         case ']': push(c10::impl::GenericList(c10::AnyType::get())); break;
         case 'a': {
-          auto v = pop().data;
-          append(top().data, {v});
+          std::vector<Item> values(1, pop());
+          append(top(), values);
           break;
         }
         case 'e': {
-          auto vs = values_since_mark();
-          append(top().data, vs);
+          auto values = values_since_mark();
+          append(top(), values);
           break;
         }
         case 's': {
-          auto v = pop().data, k = pop().data;
-          set_items(top().data, {k, v});
+          std::vector<Item> kv(2);
+          kv[1] = pop();
+          kv[0] = pop();
+          set_items(top(), kv);
           break;
         }
         case 'u': {
           auto kvs = values_since_mark();
-          set_items(top().data, kvs);
+          set_items(top(), kvs);
           break;
         }
         case 'Q': push(persistent_load(pop().data)); break;         // BINPERSID
         case 'R':                                                 // REDUCE
         case 0x81: {                                              // NEWOBJ
-          auto args = pop().data;
+          auto args = pop();
           auto callable = pop().data;
-          push(call(callable, args));
+          stack_.push_back(call(callable, args));
           break;
         }
         case 'b': pop(); break;  // BUILD: the state of an object (an OrderedDict's _metadata): not needed
@@ -169,44 +185,69 @@ class Unpickler {
     stack_.pop_back();
     return item;
   }
-  std::vector<c10::IValue> values_since_mark() {
-    std::vector<c10::IValue> values;
+  std::vector<Item> values_since_mark() {
+    std::vector<Item> values;
     while (true) {
       auto item = pop();
       if (item.mark) break;
-      values.push_back(std::move(item.data));
+      values.push_back(std::move(item));
     }
     std::reverse(values.begin(), values.end());
     return values;
   }
   void tuple(size_t n) {
-    std::vector<c10::IValue> values(n);
-    for (size_t i = n; i-- > 0;) values[i] = pop().data;
-    push(c10::ivalue::Tuple::create(std::move(values)));
+    std::vector<Item> values(n);
+    for (size_t i = n; i-- > 0;) values[i] = pop();
+    stack_.push_back(tuple_of(std::move(values)));
   }
-  static void append(c10::IValue& list, const std::vector<c10::IValue>& values) {
-    if (!list.isList()) return;  // items of an object we do not model
-    auto l = list.toList();
-    for (const auto& v : values) l.push_back(v);
+  static Item tuple_of(std::vector<Item> values) {
+    std::vector<c10::IValue> elements;
+    for (const auto& v : values) elements.push_back(v.data);
+    Item tuple{false, c10::ivalue::Tuple::create(std::move(elements))};
+    nest(tuple, values);
+    return tuple;
   }
-  static void set_items(c10::IValue& dict, const std::vector<c10::IValue>& kvs) {
-    if (!dict.isGenericDict()) return;
-    auto d = dict.toGenericDict();
-    for (size_t i = 0; i + 1 < kvs.size(); i += 2) d.insert_or_assign(kvs[i], kvs[i + 1]);
+  static void append(Item& list, std::vector<Item>& values) {
+    if (!list.data.isList()) return;  // items of an object we do not model
+    nest(list, values);
+    auto l = list.data.toList();
+    for (const auto& v : values) l.push_back(v.data);
+  }
+  static void set_items(Item& dict, std::vector<Item>& kvs) {
+    if (!dict.data.isGenericDict()) return;
+    nest(dict, kvs);
+    auto d = dict.data.toGenericDict();
+    for (size_t i = 0; i + 1 < kvs.size(); i += 2) d.insert_or_assign(kvs[i].data, kvs[i + 1].data);
+  }
+  // `container` takes `children`: one level deeper than the deepest of them.
+  static void nest(Item& container, std::vector<Item>& children) {
+    for (auto& child : children) {
+      container.nesting->depth = std::max(container.nesting->depth, child.nesting->depth + 1);
+      child.nesting->placed = true;
+    }
+    // Checked after placing the children: a list appended to itself is placed too.
+    if (container.nesting->placed)
+      throw Error("malformed pickle (a list or dict grows after it was placed in a container)");
+    if (container.nesting->depth > kMaxDepth)
+      throw Error("the pickle holds values nested deeper than " + std::to_string(kMaxDepth) + " levels");
   }
 
   // What REDUCE makes of a GLOBAL called with `args`.
-  c10::IValue call(const c10::IValue& callable, const c10::IValue& args) {
+  Item call(const c10::IValue& callable, const Item& args) {
     const std::string name = callable.isString() ? callable.toStringRef() : "";
-    if (name == "collections.OrderedDict") return c10::impl::GenericDict(c10::AnyType::get(), c10::AnyType::get());
+    if (name == "collections.OrderedDict")
+      return {false, c10::impl::GenericDict(c10::AnyType::get(), c10::AnyType::get())};
     if (name == "torch._utils._rebuild_tensor_v2" || name == "torch._utils._rebuild_tensor") {
-      const auto& a = args.toTupleRef().elements();
-      return a.at(0).toTensor().as_strided(int64s_of(a.at(2)), int64s_of(a.at(3)), a.at(1).toInt());
+      const auto& a = args.data.toTupleRef().elements();
+      return {false, a.at(0).toTensor().as_strided(int64s_of(a.at(2)), int64s_of(a.at(3)), a.at(1).toInt())};
     }
-    if (name == "torch._utils._rebuild_parameter") return args.toTupleRef().elements().at(0);
-    // libtorch's own pickler wraps typed containers in these; their first argument is the value.
-    if (name.rfind("torch.jit._pickle.", 0) == 0) return args.toTupleRef().elements().at(0);
-    return c10::IValue();  // an object of a class we do not model
+    // These return their first argument, already placed in the arguments' tuple (whose depth
+    // bounds it). libtorch's own pickler wraps typed containers in torch.jit._pickle's functions.
+    if (name == "torch._utils._rebuild_parameter" || name.rfind("torch.jit._pickle.", 0) == 0) {
+      auto nesting = std::make_shared<Nesting>(Nesting{args.nesting->depth, /*placed=*/true});
+      return {false, args.data.toTupleRef().elements().at(0), std::move(nesting)};
+    }
+    return {};  // an object of a class we do not model
   }
 
   // ('storage', <dtype's storage class>, key, location, numel): the record data/<key>.

@@ -7,6 +7,7 @@
 #include "helpers.h"
 #include "operator_count.h"
 
+#include <caffe2/serialize/inline_container.h>
 #include <sys/resource.h>
 
 #include <cstring>
@@ -317,6 +318,36 @@ TEST_SUITE("learner") {
           "the archive's record lr_find_init/.data/serialization_id claims 4294967295 bytes from 0 in a file of 2704");
     Learner learn(synthetic_dls(), tiny_model(), CrossEntropyLoss(), {}, quiet());
     CHECK(error_of([&] { learn.load(path); }).rfind("cannot read checkpoint '" + path + "': the file is truncated or not a checkpoint (the archive's record", 0) == 0);
+  }
+
+  TEST_CASE("a pickle of values nested too deep is an error, not a stack overflow when they are destroyed") {
+    const auto archive = [](const std::string& pickle) {
+      std::vector<char> bytes;
+      caffe2::serialize::PyTorchStreamWriter writer([&](const void* data, size_t n) {
+        bytes.insert(bytes.end(), static_cast<const char*>(data), static_cast<const char*>(data) + n);
+        return n;
+      });
+      writer.writeRecord("data.pkl", pickle.data(), pickle.size());
+      writer.writeEndOfFile();
+      return bytes;
+    };
+    // n empty lists, each appended to the one below it: n - 1 levels of lists around the innermost.
+    const auto nested = [](size_t n) { return std::string(n, ']') + std::string(n - 1, 'a') + "."; };
+    CHECK(error_of([&] { read_torch_file(archive(nested(200000))); }) ==
+          "the pickle holds values nested deeper than 1000 levels");
+    CHECK(error_of([&] { read_torch_file(archive(nested(1002))); }) ==
+          "the pickle holds values nested deeper than 1000 levels");
+    CHECK(read_torch_file(archive(nested(1001))).toListRef().size() == 1);
+    // The same from the outside in: list k, given back by the memo after it was placed,
+    // takes list k + 1, which the memo then gives back in turn; no depth shows as they are made.
+    std::string outside_in{']', 'q', '\0', 'N'};  // list 0 (memo 0); a None that drops what is appended to it
+    for (int k = 0; k + 1 < 200000; ++k)  // list k from memo 0 takes list k + 1, the next memo 0
+      outside_in += std::string{'(', 'h', '\0', ']', 'q', '\1', 'a', 'h', '\1', 'q', '\0', 'e'};
+    CHECK(error_of([&] { read_torch_file(archive(outside_in + "a.")); }) ==  // the None into list 0, returned
+          "malformed pickle (a list or dict grows after it was placed in a container)");
+    const std::string itself{']', '\x94', 'h', '\0', 'a', '.'};  // a list appended to itself
+    CHECK(error_of([&] { read_torch_file(archive(itself)); }) ==
+          "malformed pickle (a list or dict grows after it was placed in a container)");
   }
 
   TEST_CASE("a checkpoint with a missing, mistyped or out-of-range entry is an error naming it, and changes nothing (found by fuzzing)") {
