@@ -1,13 +1,29 @@
 #include "data/batch_pipeline.h"
 
+#include <string>
+#include <system_error>
+
+#include "core/error.h"
+
 namespace fastcpp {
 
 BatchPipeline::BatchPipeline(size_t n_batches, int workers, size_t depth, Producer produce)
     : n_batches_(n_batches), depth_(std::max<size_t>(depth, 1)), produce_(std::move(produce)) {
-  for (int w = 0; w < workers; ++w) workers_.emplace_back([this] { work(); });
+  workers_.reserve(static_cast<size_t>(std::max(workers, 0)));
+  for (int w = 0; w < workers; ++w) {
+    try {
+      workers_.emplace_back([this] { work(); });
+    } catch (const std::system_error& e) {  // EAGAIN: a limit on threads (ulimit -u, a container's pids)
+      stop();  // the destructor does not run: the workers started would end the program unjoined
+      throw Error("DataLoader: cannot start worker " + std::to_string(w + 1) + " of " + std::to_string(workers) +
+                  ": " + e.what() + "; try fewer workers");
+    }
+  }
 }
 
-BatchPipeline::~BatchPipeline() {
+BatchPipeline::~BatchPipeline() { stop(); }
+
+void BatchPipeline::stop() {
   {
     std::lock_guard<std::mutex> lock(mutex_);
     stopping_ = true;

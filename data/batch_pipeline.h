@@ -4,7 +4,8 @@
 // memory stays flat however fast the workers are).
 //
 // A worker's exception reaches the consumer at that batch's turn; destroying the
-// pipeline (an early break, an error, the end) stops and joins every worker.
+// pipeline (an early break, an error, the end) stops and joins every worker, as does a
+// worker that cannot start (a limit on threads), which is an Error.
 // With 0 workers, next() builds each batch on the calling thread.
 #include <condition_variable>
 #include <exception>
@@ -37,6 +38,7 @@ class BatchPipeline {
     std::exception_ptr error;
   };
   void work();
+  void stop();  // stops and joins every worker
 
   const size_t n_batches_;
   const size_t depth_;

@@ -1,10 +1,18 @@
 // The multi-worker loader: bitwise-equal batches whatever the worker count, every
 // index once per epoch, errors that reach the consumer, no hang on early exit.
+#include <fcntl.h>
+#include <pthread.h>
+#include <sys/resource.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
 #include <atomic>
 #include <chrono>
+#include <cstdlib>
 #include <set>
 #include <thread>
 
+#include "data/batch_pipeline.h"
 #include "helpers.h"
 
 using namespace fastcpp;
@@ -85,6 +93,57 @@ TEST_SUITE("pipeline") {
     // The loader is usable again after the failed epoch.
     DataLoader good(std::make_shared<NoisyDataset>(64), {.bs = 8, .workers = 4});
     CHECK(epoch_batches(good, 0).size() == 8);
+  }
+
+  TEST_CASE("a worker that cannot start is an error naming it, the workers started joined") {
+    // In a child process whose address space has room for two more threads' stacks beyond
+    // what it holds (stacks of ended threads are reused too): 1000 workers do not fit.
+    int out[2];
+    REQUIRE(::pipe(out) == 0);
+    const pid_t pid = ::fork();
+    REQUIRE(pid >= 0);
+    if (pid == 0) {
+      std::string message = "(no exception)";
+      char statm[128] = {};  // read without streams: another thread may have held their locks at the fork
+      const int fd = ::open("/proc/self/statm", O_RDONLY);
+      (void)!::read(fd, statm, sizeof statm - 1);
+      size_t stack = 8 << 20;
+      pthread_attr_t attr;
+      if (::pthread_getattr_default_np(&attr) == 0) {
+        ::pthread_attr_getstacksize(&attr, &stack);
+        ::pthread_attr_destroy(&attr);
+      }
+      rlimit limit{};
+      ::getrlimit(RLIMIT_AS, &limit);
+      limit.rlim_cur = std::strtoull(statm, nullptr, 10) * static_cast<rlim_t>(::sysconf(_SC_PAGESIZE)) + 5 * stack / 2;
+      ::setrlimit(RLIMIT_AS, &limit);
+      try {
+        BatchPipeline pipeline(1 << 20, 1000, 1, [](size_t) { return Batch{}; });
+      } catch (const Error& e) {
+        message = e.what();
+      } catch (const std::exception& e) {
+        message = std::string("not a fastcpp::Error: ") + e.what();
+      }
+      (void)!::write(out[1], message.data(), message.size());
+      ::_exit(0);
+    }
+    ::close(out[1]);
+    std::string message;
+    char buffer[256];
+    for (ssize_t n; (n = ::read(out[0], buffer, sizeof buffer)) > 0;) message.append(buffer, static_cast<size_t>(n));
+    ::close(out[0]);
+    int status = 0;
+    REQUIRE(::waitpid(pid, &status, 0) == pid);
+    // Not std::terminate (a started worker left unjoined), which the test runner turns into exit(1).
+    CHECK((WIFEXITED(status) && WEXITSTATUS(status) == 0));
+    const std::string head = "DataLoader: cannot start worker ";
+    const std::string tail = " of 1000: Resource temporarily unavailable; try fewer workers";
+    REQUIRE_MESSAGE(message.size() > head.size() + tail.size(), message);
+    CHECK(message.substr(0, head.size()) == head);
+    CHECK(message.substr(message.size() - tail.size()) == tail);
+    const auto worker = message.substr(head.size(), message.size() - head.size() - tail.size());
+    REQUIRE(worker.find_first_not_of("0123456789") == std::string::npos);
+    CHECK(std::stoi(worker) > 2);  // two workers at least were started, then stopped
   }
 
   TEST_CASE("breaking out mid-epoch or destroying the loader does not hang") {
