@@ -4,6 +4,7 @@
 
 #include "core/device.h"
 #include "core/error.h"
+#include "core/exception_text.h"
 #include "data/device_stage.h"
 
 namespace fastcpp {
@@ -47,8 +48,8 @@ Batch DataLoader::make_batch(const std::vector<int64_t>& order, int64_t epoch, s
   Batch batch;
   try {
     batch = source().get_batch(std::vector<int64_t>(first, last), seed);
-  } catch (const Error& e) {
-    throw Error(std::string(e.what()) + " (batch " + std::to_string(b) + " of epoch " + std::to_string(epoch) + ")");
+  } catch (const std::exception& e) {  // a dataset's own get_batch may throw libtorch's or OpenCV's errors
+    throw Error(exception_text(e) + " (batch " + std::to_string(b) + " of epoch " + std::to_string(epoch) + ")");
   }
   if (device_.is_cpu()) {  // on the worker: the consumer stays free
     if (batch.x_stage) batch.x = batch.x_stage->run(device_);

@@ -4,15 +4,59 @@
 
 #include <algorithm>
 #include <mutex>
+#include <numeric>
 #include <utility>
 
 #include "core/device.h"
 #include "core/error.h"
+#include "core/exception_text.h"
 
 namespace fastcpp {
+namespace {
+
+// The first of the examples whose x (or y) has another shape than the first's; 0 if none.
+size_t first_unlike(const std::vector<Example>& examples, bool targets) {
+  if (examples.empty()) return 0;
+  const auto& first = targets ? examples[0].y : examples[0].x;
+  for (size_t k = 1; k < examples.size(); ++k) {
+    const auto& other = targets ? examples[k].y : examples[k].x;
+    if (first.defined() && other.defined() && first.sizes() != other.sizes()) return k;
+  }
+  return 0;
+}
+
+// Examples 0 and k do not stack; `indices` name them by their positions in the dataset.
+std::string shape_mismatch(const std::vector<Example>& examples, size_t k, bool targets,
+                           const std::vector<int64_t>& indices) {
+  const auto item = [&](size_t i) { return "item " + std::to_string(indices[i]); };
+  if (targets)
+    return "targets of one batch differ in shape: " + item(k) + "'s is " + c10::str(examples[k].y.sizes()) + ", " +
+           item(0) + "'s " + c10::str(examples[0].y.sizes()) +
+           ": a dataset of such targets pads them in its collate_items";
+  return "items of one batch differ in shape: " + item(k) + " is " + c10::str(examples[k].x.sizes()) + ", " + item(0) +
+         " " + c10::str(examples[0].x.sizes()) + ": add a Resize or crop to the item transforms";
+}
+
+// collate's, naming the examples by their positions in the batch: get_batch names them
+// by their positions in the dataset instead.
+class ShapeMismatch : public Error {
+ public:
+  ShapeMismatch(const std::vector<Example>& examples, size_t k, bool targets, const std::vector<int64_t>& positions)
+      : Error(shape_mismatch(examples, k, targets, positions)), k(k), targets(targets) {}
+  size_t k;
+  bool targets;
+};
+
+}  // namespace
 
 Batch collate(const std::vector<Example>& examples) {
   if (examples.empty()) throw Error("collate: empty batch");
+  for (const bool targets : {false, true})
+    if (const auto k = first_unlike(examples, targets)) {
+      std::vector<int64_t> positions(examples.size());
+      std::iota(positions.begin(), positions.end(), 0);
+      throw ShapeMismatch(examples, k, targets, positions);
+    }
   std::vector<torch::Tensor> xs, ys;
   xs.reserve(examples.size());
   ys.reserve(examples.size());
@@ -30,11 +74,22 @@ Batch Dataset::get_batch(const std::vector<int64_t>& indices, uint64_t seed) con
     Rng rng(mix_seed(seed, k));
     try {
       examples.push_back(get(static_cast<size_t>(indices[k]), rng));
-    } catch (const Error& e) {
-      throw Error("item " + std::to_string(indices[k]) + ": " + e.what());
+    } catch (const std::exception& e) {  // a transform's OpenCV or libtorch error too
+      throw Error("item " + std::to_string(indices[k]) + ": " + exception_text(e));
     }
   }
-  return collate_items(examples);
+  try {
+    return collate_items(examples);
+  } catch (const ShapeMismatch& e) {
+    if (first_unlike(examples, e.targets) != e.k) throw;  // about examples of a dataset's own making
+    throw Error(shape_mismatch(examples, e.k, e.targets, indices));
+  } catch (const Error&) {
+    throw;
+  } catch (const std::exception& e) {  // libtorch's, from a dataset's own collate_items
+    if (const auto k = first_unlike(examples, /*targets=*/false))
+      throw Error(shape_mismatch(examples, k, /*targets=*/false, indices));
+    throw Error("collate: " + exception_text(e));
+  }
 }
 
 struct TensorDataset::DeviceCopies {

@@ -28,7 +28,9 @@ struct Batch {
   std::shared_ptr<const DeviceStage> x_stage;  // set: x is made on the loader's device by this
 };
 
-// Stacks the examples' x and y along a new first dimension.
+// Stacks the examples' x and y along a new first dimension. Examples of different shapes
+// are an Error naming two, by their positions in `examples` (Dataset::get_batch names
+// them by their positions in the dataset).
 Batch collate(const std::vector<Example>& examples);
 
 class Dataset {

@@ -4,6 +4,7 @@
 #include <filesystem>
 #include <fstream>
 #include <set>
+#include <stdexcept>
 
 #include "helpers.h"
 #include "operator_count.h"
@@ -40,6 +41,46 @@ std::string temp_dir(const std::string& name) {
   std::filesystem::create_directories(dir);
   return dir.string();
 }
+
+// Items x = zeros(lengths[i]) and y = zeros(target_lengths[i]) (the index where none is
+// given). Item `torch_bad` fails in libtorch, item `bad` as a transform's std::exception.
+class UnevenDataset : public Dataset {
+ public:
+  UnevenDataset(std::vector<int64_t> lengths, std::vector<int64_t> target_lengths = {}, int64_t torch_bad = -1,
+                int64_t bad = -1)
+      : lengths_(std::move(lengths)), target_lengths_(std::move(target_lengths)), torch_bad_(torch_bad), bad_(bad) {}
+  size_t size() const override { return lengths_.size(); }
+  Example get(size_t index) const override {
+    const auto i = static_cast<int64_t>(index);
+    if (i == torch_bad_) return {torch::zeros({2}).view({3}), torch::tensor(i)};
+    if (i == bad_) throw std::invalid_argument("no pixel at (9, 9)");
+    const auto y = target_lengths_.empty() ? torch::tensor(i) : torch::zeros({target_lengths_.at(index)});
+    return {torch::zeros({lengths_.at(index)}), y};
+  }
+
+ private:
+  std::vector<int64_t> lengths_, target_lengths_;
+  int64_t torch_bad_, bad_;
+};
+
+// Its own collate_items, as a dataset padding its targets has: libtorch's stack fails on uneven items.
+class OwnCollate : public UnevenDataset {
+ public:
+  using UnevenDataset::UnevenDataset;
+  Batch collate_items(const std::vector<Example>& examples) const override {
+    std::vector<torch::Tensor> xs;
+    for (const auto& example : examples) xs.push_back(example.x);
+    return {torch::stack(xs), torch::zeros({static_cast<int64_t>(examples.size())})};
+  }
+};
+
+// A dataset whose own get_batch fails with an error that is not fastcpp's.
+class FailingBatches : public Dataset {
+ public:
+  size_t size() const override { return 4; }
+  Example get(size_t) const override { return {}; }
+  Batch get_batch(const std::vector<int64_t>&, uint64_t) const override { throw std::runtime_error("disk on fire"); }
+};
 
 }  // namespace
 
@@ -177,6 +218,33 @@ TEST_SUITE("data") {
     CHECK(torch::equal(batch.x, ds->get_batch({3, 1}).x));
     CHECK(error_of([&] { ds->get_batch({0, 4}); }) == "TensorDataset: index 4 out of range for 4 items");
     CHECK(error_of([&] { ds->get_batch({-1, 2}); }) == "TensorDataset: index -1 out of range for 4 items");
+  }
+
+  TEST_CASE("items that do not stack and errors not fastcpp's name their items and batch") {
+    const auto first_error = [](DatasetPtr dataset, DataLoaderOptions options) {
+      return error_of([&] {
+        for (const auto& b : DataLoader(dataset, options)) (void)b;
+      });
+    };
+    const std::vector<int64_t> threes(6, 3), none;
+    // Items 2 and 3 make batch 1: named by their positions in the dataset.
+    CHECK(first_error(std::make_shared<UnevenDataset>(std::vector<int64_t>{3, 3, 4, 3}), {.bs = 2}) ==
+          "items of one batch differ in shape: item 3 is [3], item 2 [4]: add a Resize or crop to the item "
+          "transforms (batch 1 of epoch 0)");
+    const std::vector<int64_t> uneven_targets{1, 1, 2};
+    CHECK(first_error(std::make_shared<UnevenDataset>(std::vector<int64_t>(3, 3), uneven_targets), {.bs = 3}) ==
+          "targets of one batch differ in shape: item 2's is [2], item 0's [1]: a dataset of such targets pads them "
+          "in its collate_items (batch 0 of epoch 0)");
+    CHECK(first_error(std::make_shared<OwnCollate>(std::vector<int64_t>{3, 3, 4, 3}), {.bs = 4, .workers = 2}) ==
+          "items of one batch differ in shape: item 2 is [4], item 0 [3]: add a Resize or crop to the item "
+          "transforms (batch 0 of epoch 0)");
+    CHECK(error_of([] { collate({{torch::zeros({3}), torch::tensor(0)}, {torch::zeros({4}), torch::tensor(1)}}); }) ==
+          "items of one batch differ in shape: item 1 is [4], item 0 [3]: add a Resize or crop to the item transforms");
+    CHECK(first_error(std::make_shared<UnevenDataset>(threes, none, 5), {.bs = 2}) ==
+          "item 5: shape '[3]' is invalid for input of size 2 (batch 2 of epoch 0)");
+    CHECK(first_error(std::make_shared<UnevenDataset>(threes, none, -1, 1), {.bs = 2, .workers = 2}) ==
+          "item 1: no pixel at (9, 9) (batch 0 of epoch 0)");
+    CHECK(first_error(std::make_shared<FailingBatches>(), {.bs = 2}) == "disk on fire (batch 0 of epoch 0)");
   }
 
   TEST_CASE("TensorDataset::on: one copy per device, shared while held, let go with its last holder") {
