@@ -82,7 +82,7 @@ void Canvas::paste(int x, int y, const uint8_t* rgb, int width, int height, int 
 
 void Canvas::save_png(const std::string& path) const {
   const auto png = encode_png(rgb_, width_, height_);
-  write_atomically(path, std::vector<char>(png.begin(), png.end()));
+  write_atomically(path, std::vector<char>(png.begin(), png.end()), "image");
 }
 
 }  // namespace fastcpp

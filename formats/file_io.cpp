@@ -3,6 +3,7 @@
 #include <fcntl.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
@@ -12,16 +13,34 @@
 #include "core/error.h"
 
 namespace fastcpp {
+namespace {
 
-void write_atomically(const std::string& path, const std::vector<char>& bytes) {
-  const auto fail = [&](const std::string& reason) { throw Error("cannot write checkpoint '" + path + "': " + reason); };
+// A new file beside `path`, made with O_EXCL: no other writer (another thread, process or
+// host sharing the folder) and no file already there can be taken for it. -1 and errno
+// when none can be made.
+int create_temporary(const std::string& path, std::string& temp) {
+  static std::atomic<uint64_t> made{0};
+  for (int attempt = 0; attempt < 100; ++attempt) {
+    temp = path + ".tmp." + std::to_string(::getpid()) + "." + std::to_string(made++);
+    const int fd = ::open(temp.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
+    if (fd >= 0 || errno != EEXIST) return fd;
+  }
+  return -1;  // errno: EEXIST
+}
+
+}  // namespace
+
+void write_atomically(const std::string& path, const std::vector<char>& bytes, const std::string& what) {
+  const auto fail = [&](const std::string& reason) {
+    throw Error("cannot write " + what + " '" + path + "': " + reason);
+  };
   const std::filesystem::path target(path);
   const auto folder = target.has_parent_path() ? target.parent_path() : std::filesystem::path(".");
   std::error_code made;
   std::filesystem::create_directories(folder, made);
   if (made) fail("cannot make its folder '" + folder.string() + "': " + made.message());
-  const std::string temp = path + ".tmp." + std::to_string(::getpid());
-  const int fd = ::open(temp.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+  std::string temp;
+  const int fd = create_temporary(path, temp);
   if (fd < 0) fail(std::strerror(errno));
   const auto discard = [&](int error) {
     ::close(fd);

@@ -7,7 +7,8 @@
 
 namespace fastcpp {
 
-void write_atomically(const std::string& path, const std::vector<char>& bytes);
+// "cannot write <what> 'path': ..." when it cannot be written; the temporary file goes.
+void write_atomically(const std::string& path, const std::vector<char>& bytes, const std::string& what = "checkpoint");
 // "<what> 'path' not found or unreadable" when it cannot be read.
 std::vector<char> read_file(const std::string& path, const std::string& what = "checkpoint");
 

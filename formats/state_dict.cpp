@@ -105,7 +105,7 @@ void load_state_dict(torch::nn::Module& module, const c10::impl::GenericDict& st
 void save_state_dict(const torch::nn::Module& module, const std::string& path) {
   c10::Dict<std::string, torch::Tensor> dict;
   for (const auto& [name, tensor] : named_state(module)) dict.insert(name, tensor.detach().to(torch::kCPU));
-  write_atomically(path, torch::pickle_save(dict));
+  write_atomically(path, torch::pickle_save(dict), "weights");
 }
 
 c10::IValue typed_entry(const c10::impl::GenericDict& dict, const std::string& key, bool (c10::IValue::*is)() const,

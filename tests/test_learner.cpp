@@ -11,6 +11,8 @@
 #include <sys/resource.h>
 
 #include <cstring>
+#include <set>
+#include <thread>
 
 #include "core/host_memory.h"
 
@@ -251,6 +253,44 @@ TEST_SUITE("learner") {
           "cannot write checkpoint '" + file + "/models/model.pt': cannot make its folder '" + file +
               "/models': Not a directory");
     std::filesystem::remove(file);
+  }
+
+  TEST_CASE("write_atomically names what it writes, takes no file there for its temporary, and leaves none behind") {
+    const auto dir = temp_path("atomic");
+    std::filesystem::remove_all(dir);
+    std::filesystem::create_directories(dir + "/taken.png");  // a folder where the file would go: the rename fails
+    // A file of the name another writer's temporary might have: neither written over nor renamed.
+    const auto other = dir + "/a.png.tmp." + std::to_string(::getpid());
+    std::ofstream(other) << "another writer's";
+    write_atomically(dir + "/a.png", {'p', 'n', 'g'}, "image");
+    const auto text = [](const std::string& path) {
+      const auto bytes = read_file(path);
+      return std::string(bytes.begin(), bytes.end());
+    };
+    CHECK(text(dir + "/a.png") == "png");
+    CHECK(text(other) == "another writer's");
+    CHECK(error_of([&] { write_atomically(dir + "/taken.png", {'x'}, "image"); }) ==
+          "cannot write image '" + dir + "/taken.png': Is a directory");
+    CHECK(error_of([&] { write_atomically(dir + "/a.png/b.pt", {'x'}); }) ==
+          "cannot write checkpoint '" + dir + "/a.png/b.pt': cannot make its folder '" + dir +
+              "/a.png': Not a directory");
+    // Writers of one file on four threads: each writes its own temporary; the file is one of theirs, whole.
+    std::vector<std::string> errors(4);
+    std::vector<std::thread> writers;
+    for (size_t w = 0; w < 4; ++w)
+      writers.emplace_back([&, w] {
+        const std::vector<char> bytes(1 << 20, static_cast<char>('a' + w));
+        errors[w] = error_of([&] { write_atomically(dir + "/shared.pt", bytes); });
+      });
+    for (auto& writer : writers) writer.join();
+    CHECK(errors == std::vector<std::string>(4, "(no fastcpp::Error thrown)"));
+    const auto shared = read_file(dir + "/shared.pt");
+    REQUIRE(shared.size() == 1 << 20);
+    CHECK(std::count(shared.begin(), shared.end(), shared[0]) == 1 << 20);
+    std::set<std::string> names;
+    for (const auto& entry : std::filesystem::directory_iterator(dir)) names.insert(entry.path().filename().string());
+    CHECK(names == std::set<std::string>{"a.png", "a.png.tmp." + std::to_string(::getpid()), "shared.pt", "taken.png"});
+    std::filesystem::remove_all(dir);
   }
 
   TEST_CASE("save -> load gives identical predictions and optimizer state") {
