@@ -51,7 +51,7 @@ std::vector<std::pair<size_t, CsvRow>> split_records(const std::string& text, co
         if (c == '\n') ++line;
         field += c;
       }
-    } else if (c == '"') {
+    } else if (c == '"' && field.empty()) {  // inside a field, as Python's csv, a quote is itself
       quoted = any = true;
     } else if (c == delimiter) {
       fields.push_back(std::move(field));

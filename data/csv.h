@@ -1,6 +1,7 @@
 #pragma once
 // A CSV file as a table of strings (RFC 4180: fields in double quotes may hold the
-// delimiter, line breaks and "" for a quote; a leading UTF-8 byte order mark is skipped),
+// delimiter, line breaks and "" for a quote; a quote after a field's first character is
+// itself, as Python's csv reads it; a leading UTF-8 byte order mark is skipped),
 // for fastai's from_csv and a DataBlock over its rows. Columns are named by the header
 // line, or by position.
 //

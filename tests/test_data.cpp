@@ -283,6 +283,11 @@ TEST_SUITE("data") {
     CHECK(table.column(0) == 0);
     CHECK(parse_csv("x;1\ny;2", "s.csv", {.delimiter = ';', .header = false}).header == std::vector<std::string>{"0", "1"});
     CHECK(parse_csv("\xEF\xBB\xBFname,label\na.png,b\n", "excel.csv").column("name") == 0);  // a spreadsheet's byte order mark
+    // A quote inside a field is itself, as Python's csv reads it; only a field's first character opens quotes.
+    const auto inner = parse_csv("name,label\na\"b.jpg,cat\nc\"d.jpg,dog\n", "inner.csv");
+    REQUIRE(inner.rows.size() == 2);
+    CHECK(inner.rows[0] == CsvRow{"a\"b.jpg", "cat"});
+    CHECK(inner.rows[1] == CsvRow{"c\"d.jpg", "dog"});
     CHECK(error_of([&] { table.column("is_valid"); }) == "'t.csv' has no column 'is_valid' (its columns: name, label)");
     CHECK(error_of([&] { table.column(2); }) == "'t.csv' has no column 2 (its columns: name, label)");
     CHECK(error_of([] { parse_csv("a,b\n1,2\n3\n", "r.csv"); }) == "'r.csv' line 3 has 1 fields, the header 2");
