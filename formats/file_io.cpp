@@ -1,6 +1,7 @@
 #include "formats/file_io.h"
 
 #include <fcntl.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <atomic>
@@ -8,7 +9,6 @@
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
-#include <fstream>
 
 #include "core/error.h"
 
@@ -69,9 +69,31 @@ void write_atomically(const std::string& path, const std::vector<char>& bytes, c
 }
 
 std::vector<char> read_file(const std::string& path, const std::string& what) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) throw Error(what + " '" + path + "' not found or unreadable");
-  return {std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>()};
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) throw Error(what + " '" + path + "' not found or unreadable");
+  const auto fail = [&](const std::string& reason) {
+    ::close(fd);
+    throw Error(what + " '" + path + "' " + reason);
+  };
+  struct stat status {};
+  if (::fstat(fd, &status) != 0) fail("cannot be read: " + std::string(std::strerror(errno)));
+  if (S_ISDIR(status.st_mode)) fail("is a directory");
+  // Read to the end, not to the size fstat gives: files of /proc, say, give 0.
+  std::vector<char> bytes(S_ISREG(status.st_mode) ? static_cast<size_t>(status.st_size) : 0);
+  size_t filled = 0;
+  char more[1 << 16];
+  for (;;) {
+    const bool room = filled < bytes.size();
+    const auto n = room ? ::read(fd, bytes.data() + filled, bytes.size() - filled) : ::read(fd, more, sizeof more);
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0) fail("cannot be read: " + std::string(std::strerror(errno)));  // not taken for its end
+    if (n == 0) break;
+    if (!room) bytes.insert(bytes.end(), more, more + n);
+    filled += static_cast<size_t>(n);
+  }
+  ::close(fd);
+  bytes.resize(filled);  // a file cut short while it was read
+  return bytes;
 }
 
 }  // namespace fastcpp

@@ -9,7 +9,8 @@ namespace fastcpp {
 
 // "cannot write <what> 'path': ..." when it cannot be written; the temporary file goes.
 void write_atomically(const std::string& path, const std::vector<char>& bytes, const std::string& what = "checkpoint");
-// "<what> 'path' not found or unreadable" when it cannot be read.
+// "<what> 'path' not found or unreadable" when it cannot be opened; "... is a directory",
+// "... cannot be read: <reason>" for a read that fails (never taken for the file's end).
 std::vector<char> read_file(const std::string& path, const std::string& what = "checkpoint");
 
 }  // namespace fastcpp

@@ -293,6 +293,21 @@ TEST_SUITE("learner") {
     std::filesystem::remove_all(dir);
   }
 
+  TEST_CASE("read_file: a directory or a failed read is an Error naming the file, not an empty or short file") {
+    const auto dir = temp_path("read_dir");
+    std::filesystem::create_directories(dir);
+    CHECK(error_of([&] { read_file(dir, "CSV file"); }) == "CSV file '" + dir + "' is a directory");
+    std::filesystem::remove(dir);
+    // The kernel refuses a read at address 0 of a process's memory.
+    CHECK(error_of([] { read_file("/proc/self/mem"); }) ==
+          "checkpoint '/proc/self/mem' cannot be read: Input/output error");
+    // A file whose size is not known beforehand (0 here) is read to its end.
+    std::ifstream cmdline("/proc/self/cmdline", std::ios::binary);
+    const std::vector<char> expected{std::istreambuf_iterator<char>(cmdline), std::istreambuf_iterator<char>()};
+    CHECK(!expected.empty());
+    CHECK(read_file("/proc/self/cmdline") == expected);
+  }
+
   TEST_CASE("save -> load gives identical predictions and optimizer state") {
     const auto path = temp_path("roundtrip.pt");
     Learner a(synthetic_dls(), tiny_model(4, 3, 1), CrossEntropyLoss(), {}, quiet());

@@ -972,6 +972,7 @@ TEST_SUITE("vision") {
     CHECK(torch::equal(ds->x(), images));
     CHECK(torch::equal(ds->y(), labels.to(torch::kLong)));
     CHECK(vision::cifar_vocab(dir).size() == 10);
+    CHECK(error_of([&] { vision::read_cifar_file(dir); }) == "CIFAR batch '" + dir + "' is a directory");
     std::ofstream(dir + "/short.bin", std::ios::binary) << "abc";
     CHECK(error_of([&] { vision::read_cifar_file(dir + "/short.bin"); }) ==
           "'" + dir + "/short.bin' is not a CIFAR-10 binary batch: 3 bytes is not a multiple of 3073");

@@ -22,7 +22,7 @@ mkdir -p "$out/corpus" "$out/objects"
 case "$target" in
   torch_file) sources=(formats/torch_file.cpp formats/zip_directory.cpp) ;;
   idx) sources=(vision/datasets/idx.cpp) ;;
-  cifar) sources=(vision/datasets/cifar.cpp) ;;
+  cifar) sources=(vision/datasets/cifar.cpp formats/file_io.cpp) ;;
   image) sources=(vision/image.cpp) ;;
   decoders) sources=(vision/libjpeg_decode.cpp vision/libpng_decode.cpp) ;;
   checkpoint) sources=(learner/checkpoint.cpp formats/torch_file.cpp formats/zip_directory.cpp formats/state_dict.cpp optim/optimizer.cpp

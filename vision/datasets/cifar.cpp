@@ -2,10 +2,12 @@
 
 #include <torch/torch.h>
 
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 
 #include "core/error.h"
+#include "formats/file_io.h"
 
 namespace fastcpp::vision {
 namespace {
@@ -27,9 +29,8 @@ std::vector<LabelField> label_fields(Cifar kind) {
 }  // namespace
 
 std::shared_ptr<TensorDataset> read_cifar_file(const std::string& path, Cifar kind) {
-  std::ifstream in(path, std::ios::binary | std::ios::ate);
-  if (!in) throw Error("CIFAR batch '" + path + "' not found or unreadable");
-  const auto bytes = static_cast<int64_t>(in.tellg());
+  const auto data = read_file(path, "CIFAR batch");  // a directory or a failed read: an Error, not short data
+  const auto bytes = static_cast<int64_t>(data.size());
   const auto fields = label_fields(kind);
   const auto label_bytes = static_cast<int64_t>(fields.size());
   const int64_t record = label_bytes + kPixels;
@@ -38,8 +39,7 @@ std::shared_ptr<TensorDataset> read_cifar_file(const std::string& path, Cifar ki
                 std::to_string(bytes) + " bytes is not a multiple of " + std::to_string(record));
   const int64_t n = bytes / record;
   auto raw = torch::empty({n, record}, torch::kUInt8);
-  in.seekg(0);
-  in.read(reinterpret_cast<char*>(raw.data_ptr<uint8_t>()), bytes);
+  std::memcpy(raw.data_ptr<uint8_t>(), data.data(), data.size());
   // A label outside the classes would only surface later, as a loss error or a device assert.
   for (size_t field = 0; field < fields.size(); ++field) {
     const auto& [classes, name] = fields[field];
