@@ -18,7 +18,7 @@ ResumeFromCheckpoint::ResumeFromCheckpoint(std::string path) : path_(std::move(p
 void ResumeFromCheckpoint::before_fit() {
   auto& l = learn();
   first_epoch_ = 0;
-  skipped_ = false;
+  skipped_ = stopped_ = false;
   run = !l.get_cb<LRFinder>();  // lr_find's epochs are neither resumed nor saved
   if (!run) return;
   ++fit_;
@@ -62,8 +62,9 @@ void ResumeFromCheckpoint::after_epoch() {
 
 void ResumeFromCheckpoint::after_fit() {
   auto& l = learn();
-  // All epochs done: nothing to resume. A skipped fit leaves the later fit's checkpoint.
-  if (!skipped_ && l.epoch >= l.n_epoch && l.rank == 0) std::filesystem::remove(path_);
+  // All epochs done, or the fit stopped early: nothing to resume (a restart would train on
+  // past the stop). A skipped fit leaves the later fit's checkpoint.
+  if (!skipped_ && (stopped_ || l.epoch >= l.n_epoch) && l.rank == 0) std::filesystem::remove(path_);
 }
 
 }  // namespace fastcpp

@@ -26,6 +26,7 @@ class ResumeFromCheckpoint : public Callback {
   void before_fit() override;
   void before_epoch() override;
   void after_epoch() override;
+  void after_cancel_fit() override { stopped_ = true; }
   void after_fit() override;
   // The first epoch this fit trained: 0 when nothing was resumed, n_epoch for a skipped fit.
   int resumed_from() const { return first_epoch_; }
@@ -35,6 +36,7 @@ class ResumeFromCheckpoint : public Callback {
   int fit_ = 0;  // fits run so far, this one included
   int first_epoch_ = 0;
   bool skipped_ = false;  // a later fit's checkpoint stands for this one
+  bool stopped_ = false;  // cancelled (EarlyStopping): done, as a fit that ran its epochs
   bool seeded_ = false;
   uint64_t seed_ = 0;
 };

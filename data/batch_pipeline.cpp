@@ -17,6 +17,9 @@ BatchPipeline::BatchPipeline(size_t n_batches, int workers, size_t depth, Produc
       stop();  // the destructor does not run: the workers started would end the program unjoined
       throw Error("DataLoader: cannot start worker " + std::to_string(w + 1) + " of " + std::to_string(workers) +
                   ": " + e.what() + "; try fewer workers");
+    } catch (...) {  // std::bad_alloc for the thread's state
+      stop();
+      throw;
     }
   }
 }

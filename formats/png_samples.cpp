@@ -95,6 +95,8 @@ std::optional<PngSamples> decode_png_samples(const std::vector<uint8_t>& bytes, 
     throw damaged("a bit depth of " + std::to_string(depth) + (png.palette ? " for a palette" : " for grey"));
   const size_t width = size_t(png.width), height = size_t(png.height), row_bytes = (width * size_t(depth) + 7) / 8;
   const auto corrupt = damaged("its image data are corrupt or shorter than its size");
+  // Deflate shrinks at most about 1032 times: a few bytes cannot hold gigabytes of rows.
+  if (compressed.size() * 1032 + 1024 < height * (row_bytes + 1)) throw corrupt;
   auto rows = inflate_exactly(compressed, height * (row_bytes + 1), corrupt);
   unfilter(rows, height, row_bytes, depth == 16 ? 2 : 1, corrupt);
   png.samples.resize(width * height);

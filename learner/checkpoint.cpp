@@ -24,6 +24,7 @@ std::vector<char> encode(const Learner& learn, bool with_opt, const Extras& extr
   root.insert("format", std::string(kFormat));
   root.insert("model", model);
   root.insert("epoch", static_cast<int64_t>(learn.epoch));
+  root.insert("epochs_before", learn.epochs_before);
   if (with_opt && learn.opt) root.insert("opt", learn.opt->state_dict());
   if (with_opt && learn.scaler) root.insert("scaler", learn.scaler->state_dict());
   if (!extras.empty()) {
@@ -74,6 +75,13 @@ void decode_into(Learner& learn, const std::vector<char>& bytes, bool with_opt, 
   const auto epoch = typed_entry(root, "epoch", &c10::IValue::isInt, source).toInt();
   if (epoch < 0 || epoch > std::numeric_limits<int>::max())
     throw Error("cannot read " + source + ": its 'epoch' entry " + std::to_string(epoch) + " is out of range");
+  // Not in checkpoints of older versions: their data orders did not count earlier fits.
+  const bool has_epochs_before = root.find(c10::IValue("epochs_before")) != root.end();
+  const auto epochs_before =
+      has_epochs_before ? typed_entry(root, "epochs_before", &c10::IValue::isInt, source).toInt() : int64_t{0};
+  if (epochs_before < 0)
+    throw Error("cannot read " + source + ": its 'epochs_before' entry " + std::to_string(epochs_before) +
+                " is out of range");
   const auto opt = optional_entry("opt");
   const auto scaler = optional_entry("scaler");
   const auto scaler_state = scaler ? std::optional(GradScaler::parse(*scaler, source)) : std::nullopt;
@@ -96,6 +104,7 @@ void decode_into(Learner& learn, const std::vector<char>& bytes, bool with_opt, 
   }
   for (size_t i = 0; i < entries.size(); ++i) entries[i].second.copy_(loaded[i]);
   learn.epoch = static_cast<int>(epoch);
+  learn.epochs_before = epochs_before;
 }
 
 }  // namespace fastcpp::checkpoint

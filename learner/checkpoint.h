@@ -1,6 +1,6 @@
 #pragma once
-// Checkpoints: a Learner's model (parameters and buffers), optimizer state and epoch
-// as one pickled dictionary (the format torch.save writes, so Python can read it).
+// Checkpoints: a Learner's model (parameters and buffers), optimizer state, epoch and the
+// epochs of the fits before (the data order's count) as one pickled dictionary (the format torch.save writes, so Python can read it).
 // Files are written atomically: a temporary file beside the target, flushed, then
 // renamed over it, so a crash never leaves a half-written checkpoint.
 // Loading checks everything before changing anything: a mismatch leaves the

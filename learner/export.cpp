@@ -101,7 +101,7 @@ std::vector<std::string> strings(const c10::IValue& value) {
 }  // namespace
 
 void Learner::export_learner(const std::string& path) const {
-  if (rank == 0) write_atomically(path, encode(*this, options_.model_spec));
+  if (rank == 0) write_atomically(path, encode(*this, options_.model_spec), "exported model");
   if (barrier) barrier();
 }
 

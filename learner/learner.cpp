@@ -209,7 +209,7 @@ void Learner::fit(int n_epoch_, Lrs lr, FitOptions options) {
     ~Cleanup() {
       l.dl = nullptr;
       l.xb = l.yb = l.pred = l.loss = l.loss_grad = torch::Tensor();
-      l.earlier_epochs_ += epochs;  // planned, not run: the count does not hang on where a fit stopped
+      l.epochs_before += epochs;  // planned, not run: the count does not hang on where a fit stopped
     }
   } cleanup{*this, n_epoch_};
   // A fit that fails gets no after_fit: the loss function is put back here, not left as a
@@ -236,14 +236,14 @@ void Learner::do_fit() {
 
 void Learner::do_epoch_train() {
   dl = &dls.train;
-  dl->set_epoch(earlier_epochs_ + epoch);
+  dl->set_epoch(epochs_before + epoch);
   with_events<CancelTrainException>([&] { all_batches(); }, Event::before_train, Event::after_cancel_train,
                                     Event::after_train);
 }
 
 void Learner::do_epoch_validate(DataLoader& loader) {
   dl = &loader;
-  dl->set_epoch(earlier_epochs_ + epoch);
+  dl->set_epoch(epochs_before + epoch);
   torch::NoGradGuard no_grad;
   with_events<CancelValidException>([&] { all_batches(); }, Event::before_validate, Event::after_cancel_validate,
                                     Event::after_validate);

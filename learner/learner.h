@@ -240,6 +240,10 @@ class Learner {
   torch::Tensor xb, yb, pred, loss, loss_grad;
   int n_epoch = 1;
   int epoch = 0;
+  // The epochs of the fits before this one (saved with checkpoints). The loaders draw their
+  // order and augmentation for epochs_before + epoch: each fit (fine_tune's two, fit(1) in a
+  // loop) draws new ones, as fastai's, and a program making the same calls the same ones.
+  int64_t epochs_before = 0;
   size_t iter = 0;
   size_t n_iter = 0;
   int64_t train_iter = 0;
@@ -282,10 +286,6 @@ class Learner {
   std::shared_ptr<const std::vector<CallbackPtr>> cbs_ = std::make_shared<std::vector<CallbackPtr>>();
   bool created_ = false;  // the constructor has run: add_cb announces the creation itself
   int frozen_groups_ = 0;
-  // The epochs of the fits before this one. The loaders draw their order and augmentation
-  // for earlier_epochs_ + epoch: each fit (fine_tune's two, fit(1) in a loop) draws new
-  // ones, as fastai's, and a program making the same calls (restarted) the same ones.
-  int64_t earlier_epochs_ = 0;
 };
 
 }  // namespace fastcpp

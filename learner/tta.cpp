@@ -30,15 +30,22 @@ Preds Learner::tta(TtaOptions options) {
   augmented.to(plain.device());
 
   // get_preds draws the transforms of the Learner's epoch: pass i is epoch i (as in
-  // fastai), so each pass sees other draws and every call the same ones.
+  // fastai), whatever fits came before, so each pass sees other draws and every call, in
+  // any process, the same ones.
   struct RestoreEpoch {
     Learner& learn;
     int epoch;
-    ~RestoreEpoch() { learn.epoch = epoch; }
-  } restore{*this, epoch};
+    int64_t epochs_before;
+    ~RestoreEpoch() {
+      learn.epoch = epoch;
+      learn.epochs_before = epochs_before;
+    }
+  } restore{*this, epoch, epochs_before};
   std::vector<torch::Tensor> passes;
+  epochs_before = 0;
   for (epoch = 0; epoch < options.n; ++epoch) passes.push_back(get_preds(&augmented).preds);
   epoch = restore.epoch;
+  epochs_before = restore.epochs_before;
   Preds result = get_preds(&plain);
   if (options.use_max) {
     passes.push_back(result.preds);

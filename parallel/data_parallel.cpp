@@ -47,17 +47,23 @@ void copy_lists(const std::vector<std::vector<torch::Tensor>>& to, const std::ve
 // Every module of `replica` in the train or eval mode of its twin in `model` (BnFreeze
 // keeps frozen BatchNorm layers in eval mode while the rest trains), as PyTorch's
 // replicate copies each module's `training`. The two trees match one to one (swapped
-// BatchNorm layers are leaves), so their pre-order walks pair the modules up; train()
-// reaches a module's children too, so a parent set first is corrected by its children.
+// BatchNorm layers are leaves), so their pre-order walks pair the modules up. train()
+// reaches a module's children too, so the modes are read first (replica 0 shares the
+// model's other layers: setting its root sets theirs) and set parents first, each child
+// then correcting what its parent set.
 void follow_modes(const torch::nn::Module& model, torch::nn::Module& replica) {
   const auto from = model.modules(), to = replica.modules();
   if (from.size() != to.size())
     throw Error("to_parallel: a replica has " + std::to_string(to.size()) + " modules, the model " +
                 std::to_string(from.size()));
+  std::vector<bool> training;
   bool same = true;
-  for (size_t i = 0; i < from.size() && same; ++i) same = from[i]->is_training() == to[i]->is_training();
+  for (size_t i = 0; i < from.size(); ++i) {
+    training.push_back(from[i]->is_training());
+    same = same && training[i] == to[i]->is_training();
+  }
   if (same) return;
-  for (size_t i = 0; i < from.size(); ++i) to[i]->train(from[i]->is_training());
+  for (size_t i = 0; i < to.size(); ++i) to[i]->train(training[i]);
 }
 
 }  // namespace

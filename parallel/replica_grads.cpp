@@ -26,32 +26,6 @@ bool nccl_reduces(const std::vector<torch::Device>& devices) {
 
 namespace {
 
-// A weight tied between two modules is one tensor that replica 0 lists twice, and two
-// tensors in the copies (cloning unties it), each with its module's part of the gradient.
-// Each copy's parts are summed into its first place; the later places are left out of
-// the reduction (replica 0's would add its gradient twice, and a multi-tensor add given
-// one tensor twice may lose one of the updates). Returns which places are repeats.
-std::vector<bool> merge_tied(const std::vector<std::vector<torch::Tensor>>& params, int replicas) {
-  std::vector<bool> repeat(params[0].size(), false);
-  std::unordered_map<const c10::TensorImpl*, size_t> first;
-  for (size_t i = 0; i < params[0].size(); ++i) {
-    const auto [at, inserted] = first.emplace(params[0][i].unsafeGetTensorImpl(), i);
-    if (inserted) continue;
-    repeat[i] = true;
-    for (int r = 1; r < replicas; ++r) {
-      const auto& copy = params[static_cast<size_t>(r)];
-      auto& part = copy[i].mutable_grad();
-      if (!part.defined() || copy[i].is_same(copy[at->second])) continue;  // still tied: one gradient
-      auto& into = copy[at->second].mutable_grad();
-      if (into.defined()) into.add_(part);
-      else into = part.clone();
-      keep_for_current_stream(part);
-      part = torch::Tensor();
-    }
-  }
-  return repeat;
-}
-
 #if FASTCPP_HAS_NCCL
 // One flat buffer per replica and dtype, summed into replica 0's by one NCCL reduce
 // across the GPUs, then split back into replica 0's gradients. Every replica takes part,
@@ -94,9 +68,30 @@ void reduce_with_nccl(const std::vector<std::vector<torch::Tensor>>& params, con
 
 }  // namespace
 
+std::vector<bool> merge_tied_parts(const std::vector<std::vector<torch::Tensor>>& params, int replicas) {
+  std::vector<bool> repeat(params[0].size(), false);
+  std::unordered_map<const c10::TensorImpl*, size_t> first;
+  for (size_t i = 0; i < params[0].size(); ++i) {
+    const auto [at, inserted] = first.emplace(params[0][i].unsafeGetTensorImpl(), i);
+    if (inserted) continue;
+    repeat[i] = true;
+    for (int r = 1; r < replicas; ++r) {
+      const auto& copy = params[static_cast<size_t>(r)];
+      auto& part = copy[i].mutable_grad();
+      if (!part.defined() || copy[i].is_same(copy[at->second])) continue;  // still tied: one gradient
+      auto& into = copy[at->second].mutable_grad();
+      if (into.defined()) into.add_(part);
+      else into = part;
+      keep_for_current_stream(part);
+      part = torch::Tensor();
+    }
+  }
+  return repeat;
+}
+
 void reduce_into_first(const std::vector<std::vector<torch::Tensor>>& params, int replicas, bool nccl) {
   torch::NoGradGuard no_grad;
-  const auto repeat = merge_tied(params, replicas);
+  const auto repeat = merge_tied_parts(params, replicas);
 #if FASTCPP_HAS_NCCL
   if (nccl) reduce_with_nccl(params, repeat);
 #endif

@@ -16,6 +16,13 @@ namespace fastcpp::distributed {
 // True when NCCL can sum over `devices`: all CUDA, no two alike, NCCL compiled in.
 bool nccl_reduces(const std::vector<torch::Device>& devices);
 
+// A weight tied between modules is one tensor that replica 0 lists twice and, in copies
+// that cloning untied, two tensors with a part of its gradient each. Sums each copy's parts
+// into the first place (a copy still tied has one gradient already). Returns the repeated
+// places, which the reduction leaves out: replica 0's would add its gradient twice, and a
+// multi-tensor add given one tensor twice may lose an update.
+std::vector<bool> merge_tied_parts(const std::vector<std::vector<torch::Tensor>>& params, int replicas);
+
 // params[r][i]: parameter i of replica r; the first `replicas` replicas took part.
 void reduce_into_first(const std::vector<std::vector<torch::Tensor>>& params, int replicas, bool nccl);
 

@@ -152,28 +152,42 @@ TEST_SUITE("callbacks") {
   }
 
   TEST_CASE("BnFreeze keeps the running statistics of frozen BatchNorm layers, as fastai's; trainable ones still move") {
-    // A body (the first group) frozen with train_bn = false: its BatchNorm's parameters too
+    // A layer holding a synced BatchNorm, as a ResNet's blocks do.
+    struct NormBlockImpl : torch::nn::Cloneable<NormBlockImpl> {
+      NormBlockImpl() { reset(); }
+      void reset() override { norm = register_module("norm", distributed::SyncBatchNorm(4)); }
+      torch::Tensor forward(const torch::Tensor& x) { return norm(x); }
+      distributed::SyncBatchNorm norm{nullptr};
+    };
+    // A body (the first group) frozen with train_bn = false: its BatchNorm's parameters too.
+    // Two epochs: from the second on, a validation has put every layer in eval mode between.
     auto run = [](bool with_bn_freeze, bool parallel = false) {
       torch::manual_seed(0);
       torch::nn::BatchNorm1d body_bn(4), head_bn(4);
-      torch::nn::Sequential model(torch::nn::Linear(4, 4), body_bn, torch::nn::Linear(4, 4), head_bn,
+      torch::nn::ModuleHolder<NormBlockImpl> block;
+      torch::nn::Sequential model(torch::nn::Linear(4, 4), body_bn, block, torch::nn::Linear(4, 4), head_bn,
                                   torch::nn::Linear(4, 2));
       auto data = std::make_shared<TensorDataset>(torch::randn({16, 4}) * 3 + 1, torch::randint(2, {16}, torch::kLong));
       std::vector<CallbackPtr> cbs;
       if (with_bn_freeze) cbs.push_back(std::make_shared<BnFreeze>());
       Learner learn({DataLoader(data, {.bs = 8}), DataLoader(data, {.bs = 8})}, model, CrossEntropyLoss(), {},
-                    quiet({.train_bn = false, .cbs = cbs, .splitter = split_after(2), .frozen = true}));
+                    quiet({.train_bn = false, .cbs = cbs, .splitter = split_after(3), .frozen = true}));
       silence(learn);
       if (parallel) learn.to_parallel({torch::kCPU, torch::kCPU});  // its replicas follow each layer's mode
-      learn.fit(1);
-      return std::pair{body_bn->running_mean.clone(), head_bn->running_mean.clone()};
+      learn.fit(2);
+      return std::tuple{body_bn->running_mean.clone(), block->norm->running_mean.clone(),
+                        head_bn->running_mean.clone()};
     };
-    const auto [body, head] = run(true);
+    const auto [body, nested, head] = run(true);
     CHECK(torch::equal(body, torch::zeros({4})));
+    CHECK(torch::equal(nested, torch::zeros({4})));
     CHECK_FALSE(torch::equal(head, torch::zeros({4})));
-    CHECK_FALSE(torch::equal(run(false).first, torch::zeros({4})));  // without it, they drift
-    const auto [parallel_body, parallel_head] = run(true, true);
+    const auto [drifting_body, drifting_nested, drifting_head] = run(false);  // without it, they drift
+    CHECK_FALSE(torch::equal(drifting_body, torch::zeros({4})));
+    CHECK_FALSE(torch::equal(drifting_nested, torch::zeros({4})));
+    const auto [parallel_body, parallel_nested, parallel_head] = run(true, true);
     CHECK(torch::equal(parallel_body, torch::zeros({4})));
+    CHECK(torch::equal(parallel_nested, torch::zeros({4})));
     CHECK(torch::allclose(parallel_head, head, 1e-5, 1e-6));
   }
 

@@ -372,6 +372,12 @@ TEST_SUITE("fastai") {
                           torch::tensor(fx.at("dice_loss_per_item"), torch::kDouble), 1e-5, 1e-7));
     CHECK(loss(vision::FocalLossFlat(), mask) == doctest::Approx(fx.at("focal")[0]).epsilon(1e-6));
     CHECK(loss(vision::FocalLossFlat(1.0), mask) == doctest::Approx(fx.at("focal_gamma1")[0]).epsilon(1e-6));
+    // The void pixels ignored: the focal loss of the other pixels alone.
+    const auto kept = void_mask.ne(255);
+    const auto log_p = torch::log_softmax(output, 1).gather(1, void_mask.where(kept, 0).unsqueeze(1)).squeeze(1);
+    const auto focal_kept = (-(1 - log_p.exp()).pow(2) * log_p).masked_select(kept).mean().item<double>();
+    REQUIRE(kept.logical_not().any().item<bool>());
+    CHECK(loss(vision::FocalLossFlat(2.0, {.ignore_index = 255}), void_mask) == doctest::Approx(focal_kept).epsilon(1e-6));
 
     // Each metric accumulated over the same two batches (2 and 3 items) as in fastai.
     Learner learn(synthetic_dls(), tiny_model(), CrossEntropyLoss(), {}, quiet());

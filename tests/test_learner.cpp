@@ -314,7 +314,8 @@ TEST_SUITE("learner") {
     silence(a);
     a.fit(2, 1e-2);
     a.save(path);
-    CHECK(!std::filesystem::exists(path + ".tmp." + std::to_string(::getpid())));
+    for (const auto& entry : std::filesystem::directory_iterator(std::filesystem::path(path).parent_path()))
+      CHECK(entry.path().filename().string().find("roundtrip.pt.tmp.") == std::string::npos);  // no temporary left
     Learner b(synthetic_dls(), tiny_model(4, 3, 2), CrossEntropyLoss(), {}, quiet());
     b.load(path);
     CHECK(torch::equal(a.get_preds().preds, b.get_preds().preds));
@@ -702,6 +703,28 @@ TEST_SUITE("learner") {
     REQUIRE(tuned.size() == 2);
     CHECK_FALSE(torch::equal(tuned[0], tuned[1]));
     CHECK(torch::equal(first_batches([](Learner& learn) { learn.fine_tune(1, {.freeze_epochs = 1}); })[1], tuned[1]));
+    // Saved with checkpoints: the second fit resumed in a new Learner draws what it drew.
+    const auto path = temp_path("epochs_before.pt");
+    struct SaveAfterFirstEpoch : Callback {
+      explicit SaveAfterFirstEpoch(std::string path) : path(std::move(path)) {}
+      void after_epoch() override {
+        if (learn().epoch == 0) learn().save(path);
+      }
+      std::string path;
+    };
+    const auto original = first_batches([&](Learner& learn) {
+      learn.fit(1);
+      learn.fit(2, {}, {.cbs = {std::make_shared<SaveAfterFirstEpoch>(path)}});
+    });
+    const auto resumed = first_batches([&](Learner& learn) {
+      learn.load(path);
+      CHECK(learn.epochs_before == 1);
+      learn.fit(2, {}, {.start_epoch = 1});
+    });
+    REQUIRE(original.size() == 3);
+    REQUIRE(resumed.size() == 1);
+    CHECK(torch::equal(resumed[0], original[2]));
+    std::filesystem::remove(path);
   }
 }
 

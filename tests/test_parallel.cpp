@@ -50,25 +50,20 @@ struct ThreadProbeImpl : torch::nn::Cloneable<ThreadProbeImpl> {
 TORCH_MODULE(ThreadProbe);
 
 // Two linear layers and a third over the first one's weight (tied, as a language model's
-// embedding and output). `tied_copies`: clone() ties each copy's as well; otherwise the
-// copies hold two tensors where the model has one, as clones of a model tied after it
-// was built do.
+// embedding and output). Its copies come out untied: clone() gives the copy's encoder a
+// weight of its own after reset() tied it.
 struct TiedNetImpl : torch::nn::Cloneable<TiedNetImpl> {
-  explicit TiedNetImpl(bool tied_copies) : tie_(true), tied_copies_(tied_copies) { reset(); }
+  TiedNetImpl() { reset(); }
   void reset() override {
     encoder = register_module("encoder", torch::nn::Linear(6, 6));
     middle = register_module("middle", torch::nn::Linear(6, 6));
-    decoder_weight = register_parameter("decoder_weight", tie_ ? encoder->weight : encoder->weight.detach().clone());
-    tie_ = tied_copies_;  // what the copies (made from this one) do
+    decoder_weight = register_parameter("decoder_weight", encoder->weight);
   }
   torch::Tensor forward(const torch::Tensor& x) {
     return torch::nn::functional::linear(torch::tanh(middle(torch::tanh(encoder(x)))), decoder_weight);
   }
   torch::nn::Linear encoder{nullptr}, middle{nullptr};
   torch::Tensor decoder_weight;
-
- private:
-  bool tie_, tied_copies_;
 };
 TORCH_MODULE(TiedNet);
 
@@ -442,36 +437,60 @@ TEST_SUITE("parallel") {
     check_equal(train(kTwoCpus, sgd({.mom = 0.9}), {freeze()}), single);
   }
 
-  TEST_CASE("a weight tied between two layers trains on 2 and 3 CPU replicas as on one device, tied or not in the "
-            "copies") {
-    auto train_tied = [](const std::vector<torch::Device>& devices, bool tied_copies) {
+  TEST_CASE("a weight tied between two layers trains on 2 and 3 CPU replicas as on one device") {
+    auto train_tied = [](const std::vector<torch::Device>& devices) {
       auto gen = at::make_generator<at::CPUGeneratorImpl>(4);
       auto data = std::make_shared<TensorDataset>(torch::randn({21, 6}, gen), torch::randint(6, {21}, gen, torch::kLong));
       torch::manual_seed(0);
-      TiedNet model(tied_copies);
+      TiedNet model;
       REQUIRE(model->decoder_weight.is_same(model->encoder->weight));
       Learner learn({DataLoader(data, {.bs = 8, .shuffle = true}), DataLoader(data, {.bs = 8})}, model,
                     CrossEntropyLoss(), {}, quiet({.opt_func = sgd({.mom = 0.9})}));
       silence(learn);
       if (!devices.empty()) learn.to_parallel(devices);
       learn.fit(2, 0.1);
+      CHECK(model->decoder_weight.is_same(model->encoder->weight));
       std::vector<torch::Tensor> params;
       for (const auto& p : model->parameters()) params.push_back(p.detach().clone());
       return params;
     };
-    const auto single = train_tied({}, true);
-    for (const bool tied_copies : {true, false}) {
-      for (const auto& devices : {kTwoCpus, kThreeCpus}) {
-        CAPTURE(tied_copies);
-        CAPTURE(devices.size());
-        const auto parallel = train_tied(devices, tied_copies);
-        REQUIRE(parallel.size() == single.size());
-        for (size_t i = 0; i < single.size(); ++i) {
-          CAPTURE(i);
-          CHECK(torch::allclose(parallel[i], single[i], 1e-5, 1e-6));
-        }
+    const auto single = train_tied({});
+    for (const auto& devices : {kTwoCpus, kThreeCpus}) {
+      CAPTURE(devices.size());
+      const auto parallel = train_tied(devices);
+      REQUIRE(parallel.size() == single.size());
+      for (size_t i = 0; i < single.size(); ++i) {
+        CAPTURE(i);
+        CHECK(torch::allclose(parallel[i], single[i], 1e-5, 1e-6));
       }
     }
+  }
+
+  TEST_CASE("a tied weight's parts in the replicas are summed into one place before the reduction, once") {
+    auto with_grad = [](double value) {
+      auto t = torch::zeros({2}).requires_grad_();
+      t.mutable_grad() = torch::full({2}, value);
+      return t;
+    };
+    const auto w = with_grad(1);  // replica 0's tied weight, listed twice
+    // Copies that hold it as two tensors: the second's part joins the first's.
+    const auto a = with_grad(2), b = with_grad(3);
+    CHECK(distributed::merge_tied_parts({{w, w}, {a, b}}, 2) == std::vector<bool>{false, true});
+    CHECK(torch::equal(a.grad(), torch::full({2}, 5.0)));
+    CHECK_FALSE(b.grad().defined());
+    // Copies still tied: one gradient already, left as it is.
+    const auto c = with_grad(4);
+    CHECK(distributed::merge_tied_parts({{w, w}, {c, c}}, 2) == std::vector<bool>{false, true});
+    CHECK(torch::equal(c.grad(), torch::full({2}, 4.0)));
+    // A replica that sat the batch out is not touched; nothing tied, nothing repeated.
+    const auto d = with_grad(6), e = with_grad(7);
+    CHECK(distributed::merge_tied_parts({{w, w}, {d, e}}, 1) == std::vector<bool>{false, true});
+    CHECK(e.grad().defined());
+    CHECK(distributed::merge_tied_parts({{w, a}, {d, e}}, 2) == std::vector<bool>{false, false});
+    // The reduction then adds replica 0's gradient once and each copy's whole part once.
+    const auto f = with_grad(2), g = with_grad(3);
+    distributed::reduce_into_first({{w, w}, {f, g}}, 2, /*nccl=*/false);
+    CHECK(torch::equal(w.grad(), torch::full({2}, 6.0)));
   }
 
   TEST_CASE("autocast reaches the replica threads: bf16 forwards, a float loss that falls") {

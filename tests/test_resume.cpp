@@ -79,4 +79,22 @@ TEST_SUITE("callbacks") {
       CHECK(all_equal(again.weights, uninterrupted.weights));
     }
   }
+
+  TEST_CASE("ResumeFromCheckpoint: a fit stopped early is done, its checkpoint removed as a whole fit's") {
+    // Stops the fit after epoch 1's save, as EarlyStopping would after its patience.
+    struct StopAfterSecond : Callback {
+      StopAfterSecond() { order = 100; }
+      void after_epoch() override {
+        if (learn().epoch == 1) throw CancelFitException();
+      }
+    };
+    const auto path = temp_path("resume_stopped.pt");
+    Learner learn(synthetic_dls(), tiny_model(), CrossEntropyLoss(), {}, quiet());
+    silence(learn);
+    learn.add_cb(ResumeFromCheckpoint(path));
+    learn.add_cb(StopAfterSecond());
+    learn.fit(5);
+    CHECK(learn.epoch == 1);
+    CHECK(!std::filesystem::exists(path));  // a restart would have resumed at epoch 2, past the stop
+  }
 }

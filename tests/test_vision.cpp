@@ -918,13 +918,21 @@ TEST_SUITE("vision") {
     flipped[40] ^= 1;
     CHECK(error_of([&] { decode_png_samples(flipped, "bad.png"); }) ==
           "cannot read PNG 'bad.png': a chunk's checksum does not match (corrupt)");
+    // A header claiming 2^30 16-bit pixels over a few bytes of data: refused before 2 GB are allocated.
+    auto bomb = raw_png(2, 1, 16, 0, {{0, 0, 0, 0}});
+    for (const auto [at, value] : {std::pair{16, 1u << 20}, std::pair{20, 1u << 10}})
+      for (int k = 0; k < 4; ++k) bomb[static_cast<size_t>(at + k)] = uint8_t(value >> (24 - 8 * k));
+    const auto crc = uint32_t(crc32(0, bomb.data() + 12, 17));  // the header chunk's type and data
+    for (int k = 0; k < 4; ++k) bomb[static_cast<size_t>(29 + k)] = uint8_t(crc >> (24 - 8 * k));
+    CHECK(error_of([&] { decode_png_samples(bomb, "bomb.png"); }) ==
+          "cannot read PNG 'bomb.png': its image data are corrupt or shorter than its size");
     std::vector<uint8_t> colour;
     REQUIRE(cv::imencode(".png", gradient(4, 3), colour));
     CHECK_FALSE(decode_png_samples(colour, "colour.png").has_value());
     fs::remove_all(root);
   }
 
-  TEST_CASE("a mask turns with its JPEG image's EXIF orientation, drawn on the stored pixels as fastai reads them") {
+  TEST_CASE("a mask of a JPEG's stored size turns with its image's EXIF quarter turn; one of the shown size stays") {
     const auto root = temp_dir("seg_exif");
     // Stored: 36 wide, 30 high; dark on the left (class 0), bright on the right (class 1).
     cv::Mat stored(30, 36, CV_8UC1, cv::Scalar(0)), mask(30, 36, CV_8UC1, cv::Scalar(0));
@@ -933,16 +941,22 @@ TEST_SUITE("vision") {
     write(root + "/mask.png", mask);
     std::vector<uint8_t> jpeg;
     REQUIRE(cv::imencode(".jpg", stored, jpeg));
-    for (const int orientation : {3, 6}) {  // turned half round; a quarter (the sides swap)
-      CAPTURE(orientation);
+    auto item_of = [&](int orientation) {
       const auto path = root + "/" + std::to_string(orientation) + ".jpg";
       const auto bytes = with_orientation(jpeg, orientation);
       std::ofstream(path, std::ios::binary).write(reinterpret_cast<const char*>(bytes.data()),
                                                   static_cast<std::streamsize>(bytes.size()));
-      const auto item = vision::SegmentationDataset({path}, {root + "/mask.png"}, {"a", "b"}, {.channels = 1}).get(0);
-      CHECK(item.y.sizes() == (orientation == 6 ? torch::IntArrayRef{36, 30} : torch::IntArrayRef{30, 36}));
+      return vision::SegmentationDataset({path}, {root + "/mask.png"}, {"a", "b"}, {.channels = 1}).get(0);
+    };
+    for (const int orientation : {6, 8}) {  // a quarter turn either way: the mask's size tells its frame
+      CAPTURE(orientation);
+      const auto item = item_of(orientation);
+      CHECK(item.y.sizes() == torch::IntArrayRef{36, 30});
       CHECK(torch::equal(item.x[0].gt(128).to(torch::kLong), item.y));
     }
+    // Half a turn: both frames have the mask's size; it is taken as drawn on the picture shown.
+    const auto turned = item_of(3);
+    CHECK(torch::equal(turned.x[0].gt(128).to(torch::kLong), turned.y.flip({0, 1})));
     fs::remove_all(root);
   }
 

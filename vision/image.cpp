@@ -132,7 +132,7 @@ void write_png(const std::string& path, const cv::Mat& image, bool bgr) {
   if (!pixels.isContinuous()) pixels = pixels.clone();
   const std::vector<uint8_t> bytes(pixels.datastart, pixels.dataend);
   const auto png = encode_png(bytes, pixels.cols, pixels.rows, pixels.channels());
-  write_atomically(path, std::vector<char>(png.begin(), png.end()));
+  write_atomically(path, std::vector<char>(png.begin(), png.end()), "image");
 }
 
 void copy_image_to(const cv::Mat& image, torch::Tensor& chw, bool reverse_channels) {

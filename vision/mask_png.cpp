@@ -36,7 +36,7 @@ void write_mask_png(const std::string& path, const torch::Tensor& mask, std::opt
   const auto rgb = colour_mask(mask, void_index).contiguous();
   const std::vector<uint8_t> pixels(rgb.data_ptr<uint8_t>(), rgb.data_ptr<uint8_t>() + rgb.numel());
   const auto png = encode_png(pixels, static_cast<int>(mask.size(1)), static_cast<int>(mask.size(0)));
-  write_atomically(path, std::vector<char>(png.begin(), png.end()));
+  write_atomically(path, std::vector<char>(png.begin(), png.end()), "mask");
 }
 
 }  // namespace fastcpp::vision

@@ -133,12 +133,15 @@ Loss CrossEntropyLossFlat(FlatLossOptions options) {
               "softmax_classes");
 }
 
-Loss FocalLossFlat(double gamma) {
+Loss FocalLossFlat(double gamma, FlatLossOptions options) {
   return Loss(
-      [gamma](const torch::Tensor& pred, const torch::Tensor& target) {
+      [gamma, options](const torch::Tensor& pred, const torch::Tensor& target) {
         check_masks("FocalLossFlat", pred, target);
-        const auto ce = F::cross_entropy(pred, target.to(torch::kLong), F::CrossEntropyFuncOptions().reduction(torch::kNone));
-        return ((1 - torch::exp(-ce)).pow(gamma) * ce).mean();
+        const auto classes = target.to(torch::kLong);
+        const auto ce = F::cross_entropy(
+            pred, classes, F::CrossEntropyFuncOptions().ignore_index(options.ignore_index).reduction(torch::kNone));
+        // An ignored pixel's ce is 0: it adds nothing, and is not counted.
+        return ((1 - torch::exp(-ce)).pow(gamma) * ce).sum() / classes.ne(options.ignore_index).sum();
       },
       softmax_over_classes(), nullptr, "softmax_classes");
 }

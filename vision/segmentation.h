@@ -24,8 +24,8 @@ struct FlatLossOptions {
 Loss CrossEntropyLossFlat(FlatLossOptions options = {});
 
 // fastai's FocalLossFlat(axis=1, gamma): cross-entropy scaled by (1 - p_t)^gamma, the
-// mean over every pixel.
-Loss FocalLossFlat(double gamma = 2.0);
+// mean over the pixels not ignored (fastai's has no ignore_index: every pixel).
+Loss FocalLossFlat(double gamma = 2.0, FlatLossOptions options = {});
 
 struct DiceLossOptions {
   double smooth = 1e-6;

@@ -89,11 +89,13 @@ Example SegmentationDataset::get(size_t index, Rng& rng) const {
   const auto image_bytes = read_image_bytes(image_path);
   cv::Mat image = decode_image(image_bytes, image_path, {.channels = options_.channels});
   cv::Mat mask = read_mask(mask_path);
-  // The decoder turned a JPEG as its EXIF orientation says; a mask drawn on the stored
-  // pixels (as fastai and torchvision read them) turns with it.
+  // The decoder turned a JPEG as its EXIF orientation says. A mask of the stored size where
+  // a quarter turn made the shown one differ was drawn on the stored pixels (as fastai and
+  // torchvision read them) and turns with the image; one of the shown size is taken as
+  // drawn on the picture as shown (as labelme does), the frame of the boxes of detection data.
   if (is_jpeg(image_bytes)) {
     const auto header = read_jpeg_header(image_bytes);
-    if (header.orientation != 1 && mask.size() == header.size) apply_orientation(mask, header.orientation);
+    if (mask.size() == header.size && mask.size() != image.size()) apply_orientation(mask, header.orientation);
   }
   if (mask.size() != image.size())
     throw Error("mask '" + mask_path + "' is " + size_text(mask) + " but its image '" + image_path + "' is " + size_text(image));
