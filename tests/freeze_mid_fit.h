@@ -17,7 +17,10 @@ struct FreezeMidFit : Callback {
   };
   explicit FreezeMidFit(At unfreeze_first = {1, 2}, At freeze_last = {2, 1}, size_t first = 2,
                         bool between_passes = false)
-      : unfreeze_first(unfreeze_first), freeze_last(freeze_last), first(first), between_passes(between_passes) {}
+      : unfreeze_first(unfreeze_first), freeze_last(freeze_last), first(first), between_passes(between_passes) {
+    // Its after_loss does nothing unless between_passes: to_graphs may record it then.
+    capturable = !between_passes;
+  }
   void before_fit() override {
     auto params = learn().model.module().parameters();
     for (size_t k = 0; k < first; ++k) params[k].set_requires_grad(false);

@@ -213,6 +213,15 @@ TEST_SUITE("callbacks") {
     learn.add_cb(GradientClip(1.0));
     learn.fit(1);
     CHECK(CudaGraphs::host_step_callbacks(learn) == "");
+    // FreezeMidFit changes parameters before a batch: nothing of the step runs on the host.
+    auto freezing = cpu_learner();
+    freezing.add_cb(FreezeMidFit({.epoch = 0, .iter = 1}, {.epoch = 0, .iter = 2}));
+    freezing.fit(1);
+    CHECK(CudaGraphs::host_step_callbacks(freezing) == "");
+    auto between = cpu_learner();
+    between.add_cb(FreezeMidFit({.epoch = 0, .iter = 1}, {.epoch = 0, .iter = 2}, 2, /*between_passes=*/true));
+    between.fit(1);
+    CHECK(CudaGraphs::host_step_callbacks(between) == "FreezeMidFit (after_loss)");
   }
 
   TEST_CASE("to_graphs says why it trains eagerly") {
