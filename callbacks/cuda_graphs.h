@@ -52,6 +52,7 @@ class CudaGraphs : public Callback {
   void before_fit() override;
   void before_batch() override;
   void after_fit() override;
+  void after_fit_failed() override { after_fit(); }
 
   // Why this learner's training step cannot be recorded, or "" when it can, from what
   // is known before a batch: the device, the callbacks, the optimizer.

@@ -45,6 +45,7 @@ class MixedPrecision : public Callback {
   void after_step() override;
   void after_batch() override { autocast(false); }
   void after_fit() override { autocast(false); }
+  void after_fit_failed() override { autocast(false); }  // what follows the failed fit runs in full precision
 
   torch::ScalarType dtype() const { return options_.dtype; }
 

@@ -3,6 +3,7 @@
 #include <cmath>
 #include <filesystem>
 
+#include "callbacks/lr_finder.h"
 #include "core/error.h"
 #include "core/spec_text.h"
 #include "learner/learner.h"
@@ -23,7 +24,8 @@ CSVLogger::CSVLogger(std::string path, bool append) : path_(std::move(path)), ap
 
 void CSVLogger::before_fit() {
   if (file_.is_open()) file_.close();  // left open by a fit that failed
-  if (learn().rank != 0) return;       // one file for a distributed run
+  run = !learn().get_cb<LRFinder>();   // lr_find would truncate the history of the fits before
+  if (!run || learn().rank != 0) return;  // one file for a distributed run
   const bool write_header = !append_ || !std::filesystem::exists(path_);
   file_.clear();
   file_.open(path_, append_ ? std::ios::app : std::ios::trunc);

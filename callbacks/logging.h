@@ -1,7 +1,8 @@
 #pragma once
 // CSVLogger (order 60): appends each epoch's row of the table to a CSV file
 // (header first unless appending to an existing file); rows are flushed as they
-// are written, so a crashed run keeps its history.
+// are written, so a crashed run keeps its history. It sits out lr_find (whose fit would
+// truncate the file).
 #include <fstream>
 #include <string>
 
@@ -15,6 +16,7 @@ class CSVLogger : public Callback {
   void before_fit() override;
   void after_epoch() override;
   void after_fit() override { file_.close(); }
+  void after_fit_failed() override { file_.close(); }
 
  private:
   std::string path_;

@@ -19,6 +19,7 @@ class LRFinder : public ParamScheduler {
   void after_batch() override;
   void before_validate() override;
   void after_fit() override;
+  void after_fit_failed() override { after_fit(); }  // the weights as they were before lr_find
 
  private:
   int num_it_;

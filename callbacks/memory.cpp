@@ -59,10 +59,10 @@ double resident_peak_mb() { return status_mb("VmHWM:"); }
 
 void PeakMemMetric::before_fit() {
   auto& recorder = *learn().recorder;
-  recorder.add_column("cpu used", [this] { return cpu_used_; });
-  recorder.add_column("cpu peak", [this] { return cpu_peak_; });
-  recorder.add_column("gpu used", [this] { return gpu_used_; });
-  recorder.add_column("gpu peak", [this] { return gpu_peak_; });
+  recorder.add_column(*this, "cpu used", [this] { return cpu_used_; });
+  recorder.add_column(*this, "cpu peak", [this] { return cpu_peak_; });
+  recorder.add_column(*this, "gpu used", [this] { return gpu_used_; });
+  recorder.add_column(*this, "gpu peak", [this] { return gpu_peak_; });
 }
 
 void PeakMemMetric::before_epoch() {

@@ -59,6 +59,7 @@ class ProfileSteps : public Callback {
   void before_fit() override;
   void after_batch() override;
   void after_fit() override;
+  void after_fit_failed() override { after_fit(); }
   // The window's summary, once it has closed; steps == 0 before.
   const ProfileSummary& summary() const { return summary_; }
 

@@ -28,6 +28,7 @@ class ProgressCallback : public Callback {
   void after_train() override { end_phase(); }
   void after_validate() override { end_phase(); }
   void after_epoch() override;
+  void after_fit_failed() override { end_phase(); }  // the error starts on a clean line
 
  private:
   void start_phase();

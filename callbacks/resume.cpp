@@ -3,22 +3,53 @@
 #include <torch/torch.h>
 
 #include <filesystem>
+#include <functional>
 #include <limits>
 
 #include "callbacks/lr_finder.h"
+#include "callbacks/tracker.h"
 #include "data/random.h"
 #include "formats/file_io.h"
 #include "learner/checkpoint.h"
 #include "learner/learner.h"
+#include "learner/recorder.h"
 
 namespace fastcpp {
 
-ResumeFromCheckpoint::ResumeFromCheckpoint(std::string path) : path_(std::move(path)) { order = 61; }
+namespace {
+
+// What a resumed fit takes back besides the model and the optimizer: the Recorder's smoothed
+// loss, each tracker's best value and wait. Their entries are saved as extras under a prefix
+// ("recorder.", "tracker.<position among them>.<name>.").
+struct KeptState {
+  std::string prefix;
+  std::function<std::map<std::string, double>()> save;
+  std::function<void(const std::map<std::string, double>&)> load;
+};
+
+std::vector<KeptState> kept_states(const Learner& learn) {
+  std::vector<KeptState> kept;
+  if (auto* recorder = learn.recorder.get())
+    kept.push_back({"recorder.", [recorder] { return recorder->smoothing_state(); },
+                    [recorder](const auto& state) { recorder->load_smoothing_state(state); }});
+  int trackers = 0;
+  for (const auto& cb : learn.cbs())
+    if (auto* tracker = dynamic_cast<TrackerCallback*>(cb.get()))
+      kept.push_back({"tracker." + std::to_string(trackers++) + "." + cb->name() + ".",
+                      [tracker] { return tracker->state(); },
+                      [tracker](const auto& state) { tracker->load_state(state); }});
+  return kept;
+}
+
+}  // namespace
+
+ResumeFromCheckpoint::ResumeFromCheckpoint(std::string path) : path_(std::move(path)) { order = 64; }
 
 void ResumeFromCheckpoint::before_fit() {
   auto& l = learn();
   first_epoch_ = 0;
   skipped_ = stopped_ = false;
+  last_epoch_ = -1;
   run = !l.get_cb<LRFinder>();  // lr_find's epochs are neither resumed nor saved
   if (!run) return;
   ++fit_;
@@ -26,14 +57,14 @@ void ResumeFromCheckpoint::before_fit() {
   const bool saved = std::filesystem::exists(path_);
   const auto bytes = saved ? read_file(path_) : std::vector<char>{};
   const auto extras = saved ? checkpoint::extras_of(bytes, source) : checkpoint::Extras{};
-  const int saved_fit = extras.count("fit") ? static_cast<int>(extras.at("fit")) : 1;
+  const int saved_fit = extras.count("fit") ? static_cast<int>(extras.at("fit").toInt()) : 1;
   if (!saved || saved_fit < fit_) {  // nothing saved for this fit (an earlier fit's is overwritten)
     if (!seeded_) seed_ = static_cast<uint64_t>(torch::randint(std::numeric_limits<int64_t>::max(), {1},
                                                                torch::kLong).item<int64_t>());
     seeded_ = true;
     return;
   }
-  if (extras.count("seed")) seed_ = static_cast<uint64_t>(extras.at("seed"));
+  if (extras.count("seed")) seed_ = static_cast<uint64_t>(extras.at("seed").toInt());
   seeded_ = true;
   if (saved_fit > fit_) {
     skipped_ = true;
@@ -42,6 +73,13 @@ void ResumeFromCheckpoint::before_fit() {
     return;
   }
   checkpoint::decode_into(l, bytes, /*with_opt=*/true, source);
+  // After the Recorder's and the trackers' before_fit (orders 50 to 63) reset what this sets.
+  for (const auto& part : kept_states(l)) {
+    std::map<std::string, double> state;
+    for (const auto& [key, value] : extras)
+      if (key.rfind(part.prefix, 0) == 0) state[key.substr(part.prefix.size())] = value.toDouble();
+    part.load(state);
+  }
   first_epoch_ = l.epoch + 1;  // the checkpoint holds the last completed epoch
   l.epoch = 0;
   l.logger("resuming from '" + path_ + "' at epoch " + std::to_string(first_epoch_));
@@ -56,15 +94,19 @@ void ResumeFromCheckpoint::before_epoch() {
 
 void ResumeFromCheckpoint::after_epoch() {
   auto& l = learn();
-  if (l.epoch >= first_epoch_)
-    l.save(path_, /*with_opt=*/true, {{"fit", fit_}, {"seed", static_cast<int64_t>(seed_)}});
+  last_epoch_ = l.epoch;
+  if (l.epoch < first_epoch_) return;
+  checkpoint::Extras extras{{"fit", fit_}, {"seed", static_cast<int64_t>(seed_)}};
+  for (const auto& part : kept_states(l))
+    for (const auto& [entry, value] : part.save()) extras[part.prefix + entry] = value;
+  l.save(path_, /*with_opt=*/true, extras);
 }
 
 void ResumeFromCheckpoint::after_fit() {
   auto& l = learn();
   // All epochs done, or the fit stopped early: nothing to resume (a restart would train on
   // past the stop). A skipped fit leaves the later fit's checkpoint.
-  if (!skipped_ && (stopped_ || l.epoch >= l.n_epoch) && l.rank == 0) std::filesystem::remove(path_);
+  if (!skipped_ && (stopped_ || last_epoch_ + 1 >= l.n_epoch) && l.rank == 0) std::filesystem::remove(path_);
 }
 
 }  // namespace fastcpp

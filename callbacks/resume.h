@@ -1,7 +1,11 @@
 #pragma once
-// ResumeFromCheckpoint (order 61): makes a program's fits restartable. After every epoch
-// it saves the learner (model, optimizer, scaler, epoch) to `path` (atomically; rank 0
-// only when distributed) with the fit's number (1 for the first fit it runs in) and a seed.
+// ResumeFromCheckpoint (order 64, after the trackers): makes a program's fits restartable.
+// After every epoch it saves the learner (model, optimizer, scaler, epoch) to `path`
+// (atomically; rank 0 only when distributed) with the fit's number (1 for the first fit it
+// runs in), a seed, the Recorder's smoothed loss and the trackers' state (the best value
+// of SaveModel, EarlyStopping and ReduceLROnPlateau, and the epochs since it), restored when
+// the checkpoint is loaded. Not kept: GradientAccumulation's gradients pending at an epoch's end (where
+// the epoch's items are not a multiple of its count, the resumed steps fall elsewhere).
 // At the start of a fit it reads `path`: a checkpoint of this fit is loaded and its epochs
 // are skipped; one of a later fit (fine_tune restarted in its second phase) skips this
 // whole fit, which the later one replaces; none, or one of an earlier fit, trains from
@@ -37,6 +41,7 @@ class ResumeFromCheckpoint : public Callback {
   int first_epoch_ = 0;
   bool skipped_ = false;  // a later fit's checkpoint stands for this one
   bool stopped_ = false;  // cancelled (EarlyStopping): done, as a fit that ran its epochs
+  int last_epoch_ = -1;   // the last epoch that ended (learn.epoch may be a loaded file's by after_fit)
   bool seeded_ = false;
   uint64_t seed_ = 0;
 };

@@ -31,6 +31,7 @@ class TensorBoardLogger : public Callback {
   void after_batch() override;
   void after_epoch() override;
   void after_fit() override;
+  void after_fit_failed() override { after_fit(); }  // the steps written so far
   // The event file of the last (or current) fit.
   const std::string& path() const { return path_; }
 

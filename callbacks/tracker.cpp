@@ -31,6 +31,16 @@ void TrackerCallback::before_fit() {
   run = !learn().get_cb<LRFinder>();  // its epochs neither validate nor keep their weights
   trained_ = false;
   best_ = lower_is_better_ ? std::numeric_limits<double>::infinity() : -std::numeric_limits<double>::infinity();
+  wait_ = 0;
+}
+
+std::map<std::string, double> TrackerCallback::state() const {
+  return {{"best", best_}, {"wait", static_cast<double>(wait_)}};
+}
+
+void TrackerCallback::load_state(const std::map<std::string, double>& state) {
+  if (const auto best = state.find("best"); best != state.end()) best_ = best->second;
+  if (const auto wait = state.find("wait"); wait != state.end()) wait_ = static_cast<int>(wait->second);
 }
 
 void TrackerCallback::before_train() {
@@ -53,11 +63,15 @@ void TrackerCallback::after_epoch() {
   current_ = learn().recorder->values.back().at(column_);
   new_best_ = lower_is_better_ ? current_ + options_.min_delta < best_ : current_ - options_.min_delta > best_;
   if (new_best_) best_ = current_;
+  wait_ = new_best_ ? 0 : wait_ + 1;
 }
 
 SaveModel::SaveModel(SaveModelOptions options)
     : TrackerCallback({options.monitor, options.min_delta, options.comp}), save_options_(std::move(options)) {
   order = 61;
+  if (save_options_.every_epoch < 0)
+    throw Error("SaveModel: every_epoch must be >= 0 (0: save the best), got " +
+                std::to_string(save_options_.every_epoch));
   if (save_options_.every_epoch && save_options_.at_end)
     throw Error("SaveModel: every_epoch and at_end together (each epoch's model is saved already)");
 }
@@ -70,8 +84,9 @@ void SaveModel::after_epoch() {
   auto& l = learn();
   TrackerCallback::after_epoch();
   if (!measured_) return;
-  if (save_options_.every_epoch) {
-    l.save(path(std::string("_").append(std::to_string(l.epoch))), save_options_.with_opt);
+  if (save_options_.every_epoch > 0) {
+    if (l.epoch % save_options_.every_epoch == 0)
+      l.save(path(std::string("_").append(std::to_string(l.epoch))), save_options_.with_opt);
     return;
   }
   if (!new_best_) return;
@@ -85,7 +100,7 @@ void SaveModel::after_fit() {
   auto& l = learn();
   if (save_options_.at_end)
     l.save(path(), save_options_.with_opt);
-  else if (!save_options_.every_epoch && std::filesystem::exists(path()))
+  else if (!save_options_.every_epoch && std::isfinite(best()))  // this fit (or the one it resumes) saved it
     l.load(path(), save_options_.with_opt);
 }
 
@@ -94,19 +109,9 @@ EarlyStopping::EarlyStopping(EarlyStoppingOptions options)
   order = 63;
 }
 
-void EarlyStopping::before_fit() {
-  TrackerCallback::before_fit();
-  wait_ = 0;
-}
-
 void EarlyStopping::after_epoch() {
   TrackerCallback::after_epoch();
-  if (!measured_) return;
-  if (new_best_) {
-    wait_ = 0;
-    return;
-  }
-  if (++wait_ < patience_) return;
+  if (!measured_ || new_best_ || wait_ < patience_) return;
   auto& l = learn();
   l.logger("No improvement since epoch " + std::to_string(l.epoch - wait_) + ": early stopping");
   throw CancelFitException();
@@ -122,19 +127,9 @@ ReduceLROnPlateau::ReduceLROnPlateau(ReduceLROnPlateauOptions options)
     throw Error("ReduceLROnPlateau: min_lr must be >= 0, got " + spec_text::number(options.min_lr));
 }
 
-void ReduceLROnPlateau::before_fit() {
-  TrackerCallback::before_fit();
-  wait_ = 0;
-}
-
 void ReduceLROnPlateau::after_epoch() {
   TrackerCallback::after_epoch();
-  if (!measured_) return;
-  if (new_best_) {
-    wait_ = 0;
-    return;
-  }
-  if (++wait_ < reduce_options_.patience) return;
+  if (!measured_ || new_best_ || wait_ < reduce_options_.patience) return;
   wait_ = 0;
   auto& l = learn();
   const double old_lr = l.opt->param_groups().back().hypers.lr;

@@ -6,10 +6,13 @@
 // fit skips before training (callbacks/resume.h, fit's start_epoch) counts for nothing.
 //
 // SaveModel (order 61): saves <model_dir>/<fname>.pt when the value improves (or every
-//   epoch as <fname>_<epoch>.pt); loads the best back at the end of the fit.
+//   `every_epoch`-th epoch as <fname>_<epoch>.pt); loads the best back at the end of the fit.
 // EarlyStopping (order 63): stops the fit after `patience` epochs without improvement.
 // ReduceLROnPlateau (order 62): divides every lr by `factor` after `patience` epochs
 //   without improvement, never below min_lr.
+// A fit resumed by ResumeFromCheckpoint goes on with each tracker's best value and epochs
+// without improvement as they were when its checkpoint was saved.
+#include <map>
 #include <string>
 
 #include "learner/callback.h"
@@ -35,11 +38,15 @@ class TrackerCallback : public Callback {
   void after_epoch() override;
 
   double best() const { return best_; }
+  // The best value and the epochs since it ("best", "wait"), as a restarted fit needs them.
+  std::map<std::string, double> state() const;
+  void load_state(const std::map<std::string, double>& state);
 
  protected:
   bool measured_ = false;  // this epoch trained, and its value was compared with the best
   bool new_best_ = false;
   double current_ = 0;
+  int wait_ = 0;  // measured epochs since the best (a subclass may start it again)
   TrackerOptions options_;
 
  private:
@@ -55,7 +62,7 @@ struct SaveModelOptions {
   Comp comp = Comp::infer;
   std::string fname = "model";
   std::string model_dir = "models";
-  bool every_epoch = false;
+  int every_epoch = 0;  // n > 0: save every n-th epoch (0, n, 2n, ...) instead of the best, as fastai's
   bool at_end = false;  // save the final model instead of loading the best
   bool with_opt = false;
 };
@@ -81,12 +88,10 @@ struct EarlyStoppingOptions {
 class EarlyStopping : public TrackerCallback {
  public:
   explicit EarlyStopping(EarlyStoppingOptions options = {});
-  void before_fit() override;
   void after_epoch() override;
 
  private:
   int patience_;
-  int wait_ = 0;
 };
 
 struct ReduceLROnPlateauOptions {
@@ -101,12 +106,10 @@ struct ReduceLROnPlateauOptions {
 class ReduceLROnPlateau : public TrackerCallback {
  public:
   explicit ReduceLROnPlateau(ReduceLROnPlateauOptions options = {});
-  void before_fit() override;
   void after_epoch() override;
 
  private:
   ReduceLROnPlateauOptions reduce_options_;
-  int wait_ = 0;
 };
 
 }  // namespace fastcpp

@@ -98,18 +98,20 @@ void DataLoader::place_resident() {
 
 DataLoader::Iterator DataLoader::begin() {
   place_resident();
-  return Iterator(this, epoch_++);
+  return Iterator(std::make_shared<const DataLoader>(*this), epoch_++);
 }
 
 DataLoader::Iterator DataLoader::end() { return Iterator(); }
 
-DataLoader::Iterator::Iterator(const DataLoader* loader, int64_t epoch) : loader_(loader), epoch_(epoch), done_(false) {
+DataLoader::Iterator::Iterator(std::shared_ptr<const DataLoader> loader, int64_t epoch)
+    : loader_(loader), epoch_(epoch), done_(false) {
   auto order = std::make_shared<const std::vector<int64_t>>(loader->order(epoch));
   // Batches cut from resident data are a kernel launch each: the consumer's thread does it.
   const int workers = loader->resident() ? 0 : loader->options().workers;
   const size_t depth = static_cast<size_t>(std::max(workers, 1) * std::max(loader->options().prefetch, 1));
-  pipeline_ = std::make_shared<BatchPipeline>(loader->size(), workers, depth,
-                                              [loader, order, epoch](size_t b) { return loader->make_batch(*order, epoch, b); });
+  pipeline_ = std::make_shared<BatchPipeline>(
+      loader->size(), workers, depth,
+      [loader, order, epoch](size_t b) { return loader->make_batch(*order, epoch, b); });
   fetch();
 }
 

@@ -16,8 +16,9 @@
 // device (data/device_stage.h: JPEGs decoded on the GPU) is finished there by the
 // consumer; then the random batch transforms (aug_tfms) and the batch transforms run. In-memory data (a TensorDataset) small enough
 // go to the GPU once instead, and each batch is cut there (options.resident). Breaking
-// out of the loop, an error, or destroying the loader mid-epoch stops and joins the
-// workers.
+// out of the loop or an error stops and joins the workers. An iteration works on a copy
+// of the loader taken when it begins: changing, moving or destroying the loader mid-epoch
+// (to(), set_sampler, add_batch_tfms) reaches the next iteration, never this one.
 #include <torch/types.h>
 
 #include <memory>
@@ -116,7 +117,7 @@ class DataLoader {
 class DataLoader::Iterator {
  public:
   Iterator() = default;
-  Iterator(const DataLoader* loader, int64_t epoch);
+  Iterator(std::shared_ptr<const DataLoader> loader, int64_t epoch);
 
   const Batch& operator*() const { return batch_; }
   const Batch* operator->() const { return &batch_; }
@@ -126,7 +127,7 @@ class DataLoader::Iterator {
 
  private:
   void fetch();
-  const DataLoader* loader_ = nullptr;
+  std::shared_ptr<const DataLoader> loader_;  // the copy this iteration reads (its producer holds it too)
   std::shared_ptr<BatchPipeline> pipeline_;
   Batch batch_;
   int64_t epoch_ = 0;

@@ -9,6 +9,7 @@
 #include "distributed/sync_batchnorm.h"
 #include "core/device.h"
 #include "core/error.h"
+#include "core/padding.h"
 #include "learner/learner.h"
 #include "optim/param_groups.h"
 
@@ -120,13 +121,28 @@ void DistributedTrainer::after_loss() {
   l.loss = (loss / env_.world_size).reshape({});
 }
 
+namespace {
+
+// Each rank's tensor, stacked: [world, ...]. Its sizes may differ between the ranks (box
+// targets are padded to each batch's most boxes): each rank pads its own with -1,
+// box_targets' padding, to the largest, after a gather of the sizes.
+torch::Tensor gather_padded(Communicator& comm, const torch::Tensor& tensor) {
+  if (tensor.dim() < 2) return comm.all_gather(tensor);  // [batch]: the same on every rank
+  const auto sizes = comm.all_gather(torch::tensor(tensor.sizes().vec(), torch::kLong).to(tensor.device()));
+  const auto most = std::get<0>(sizes.max(0)).cpu();
+  return comm.all_gather(padded_to(tensor, std::vector<int64_t>(most.data_ptr<int64_t>(),
+                                                                most.data_ptr<int64_t>() + most.numel()), -1));
+}
+
+}  // namespace
+
 void DistributedTrainer::gather_validation_batch() {
   auto& l = learn();
   const auto& sampler = l.dls.valid.sampler();
   const int64_t per_rank = static_cast<int64_t>(sampler.size());
   const int64_t n = static_cast<int64_t>(l.dls.valid.own_sampler()->size());  // the epoch before padding
   const int64_t first = static_cast<int64_t>(l.iter) * l.dls.valid.bs();
-  const auto preds = comm_->all_gather(l.pred.detach()), targets = comm_->all_gather(l.yb);
+  const auto preds = comm_->all_gather(l.pred.detach()), targets = gather_padded(*comm_, l.yb);
   std::vector<torch::Tensor> kept_preds, kept_targets;
   for (int r = 0; r < env_.world_size; ++r) {
     // Rank r's batch holds padded positions r*per_rank + first + j; positions >= n are padding.

@@ -55,6 +55,7 @@ class DistributedTrainer : public DevicePlacement {
   void before_backward() override;
   void after_backward() override;
   void after_fit() override;
+  void after_fit_failed() override { after_fit(); }
 
   const std::shared_ptr<Communicator>& communicator() const { return comm_; }
   // Synchronized backward passes (steps whose gradients were all-reduced, each in one

@@ -5,13 +5,18 @@
 //                  [--master-addr A] [--master-port P | --rdzv-endpoint A:P] [--] PROGRAM [ARGS...]
 //
 // torchrun's spellings (--nproc_per_node, --node_rank, ...) work too.
-// Every worker gets RANK, LOCAL_RANK, GROUP_RANK, WORLD_SIZE, LOCAL_WORLD_SIZE,
-// MASTER_ADDR, MASTER_PORT and TORCHELASTIC_RESTART_COUNT. With M nodes, one launcher
+// Every worker gets RANK, LOCAL_RANK, GROUP_RANK, GROUP_WORLD_SIZE, WORLD_SIZE,
+// LOCAL_WORLD_SIZE, MASTER_ADDR, MASTER_PORT, TORCHELASTIC_RESTART_COUNT,
+// TORCHELASTIC_MAX_RESTARTS and TORCHELASTIC_USE_AGENT_STORE=False (rank 0 serves the
+// rendezvous), and with N > 1, OMP_NUM_THREADS=1 unless it is set, as torchrun gives them.
+// Each worker leads a process group of its own, and every signal goes to the whole group:
+// what a worker started (a script's programs) ends with it. With M nodes, one launcher
 // runs on each (node ranks 0..M-1, the same N everywhere) and node R's workers are
 // ranks R*N .. R*N+N-1; rank 0, on node 0, serves the rendezvous at A:P, so A must be
 // node 0's address (--rdzv-endpoint: HOST, HOST:PORT, [IPv6] or [IPv6]:PORT; without a port,
 // --master-port's). SIGINT, SIGTERM, SIGHUP and SIGQUIT are forwarded to the workers; no group
-// starts again, and once they end the exit status is 128 + the signal (0 if all ended with 0).
+// starts again, workers still running 30 s later get SIGKILL, and once they end the exit
+// status is 128 + the signal (0 if all ended with 0).
 // A SIGHUP ignored when the launcher starts, as under nohup, stays ignored, by the workers too.
 // When a worker fails, the others on this node are stopped (after 3 s, SIGTERM, then
 // SIGKILL after 10 s) and this node's group is started again, up to K times; workers on
@@ -65,6 +70,13 @@ void take_signals_synchronously() {
   sigprocmask(SIG_BLOCK, &g_awaited, &g_startup_mask);
 }
 
+// Sends `signal` to the process group of each worker not yet reaped (the entries of `workers`
+// that are not 0): each worker leads one, with what it started.
+void signal_groups(const std::vector<pid_t>& workers, int signal) {
+  for (pid_t pid : workers)
+    if (pid > 0) killpg(pid, signal);
+}
+
 // Waits up to `timeout` for a worker's exit or a stop signal; the latter is recorded and
 // forwarded to the workers not yet reaped (the entries of `workers` that are not 0).
 void await_event(const std::vector<pid_t>& workers, Clock::duration timeout) {
@@ -73,8 +85,7 @@ void await_event(const std::vector<pid_t>& workers, Clock::duration timeout) {
   const int signal = sigtimedwait(&g_awaited, nullptr, &wait);
   if (signal <= 0 || signal == SIGCHLD) return;
   g_stop_signal = signal;
-  for (pid_t pid : workers)
-    if (pid > 0) kill(pid, signal);
+  signal_groups(workers, signal);
 }
 
 // The stop signals that came while no worker ran.
@@ -86,6 +97,7 @@ void take_pending_signals() {
 
 struct Job {
   int nproc = 0, nnodes = 1, node_rank = 0, max_restarts = 0, port = 29500;
+  bool default_threads = false;  // OMP_NUM_THREADS unset with several workers: 1 each, as torchrun
   std::string addr = "127.0.0.1";
   std::vector<std::string> program;  // the worker's command line
 
@@ -94,7 +106,9 @@ struct Job {
 
 pid_t start_worker(const Job& job, int local_rank, int restart) {
   const pid_t pid = fork();
+  if (pid > 0) setpgid(pid, pid);  // here too: the launcher may signal the group before the child runs
   if (pid != 0) return pid;
+  setpgid(0, 0);
   // The signals as the launcher found them: a signal that comes before exec then acts on the worker.
   for (int signal = 1; signal < NSIG; ++signal)
     if (sigismember(&g_awaited, signal) == 1) std::signal(signal, SIG_DFL);
@@ -106,7 +120,11 @@ pid_t start_worker(const Job& job, int local_rank, int restart) {
   setenv("LOCAL_WORLD_SIZE", std::to_string(job.nproc).c_str(), 1);
   setenv("MASTER_ADDR", job.addr.c_str(), 1);
   setenv("MASTER_PORT", std::to_string(job.port).c_str(), 1);
+  setenv("GROUP_WORLD_SIZE", std::to_string(job.nnodes).c_str(), 1);
   setenv("TORCHELASTIC_RESTART_COUNT", std::to_string(restart).c_str(), 1);
+  setenv("TORCHELASTIC_MAX_RESTARTS", std::to_string(job.max_restarts).c_str(), 1);
+  setenv("TORCHELASTIC_USE_AGENT_STORE", "False", 1);
+  if (job.default_threads) setenv("OMP_NUM_THREADS", "1", 1);
   std::vector<char*> argv;
   for (const auto& arg : job.program) argv.push_back(const_cast<char*>(arg.c_str()));
   argv.push_back(nullptr);
@@ -123,9 +141,11 @@ int exit_code(int status) { return WIFEXITED(status) ? WEXITSTATUS(status) : 128
 // Then SIGTERM, and SIGKILL 10 s later.
 int run_group(const Job& job, int restart, int* failed_local_rank) {
   const auto terminate_after = std::chrono::seconds(3), kill_after = terminate_after + std::chrono::seconds(10);
+  const auto kill_after_stop = std::chrono::seconds(30);  // torchrun's grace after a stop signal
   std::vector<pid_t> workers;  // 0 once reaped
   int code = 0, escalations = 0;  // SIGTERM, then SIGKILL
-  Clock::time_point failed_at;
+  Clock::time_point failed_at, stopped_at;
+  bool stop_killed = false;
   const auto fail = [&](int local_rank, int status_code) {
     if (code != 0) return;
     code = status_code, *failed_local_rank = local_rank;
@@ -139,6 +159,7 @@ int run_group(const Job& job, int restart, int* failed_local_rank) {
     }
     workers.push_back(std::max<pid_t>(pid, 0));
   }
+  const auto started = workers;  // each the id of its process group
   for (;;) {
     int status = 0;
     for (pid_t pid; (pid = waitpid(-1, &status, WNOHANG)) > 0;) {
@@ -147,14 +168,26 @@ int run_group(const Job& job, int restart, int* failed_local_rank) {
       *worker = 0;
       if (exit_code(status) != 0) fail(static_cast<int>(worker - workers.begin()), exit_code(status));
     }
-    if (std::all_of(workers.begin(), workers.end(), [](pid_t pid) { return pid == 0; })) return code;
+    if (std::all_of(workers.begin(), workers.end(), [](pid_t pid) { return pid == 0; })) {
+      signal_groups(started, SIGKILL);  // what the workers left running (a script's background jobs)
+      return code;
+    }
     Clock::duration timeout = std::chrono::seconds(1);
     if (code != 0) {
       const auto elapsed = Clock::now() - failed_at;
       for (; escalations < (elapsed >= kill_after ? 2 : elapsed >= terminate_after ? 1 : 0); ++escalations)
-        for (pid_t pid : workers)
-          if (pid > 0) kill(pid, escalations == 0 ? SIGTERM : SIGKILL);
+        signal_groups(workers, escalations == 0 ? SIGTERM : SIGKILL);
       if (escalations < 2) timeout = (escalations == 0 ? terminate_after : kill_after) - elapsed;
+    }
+    if (g_stop_signal && !stop_killed) {  // workers that ignore the forwarded signal
+      if (stopped_at == Clock::time_point()) stopped_at = Clock::now();
+      const auto left = kill_after_stop - (Clock::now() - stopped_at);
+      if (left <= Clock::duration::zero()) {
+        signal_groups(workers, SIGKILL);
+        stop_killed = true;
+      } else {
+        timeout = std::min<Clock::duration>(timeout, left);
+      }
     }
     await_event(workers, timeout);
   }
@@ -241,6 +274,9 @@ int main(int argc, char** argv) {
   // On several nodes the default 127.0.0.1 would leave every other node waiting out its timeout.
   if (job.nnodes > 1 && !master_addr_given) return refuse("--nnodes " + std::to_string(job.nnodes) +
                                                           " needs --master-addr: the address of node 0");
+  job.default_threads = job.nproc > 1 && !std::getenv("OMP_NUM_THREADS");
+  if (job.default_threads)
+    std::fprintf(stderr, "fastcpp-launch: OMP_NUM_THREADS=1 for each of the %d workers (set it to choose)\n", job.nproc);
   take_signals_synchronously();
   for (int attempt = 0;; ++attempt) {
     int failed = -1;

@@ -21,7 +21,7 @@ class GradNormLogger : public Callback {
  public:
   // The recorder reads the column when it writes the epoch's row.
   void after_create() override {
-    learn().recorder->add_column("grad norm", [this] { return count_ ? sum_ / count_ : std::nan(""); });
+    learn().recorder->add_column(*this, "grad norm", [this] { return count_ ? sum_ / count_ : std::nan(""); });
   }
   void before_epoch() override { sum_ = 0, count_ = 0; }
   void after_backward() override {

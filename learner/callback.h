@@ -50,6 +50,10 @@ class Callback {
   virtual void after_epoch() {}
   virtual void after_cancel_fit() {}
   virtual void after_fit() {}
+  // Not fastai's: a fit that fails (an exception other than a cancel) gets no after_fit;
+  // this instead, before the exception goes on, to put back what the fit's start changed
+  // (autocast, the profiler, lr_find's weights, the progress bar's line).
+  virtual void after_fit_failed() {}
 
   // Calls the method for `event`, honouring run/run_train/run_valid.
   void handle(Event event);

@@ -28,8 +28,11 @@ std::vector<char> encode(const Learner& learn, bool with_opt, const Extras& extr
   if (with_opt && learn.opt) root.insert("opt", learn.opt->state_dict());
   if (with_opt && learn.scaler) root.insert("scaler", learn.scaler->state_dict());
   if (!extras.empty()) {
-    c10::Dict<std::string, int64_t> entries;
-    for (const auto& [key, value] : extras) entries.insert(key, value);
+    auto entries = string_dict();
+    for (const auto& [key, value] : extras) {
+      if (!value.isInt() && !value.isDouble()) throw Error("checkpoint extra '" + key + "' is not a number");
+      entries.insert(key, value);
+    }
     root.insert("extras", entries);
   }
   return torch::pickle_save(root);
@@ -54,9 +57,9 @@ Extras extras_of(const std::vector<char>& bytes, const std::string& source) {
   Extras extras;
   if (root.find(c10::IValue(std::string("extras"))) == root.end()) return extras;
   for (const auto& entry : typed_entry(root, "extras", &c10::IValue::isGenericDict, source).toGenericDict()) {
-    if (!entry.key().isString() || !entry.value().isInt())
-      throw Error("cannot read " + source + ": its 'extras' entry holds something other than named integers");
-    extras[entry.key().toStringRef()] = entry.value().toInt();
+    if (!entry.key().isString() || !(entry.value().isInt() || entry.value().isDouble()))
+      throw Error("cannot read " + source + ": its 'extras' entry holds something other than named numbers");
+    extras[entry.key().toStringRef()] = entry.value();
   }
   return extras;
 }

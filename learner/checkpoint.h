@@ -18,9 +18,10 @@ class Learner;
 
 namespace checkpoint {
 
-// Integers a callback keeps with the Learner's state (ResumeFromCheckpoint: which fit the
-// checkpoint was saved in, and its seed); empty in a plain save.
-using Extras = std::map<std::string, int64_t>;
+// Numbers (integers or doubles) a callback keeps with the Learner's state
+// (ResumeFromCheckpoint: which fit the checkpoint was saved in, its seed, the trackers'
+// best values); empty in a plain save.
+using Extras = std::map<std::string, c10::IValue>;
 
 std::vector<char> encode(const Learner& learn, bool with_opt, const Extras& extras = {});
 void decode_into(Learner& learn, const std::vector<char>& bytes, bool with_opt, const std::string& source);

@@ -12,7 +12,10 @@
 #include "learner/checkpoint.h"
 #include "core/device.h"
 #include "core/error.h"
+#include "core/exception_text.h"
 #include "core/host_memory.h"
+#include "core/padding.h"
+#include "core/spec_text.h"
 #include "optim/param_groups.h"
 #include "learner/recorder.h"
 #include "learner/train_eval.h"
@@ -20,10 +23,11 @@
 namespace fastcpp {
 namespace {
 
-// Skips the epochs before start_epoch, so a resumed fit keeps its schedule.
+// Skips the epochs before start_epoch, so a resumed fit keeps its schedule. After the
+// Recorder's before_epoch, so that a skipped epoch's row holds no earlier values.
 class SkipToEpoch : public Callback {
  public:
-  explicit SkipToEpoch(int start_epoch) : start_epoch_(start_epoch) { order = -9; }
+  explicit SkipToEpoch(int start_epoch) : start_epoch_(start_epoch) { order = 51; }
   void before_epoch() override {
     if (learn().epoch < start_epoch_) throw CancelEpochException();
   }
@@ -52,6 +56,28 @@ class GatherPreds : public Callback {
   bool with_loss;
   std::vector<torch::Tensor> preds, targets, losses;
 };
+
+// The batches' targets as one tensor. Targets whose size past the first dimension differs
+// from batch to batch (box targets are padded to each batch's most boxes) are padded with
+// -1, box_targets' padding, to the largest.
+torch::Tensor cat_targets(const std::vector<torch::Tensor>& targets) {
+  auto sizes = targets.front().sizes().vec();
+  bool same = true;
+  for (const auto& t : targets) {
+    if (t.dim() != static_cast<int64_t>(sizes.size())) return torch::cat(targets);  // cat names the mismatch
+    for (int64_t d = 1; d < t.dim(); ++d) {
+      same = same && t.size(d) == sizes[d];
+      sizes[d] = std::max(sizes[d], t.size(d));
+    }
+  }
+  if (same) return torch::cat(targets);
+  std::vector<torch::Tensor> padded;
+  for (const auto& t : targets) {
+    sizes[0] = t.size(0);
+    padded.push_back(padded_to(t, sizes, -1));
+  }
+  return torch::cat(padded);
+}
 
 std::string first_line(const std::string& text) { return text.substr(0, text.find('\n')); }
 
@@ -155,6 +181,7 @@ void Learner::remove_cb(const CallbackPtr& cb) {
   auto it = std::find(cbs->begin(), cbs->end(), cb);
   if (it == cbs->end()) return;
   (*it)->learn_ = nullptr;
+  if (recorder) recorder->remove_columns_of(**it);  // they read the callback
   cbs->erase(it);
   cbs_ = std::move(cbs);
 }
@@ -171,7 +198,7 @@ void Learner::call(Callback& cb, Event e) {
     throw;
   } catch (const std::exception& ex) {
     throw Error("Exception occurred in `" + cb.name() + "` when calling event `" + event_name(e) + "`:\n\t" +
-                ex.what());
+                exception_text(ex));
   }
 }
 
@@ -213,14 +240,26 @@ void Learner::fit(int n_epoch_, Lrs lr, FitOptions options) {
     }
   } cleanup{*this, n_epoch_};
   // A fit that fails gets no after_fit: the loss function is put back here, not left as a
-  // callback swapped it for the fit (MixUp's), and every callback runs again.
+  // callback swapped it for the fit (MixUp's), each callback's after_fit_failed runs, and
+  // every callback runs again.
   const Loss loss_before = loss_func;
   try {
     with_events<CancelFitException>([&] { do_fit(); }, Event::before_fit, Event::after_cancel_fit, Event::after_fit);
   } catch (...) {
     loss_func = loss_before;
+    for (const auto& cb : *cbs_) {
+      try {
+        cb->after_fit_failed();
+      } catch (...) {  // the fit's own error is the one to report
+      }
+    }
     for (const auto& cb : *cbs_) cb->run = true;  // as after_fit would: lr_find's sit-outs (run false) end with it
-    throw;
+    try {
+      throw;
+    } catch (const CancelException& e) {  // e.g. CancelBatchException from after_batch, outside the batch it names
+      throw Error(std::string(e.what()) + " was raised where nothing it cancels was running (" + position() +
+                  "); each is caught only inside what it names, as in fastai");
+    }
   }
 }
 
@@ -310,7 +349,20 @@ void Learner::fit_scheduled(int n_epoch_, ParamScheduler::Scheds scheds, FitOpti
   fit(n_epoch_, {}, std::move(options));
 }
 
+namespace {
+
+// The options every scheduled fit shares, checked before anything changes.
+void check_schedule(const char* who, double pct_start, std::initializer_list<std::pair<const char*, double>> divisors) {
+  if (!(pct_start >= 0 && pct_start <= 1))
+    throw Error(std::string(who) + ": pct_start must be between 0 and 1, got " + spec_text::number(pct_start));
+  for (const auto& [name, value] : divisors)
+    if (!(value > 0)) throw Error(std::string(who) + ": " + name + " must be > 0, got " + spec_text::number(value));
+}
+
+}  // namespace
+
 void Learner::fit_one_cycle(int n_epoch_, Lrs lr_max, OneCycleOptions o) {
+  check_schedule("fit_one_cycle", o.pct_start, {{"div", o.div}, {"div_final", o.div_final}});
   ParamScheduler::Scheds scheds;
   for (double lr : group_lrs(lr_max)) scheds["lr"].push_back(combined_cos(o.pct_start, lr / o.div, lr, lr / o.div_final));
   scheds["mom"] = {combined_cos(o.pct_start, o.moms[0], o.moms[1], o.moms[2])};
@@ -318,6 +370,7 @@ void Learner::fit_one_cycle(int n_epoch_, Lrs lr_max, OneCycleOptions o) {
 }
 
 void Learner::fit_flat_cos(int n_epoch_, Lrs lr, FlatCosOptions o) {
+  check_schedule("fit_flat_cos", o.pct_start, {{"div_final", o.div_final}});
   ParamScheduler::Scheds scheds;
   for (double value : group_lrs(lr)) scheds["lr"].push_back(combined_cos(o.pct_start, value, value, value / o.div_final));
   fit_scheduled(n_epoch_, std::move(scheds), {.wd = o.wd, .cbs = o.cbs, .reset_opt = o.reset_opt, .start_epoch = o.start_epoch});
@@ -341,6 +394,11 @@ void Learner::fit_sgdr(int n_cycles, int cycle_len, Lrs lr_max, SgdrOptions o) {
 }
 
 void Learner::fine_tune(int epochs, FineTuneOptions o) {
+  // Checked before the frozen phase trains (or freezes anything).
+  if (epochs < 0 || o.freeze_epochs < 0)
+    throw Error("fine_tune: epochs and freeze_epochs must be >= 0, got " + std::to_string(epochs) + " and " +
+                std::to_string(o.freeze_epochs));
+  check_schedule("fine_tune", o.pct_start, {{"div", o.div}, {"lr_mult", o.lr_mult}});
   freeze();
   fit_one_cycle(o.freeze_epochs, slice(o.base_lr), {.pct_start = 0.99, .wd = o.wd, .cbs = o.cbs});
   const double base_lr = o.base_lr / 2;
@@ -381,15 +439,22 @@ Preds Learner::get_preds(DataLoader* loader, bool with_loss) {
   AddedCallbacks added(*this, {gather});
   validate(loader);
   if (gather->preds.empty()) return {};
-  return {torch::cat(gather->preds), torch::cat(gather->targets), with_loss ? torch::cat(gather->losses) : torch::Tensor()};
+  return {torch::cat(gather->preds), cat_targets(gather->targets),
+          with_loss ? torch::cat(gather->losses) : torch::Tensor()};
 }
 
 torch::Tensor Learner::predict(const torch::Tensor& item) {
   torch::NoGradGuard no_grad;
   model.module().eval();
-  // As the valid loader makes its batches: a resize of aug_transforms' too, not the batch transforms alone.
-  const auto x = dls.valid.apply_batch_tfms({.x = item.unsqueeze(0).to(device)}, /*seed=*/0).x;
-  return loss_func.activation(model(x)).squeeze(0);
+  torch::Tensor prediction;
+  naming_failure(
+      [&] {
+        // As the valid loader makes its batches: a resize of aug_transforms' too, not the batch transforms alone.
+        const auto x = dls.valid.apply_batch_tfms({.x = item.unsqueeze(0).to(device)}, /*seed=*/0).x;
+        prediction = loss_func.activation(model(x)).squeeze(0);
+      },
+      [&] { return "predict: the item " + c10::str(item.sizes()) + " does not go through the model"; });
+  return prediction;
 }
 
 // ---------------------------------------------------------------- state

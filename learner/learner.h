@@ -166,7 +166,7 @@ class Learner {
 
   // ---- state
   // Model, optimizer state and epoch, written atomically (temporary file + rename);
-  // `extras`: integers a callback keeps with them (checkpoint::extras_of reads them back).
+  // `extras`: numbers a callback keeps with them (checkpoint::extras_of reads them back).
   void save(const std::string& path, bool with_opt = true, const checkpoint::Extras& extras = {}) const;
   void load(const std::string& path, bool with_opt = true);
   // What inference needs, in one file without the data (learner/export.h): fastai's

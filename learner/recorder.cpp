@@ -59,18 +59,34 @@ std::string format_time(double seconds) {
 std::vector<std::string> Recorder::metric_names() const {
   std::vector<std::string> names{"epoch", "train_loss", "valid_loss"};
   for (const auto& metric : learn().metrics) names.push_back(metric->name());
-  for (const auto& column : columns_) names.push_back(column.first);
+  for (const auto& column : columns_) names.push_back(column.name);
   names.push_back("time");
   return names;
 }
 
-void Recorder::add_column(const std::string& name, std::function<double()> value) {
+void Recorder::add_column(const Callback& owner, const std::string& name, std::function<double()> value) {
   for (auto& column : columns_)
-    if (column.first == name) {
-      column.second = std::move(value);
+    if (column.name == name) {
+      column = {name, &owner, std::move(value)};
       return;
     }
-  columns_.emplace_back(name, std::move(value));
+  columns_.push_back({name, &owner, std::move(value)});
+}
+
+std::map<std::string, double> Recorder::smoothing_state() {
+  flush_losses();
+  return {{"smooth", smooth_}, {"smooth_count", static_cast<double>(smooth_count_)}};
+}
+
+void Recorder::load_smoothing_state(const std::map<std::string, double>& state) {
+  if (const auto smooth = state.find("smooth"); smooth != state.end()) smooth_ = smooth->second;
+  if (const auto count = state.find("smooth_count"); count != state.end())
+    smooth_count_ = static_cast<int64_t>(count->second);
+  lagged_.reset();
+}
+
+void Recorder::remove_columns_of(const Callback& owner) {
+  std::erase_if(columns_, [&](const Column& column) { return column.owner == &owner; });
 }
 
 void Recorder::before_fit() {
@@ -182,7 +198,7 @@ void Recorder::after_epoch() {
   log = {std::to_string(l.epoch)};
   for (double value : row) log.push_back(format_value(value));
   for (const auto& column : columns_) {
-    row.push_back(column.second());
+    row.push_back(column.value());
     log.push_back(std::isnan(row.back()) ? "n/a" : format_value(row.back()));
   }
   values.push_back(row);

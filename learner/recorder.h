@@ -12,6 +12,7 @@
 
 #include <chrono>
 #include <functional>
+#include <map>
 #include <memory>
 #include <string>
 #include <utility>
@@ -48,8 +49,14 @@ class Recorder : public Callback {
   std::vector<std::string> metric_names() const;
   // An extra column of the epoch table, after the metrics (PeakMemMetric's memory
   // columns): `value` is read at after_epoch; NaN prints as n/a. Adding a name twice
-  // replaces it.
-  void add_column(const std::string& name, std::function<double()> value);
+  // replaces it. The column goes when its owner leaves the Learner (remove_cb, the end of
+  // the fit it was passed to), so `value` may read the owner's members.
+  void add_column(const Callback& owner, const std::string& name, std::function<double()> value);
+  void remove_columns_of(const Callback& owner);
+  // The smoothed training loss's running state ("smooth", "smooth_count"), as a resumed fit
+  // needs it to go on as the uninterrupted one (callbacks/resume.h); read after an epoch.
+  std::map<std::string, double> smoothing_state();
+  void load_smoothing_state(const std::map<std::string, double>& state);
 
   // Training loss per batch (and validation loss per epoch) as a PNG line plot.
   void plot_loss(const std::string& path, size_t skip_start = 5, bool with_valid = true) const;
@@ -74,7 +81,12 @@ class Recorder : public Callback {
   int64_t valid_count_ = 0;
   std::vector<double> valid_values_;
   bool cancel_train_ = false, cancel_valid_ = false;
-  std::vector<std::pair<std::string, std::function<double()>>> columns_;
+  struct Column {
+    std::string name;
+    const Callback* owner;
+    std::function<double()> value;
+  };
+  std::vector<Column> columns_;
   std::chrono::steady_clock::time_point epoch_start_;
 };
 

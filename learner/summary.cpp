@@ -5,6 +5,7 @@
 #include <sstream>
 
 #include "core/error.h"
+#include "core/exception_text.h"
 #include "learner/learner.h"
 #include "core/sequential.h"
 
@@ -44,22 +45,35 @@ std::string Learner::summary() {
   if (!input.defined()) throw Error("summary: the validation set is empty; a batch is needed to trace the shapes");
 
   auto& module = model.module();
-  const bool was_training = module.is_training();
+  struct KeepMode {  // also when a layer fails
+    torch::nn::Module& module;
+    bool training;
+    ~KeepMode() { module.train(training); }
+  } keep_mode{module, module.is_training()};
   module.eval();
   std::vector<Row> rows;
   {
     torch::NoGradGuard no_grad;
     auto x = input;
+    const auto traced = [&](const std::string& name, const auto& forward) {
+      try {
+        x = forward(x);
+      } catch (const c10::Error& e) {
+        const auto text = exception_text(e);
+        throw Error("summary: '" + name + "' fails on an input of shape " + c10::str(x.sizes()) + ": " +
+                    text.substr(0, text.find('\n')));
+      }
+    };
     if (auto* seq = dynamic_cast<torch::nn::SequentialImpl*>(&module)) {
       for (auto& layer : named_layers(*seq)) {
-        x = layer.any.forward(x);
+        traced(layer.name, [&](const torch::Tensor& in) { return layer.any.forward(in); });
         rows.push_back(row_for(layer.name, *layer.module, x));
       }
     } else {
-      rows.push_back(row_for("model", module, model(x)));
+      traced("model", [&](const torch::Tensor& in) { return model(in); });
+      rows.push_back(row_for("model", module, x));
     }
   }
-  module.train(was_training);
 
   std::ostringstream out;
   char line[256];

@@ -75,7 +75,7 @@ DataParallel::DataParallel(std::vector<torch::Device> devices, bool sync_bn)
 
 void DataParallel::before_fit() {
   auto& l = learn();
-  restore();  // a fit that failed half-way left its replicas
+  restore();  // a fit whose after_fit_failed itself failed may have left its replicas
   devices_ = asked_.empty() ? every_cuda_device() : asked_;
   for (auto& device : devices_) device = check_device(device, "to_parallel");
   if (devices_.size() < 2) {

@@ -43,6 +43,7 @@ class DataParallel : public DevicePlacement {
   void before_fit() override;
   void after_backward() override;
   void after_fit() override;
+  void after_fit_failed() override { after_fit(); }
 
   // The devices of the last (or current) fit, replica 0's first; one or none: not parallel.
   const std::vector<torch::Device>& devices() const { return devices_; }

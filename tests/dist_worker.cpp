@@ -102,6 +102,32 @@ std::shared_ptr<TensorDataset> data(int64_t n, uint64_t seed) {
   return std::make_shared<TensorDataset>(torch::randn({n, 3, 8, 8}, gen), torch::randint(3, {n}, gen, torch::kLong));
 }
 
+// The RetinaNet's validation images, of which image 4 has a second box (its first, a pixel
+// further): the batches, and the two ranks' batches, differ in their most boxes.
+class OneWithTwoBoxes : public Dataset {
+ public:
+  explicit OneWithTwoBoxes(std::shared_ptr<TensorDataset> items) : items_(std::move(items)) {}
+  using Dataset::get;
+  size_t size() const override { return items_->size(); }
+  Example get(size_t i) const override {
+    auto item = items_->get(i);
+    if (i == 4) item.y = torch::cat({item.y, item.y + torch::tensor({1.0f, 1.0f, 1.0f, 1.0f, 0.0f})});
+    return item;
+  }
+  Batch collate_items(const std::vector<Example>& items) const override {
+    std::vector<torch::Tensor> images;
+    std::vector<vision::ImageBoxes> boxes;
+    for (const auto& item : items) {
+      images.push_back(item.x);
+      boxes.push_back({item.y.narrow(1, 0, 4), item.y.select(1, 4).to(torch::kLong)});
+    }
+    return {torch::stack(images), vision::box_targets(boxes)};
+  }
+
+ private:
+  std::shared_ptr<TensorDataset> items_;
+};
+
 // The single-process order that matches two ranks: each batch of 8 is rank 0's
 // batch of 4 followed by rank 1's.
 class TwoRankOrder : public Sampler {
@@ -239,7 +265,9 @@ int main(int argc, char** argv) {
     if (two_rank_batches) order = std::make_shared<TwoRankOrder>();
     DataLoaders dls{DataLoader(data(kTrain, 1), {.bs = two_rank_batches ? 2 * kLocalBs : kLocalBs, .shuffle = true,
                                                  .seed = 3, .sampler = order}),
-                    DataLoader(data(kValid, 2), {.bs = 4})};
+                    DataLoader(retinanet_worker() ? DatasetPtr(std::make_shared<OneWithTwoBoxes>(data(kValid, 2)))
+                                                  : data(kValid, 2),
+                               {.bs = 4})};
     auto conv = [](int64_t in, int64_t out, int64_t stride) {
       return torch::nn::Conv2d(torch::nn::Conv2dOptions(in, out, 3).stride(stride).padding(1));
     };

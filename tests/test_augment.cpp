@@ -136,6 +136,7 @@ TEST_SUITE("augment") {
       draws[5] = {.zoom = 4, .zoom_col = 1, .zoom_row = 1};  // the bottom right corner: the rectangle leaves
       const auto out = aug.apply_draws({x, y}, draws);
       REQUIRE((out.y.sizes() == y.sizes()));
+      CHECK(torch::equal(aug.apply_draws({x, y.to(torch::kLong)}, draws).y, out.y));  // whole-pixel boxes move too
       for (int i = 0; i < 5; ++i) {
         CAPTURE(i);
         CHECK(out.y[i][0][4].item<float>() == 2.0f);

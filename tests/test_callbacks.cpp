@@ -4,8 +4,10 @@
 #include <filesystem>
 #include <fstream>
 #include <map>
+#include <set>
 #include <sstream>
 
+#include "core/autocast.h"
 #include "helpers.h"
 #include "learner/train_eval.h"
 
@@ -26,6 +28,20 @@ class Scripted : public Metric {
  private:
   std::vector<double> values_;
   int epoch_ = 0;
+};
+
+std::vector<std::string> file_lines(const std::string& path) {
+  std::ifstream in(path);
+  std::vector<std::string> lines;
+  for (std::string line; std::getline(in, line);) lines.push_back(line);
+  return lines;
+}
+
+// The weights after each epoch, to compare with those a callback reloads.
+struct KeepWeights : Callback {
+  KeepWeights() { order = 70; }
+  void after_epoch() override { per_epoch.push_back(snapshot(learn().model.module())); }
+  std::vector<std::vector<torch::Tensor>> per_epoch;
 };
 
 struct Tracked {
@@ -95,6 +111,46 @@ TEST_SUITE("callbacks") {
     CHECK(t.lines.empty());
   }
 
+  TEST_CASE("a fit resumed from its checkpoint goes on with the trackers' best values and epochs without improvement") {
+    const auto dir = temp_path("resume_trackers");
+    std::filesystem::remove_all(dir);
+    const std::vector<double> values{0.5, 0.3, 0.4, 0.45, 0.35, 0.2};
+    struct CrashAfterEpoch2 : Callback {  // after the checkpoint of epoch 2 is written
+      CrashAfterEpoch2() { order = 80; }
+      void after_epoch() override {
+        if (learn().epoch == 2) throw std::runtime_error("preempted");
+      }
+    };
+    auto callbacks = [&](std::vector<CallbackPtr> more) {
+      std::vector<CallbackPtr> cbs{
+          std::make_shared<SaveModel>(SaveModelOptions{.monitor = "scripted_loss", .model_dir = dir}),
+          std::make_shared<EarlyStopping>(EarlyStoppingOptions{.monitor = "scripted_loss", .patience = 3}),
+          std::make_shared<ResumeFromCheckpoint>(dir + "/resume.pt")};
+      cbs.insert(cbs.end(), more.begin(), more.end());
+      return cbs;
+    };
+    auto keep = std::make_shared<KeepWeights>();
+    Tracked first(values, callbacks({keep, std::make_shared<CrashAfterEpoch2>()}));
+    CHECK_THROWS_AS(first.learn.fit(6, 1e-2), Error);
+    Tracked restarted(values, callbacks({}));
+    restarted.learn.fit(6, 1e-2);
+    // As the uninterrupted run: 0.3 at epoch 1 stays the best, epoch 4 is the third without improvement.
+    CHECK(restarted.learn.get_cb<SaveModel>()->best() == 0.3);
+    CHECK(restarted.lines == std::vector<std::string>{"resuming from '" + dir + "/resume.pt' at epoch 3",
+                                                      "No improvement since epoch 1: early stopping"});
+    CHECK(all_equal(snapshot(restarted.learn.model.module()), keep->per_epoch[1]));  // SaveModel's best, loaded
+    CHECK_FALSE(std::filesystem::exists(dir + "/resume.pt"));  // stopped early: nothing to resume
+    // A fit that ran all its epochs leaves nothing to resume, although SaveModel's reload of
+    // epoch 0 set learn.epoch back; a second run of the program trains again.
+    Tracked complete({0.3, 0.4}, callbacks({}));
+    complete.learn.fit(2, 1e-2);
+    CHECK_FALSE(std::filesystem::exists(dir + "/resume.pt"));
+    Tracked again({0.3, 0.4}, callbacks({}));
+    again.learn.fit(2, 1e-2);
+    CHECK(again.learn.train_iter == complete.learn.train_iter);
+    std::filesystem::remove_all(dir);
+  }
+
   TEST_CASE("ReduceLROnPlateau divides the lr by factor on each plateau") {
     Tracked t({0.5, 0.6, 0.4, 0.7, 0.8},
               {std::make_shared<ReduceLROnPlateau>(ReduceLROnPlateauOptions{.monitor = "scripted_loss", .patience = 1, .factor = 10})});
@@ -105,11 +161,6 @@ TEST_SUITE("callbacks") {
 
   TEST_CASE("SaveModel keeps the best epoch's weights and loads them at the end") {
     const auto dir = (std::filesystem::temp_directory_path() / ("fastcpp_save_" + std::to_string(::getpid()))).string();
-    struct KeepWeights : Callback {  // weights after each epoch, to compare with the reloaded ones
-      KeepWeights() { order = 70; }
-      void after_epoch() override { per_epoch.push_back(snapshot(learn().model.module())); }
-      std::vector<std::vector<torch::Tensor>> per_epoch;
-    };
     auto keep = std::make_shared<KeepWeights>();
     Tracked t({0.5, 0.3, 0.4}, {std::make_shared<SaveModel>(SaveModelOptions{.monitor = "scripted_loss", .model_dir = dir}), keep});
     t.learn.fit(3, 1e-2);
@@ -118,6 +169,92 @@ TEST_SUITE("callbacks") {
     CHECK(t.lines == std::vector<std::string>{"Better model found at epoch 0 with scripted_loss value: 0.5.",
                                               "Better model found at epoch 1 with scripted_loss value: 0.3."});
     std::filesystem::remove_all(dir);
+  }
+
+  TEST_CASE("SaveModel loads only what this fit saved: a file of an earlier run stays unread when nothing improved") {
+    const auto dir = temp_path("save_stale");
+    std::filesystem::remove_all(dir);
+    auto keep = std::make_shared<KeepWeights>();
+    const double nan = std::nan("");
+    Tracked t({nan, nan},
+              {std::make_shared<SaveModel>(SaveModelOptions{.monitor = "scripted_loss", .model_dir = dir}), keep});
+    std::filesystem::create_directories(dir);
+    t.learn.save(dir + "/model.pt");  // an earlier run's best
+    t.learn.fit(2, 1e-2);
+    CHECK(all_equal(snapshot(t.learn.model.module()), keep->per_epoch[1]));
+    CHECK(t.lines.empty());
+    std::filesystem::remove_all(dir);
+  }
+
+  TEST_CASE("a fit from start_epoch: the rows of the skipped epochs hold no values of an earlier validation") {
+    const auto path = temp_path("skipped_rows.csv");
+    Learner learn(synthetic_dls(), tiny_model(), CrossEntropyLoss(), {},
+                  quiet({.cbs = {std::make_shared<CSVLogger>(path)}}));
+    silence(learn);
+    learn.validate();
+    learn.fit(3, 1e-2, {.start_epoch = 2});
+    REQUIRE(learn.recorder->values.size() == 3);
+    CHECK(std::isnan(learn.recorder->values[0][0]));
+    CHECK(std::isnan(learn.recorder->values[0][1]));
+    const auto lines = file_lines(path);
+    REQUIRE(lines.size() == 4);
+    CHECK(lines[1] == "0,,,00:00");
+    std::filesystem::remove(path);
+  }
+
+  TEST_CASE("CSVLogger sits out lr_find: the history of the fit before stays") {
+    const auto path = temp_path("history_lr_find.csv");
+    Learner learn(synthetic_dls(), tiny_model(), CrossEntropyLoss(), {},
+                  quiet({.cbs = {std::make_shared<CSVLogger>(path)}}));
+    silence(learn);
+    learn.fit(1, 1e-2);
+    learn.lr_find({.num_it = 12, .stop_div = false, .plot = ""});
+    const auto lines = file_lines(path);
+    REQUIRE(lines.size() == 2);
+    CHECK(lines[0] == "epoch,train_loss,valid_loss,time");
+    CHECK(lines[1].rfind("0,", 0) == 0);
+    std::filesystem::remove(path);
+  }
+
+  TEST_CASE("a fit that fails puts back what its start changed: autocast off, lr_find's weights restored") {
+    struct FailsAtBatch : Callback {
+      explicit FailsAtBatch(int64_t at) : at(at) {}
+      void after_loss() override {
+        if (learn().train_iter == at) throw std::runtime_error("out of memory");
+      }
+      int64_t at;
+    };
+    Learner learn(synthetic_dls(), tiny_model(), CrossEntropyLoss(), {}, quiet());
+    silence(learn);
+    learn.to_bf16();
+    CHECK_THROWS_AS(learn.fit(1, 1e-2, {.cbs = {std::make_shared<FailsAtBatch>(1)}}), Error);
+    CHECK_FALSE(at::autocast::is_autocast_enabled(at::kCPU));  // later predictions are not bf16
+    learn.to_fp32();
+    const auto before = snapshot(learn.model.module());
+    learn.add_cb(std::make_shared<FailsAtBatch>(5));
+    CHECK_THROWS_AS(learn.lr_find({.num_it = 20, .stop_div = false, .plot = ""}), Error);
+    CHECK(all_equal(snapshot(learn.model.module()), before));
+  }
+
+  TEST_CASE("a callback's table columns leave with it: PeakMemMetric passed to one fit is not read by the next") {
+    Learner learn(synthetic_dls(), tiny_model(), CrossEntropyLoss(), {}, quiet());
+    silence(learn);
+    learn.fit(1, 1e-2, {.cbs = {std::make_shared<PeakMemMetric>()}});
+    CHECK(learn.recorder->values.back().size() == 6);  // the losses and its four columns
+    learn.fit(1, 1e-2);  // the metric is gone: its columns must not be read
+    CHECK(learn.recorder->metric_names() == std::vector<std::string>{"epoch", "train_loss", "valid_loss", "time"});
+    CHECK(learn.recorder->values.back().size() == 2);
+  }
+
+  TEST_CASE("a cancel raised where nothing it cancels is running is an Error naming it and the batch") {
+    struct CancelsTooLate : Callback {
+      void after_batch() override { throw CancelBatchException(); }
+    };
+    Learner learn(synthetic_dls(), tiny_model(), CrossEntropyLoss(), {}, quiet());
+    silence(learn);
+    CHECK(error_of([&] { learn.fit(1, 1e-2, {.cbs = {std::make_shared<CancelsTooLate>()}}); }) ==
+          "CancelBatchException was raised where nothing it cancels was running (training batch 0 of epoch 0); each is "
+          "caught only inside what it names, as in fastai");
   }
 
   TEST_CASE("a tracker names the values it could monitor") {
@@ -141,6 +278,8 @@ TEST_SUITE("callbacks") {
   TEST_CASE("callbacks refuse arguments that cannot work, naming them") {
     CHECK(error_of([] { SaveModel({.every_epoch = true, .at_end = true}); }) ==
           "SaveModel: every_epoch and at_end together (each epoch's model is saved already)");
+    CHECK(error_of([] { SaveModel({.every_epoch = -1}); }) ==
+          "SaveModel: every_epoch must be >= 0 (0: save the best), got -1");
     CHECK(error_of([] { ReduceLROnPlateau({.factor = 0.5}); }) ==
           "ReduceLROnPlateau: factor must be > 1 (the lr is divided by it), got 0.5");
     CHECK(error_of([] { ReduceLROnPlateau({.min_lr = -1e-3}); }) == "ReduceLROnPlateau: min_lr must be >= 0, got -0.001");
@@ -259,9 +398,7 @@ TEST_SUITE("callbacks") {
                   quiet({.cbs = {std::make_shared<CSVLogger>(path)}}));
     silence(learn);
     learn.fit(3);
-    std::ifstream in(path);
-    std::vector<std::string> rows;
-    for (std::string line; std::getline(in, line);) rows.push_back(line);
+    const auto rows = file_lines(path);
     REQUIRE(rows.size() == 4);
     CHECK(rows[0] == "epoch,train_loss,valid_loss,accuracy,time");
     CHECK(rows[3].rfind("2,", 0) == 0);
@@ -289,13 +426,7 @@ TEST_SUITE("callbacks") {
     };
     CHECK_THROWS_AS(learn.fit(3, {}, {.cbs = {std::make_shared<FailsInEpoch1>()}}), Error);
     learn.fit(2);  // the file the failed fit left open is opened again, not refused
-    auto lines = [&] {
-      std::ifstream in(path);
-      size_t n = 0;
-      for (std::string line; std::getline(in, line);) ++n;
-      return n;
-    };
-    CHECK(lines() == 3);
+    CHECK(file_lines(path).size() == 3);
     std::filesystem::remove(path);
     learn.rank = 1;
     learn.fit(1);
@@ -311,9 +442,7 @@ TEST_SUITE("callbacks") {
       silence(learn);
       learn.fit(2);
     }
-    std::ifstream in(path);
-    std::vector<std::string> rows;
-    for (std::string line; std::getline(in, line);) rows.push_back(line);
+    const auto rows = file_lines(path);
     REQUIRE(rows.size() == 5);  // one header, 2 + 2 rows
     CHECK(rows[0] == "epoch,train_loss,valid_loss,time");
     CHECK(rows[2].rfind("1,", 0) == 0);
@@ -324,11 +453,6 @@ TEST_SUITE("callbacks") {
   TEST_CASE("SaveModel every_epoch writes one checkpoint per epoch, each that epoch's weights") {
     const auto dir = temp_path("save_every");
     std::filesystem::remove_all(dir);
-    struct KeepWeights : Callback {
-      KeepWeights() { order = 70; }
-      void after_epoch() override { per_epoch.push_back(snapshot(learn().model.module())); }
-      std::vector<std::vector<torch::Tensor>> per_epoch;
-    };
     auto keep = std::make_shared<KeepWeights>();
     Learner learn(synthetic_dls(), tiny_model(), CrossEntropyLoss(), {},
                   quiet({.cbs = {std::make_shared<SaveModel>(SaveModelOptions{.model_dir = dir, .every_epoch = true}), keep}}));
@@ -342,6 +466,33 @@ TEST_SUITE("callbacks") {
     }
     CHECK_FALSE(std::filesystem::exists(dir + "/model.pt"));
     std::filesystem::remove_all(dir);
+    // every_epoch = n: epochs 0, n, 2n, ... as fastai's
+    const auto every_second_epoch = std::make_shared<SaveModel>(SaveModelOptions{.model_dir = dir, .every_epoch = 2});
+    Learner every_second(synthetic_dls(), tiny_model(), CrossEntropyLoss(), {}, quiet({.cbs = {every_second_epoch}}));
+    silence(every_second);
+    every_second.fit(5, 1e-2);
+    std::set<std::string> saved;
+    for (const auto& entry : std::filesystem::directory_iterator(dir)) saved.insert(entry.path().filename().string());
+    CHECK(saved == std::set<std::string>{"model_0.pt", "model_2.pt", "model_4.pt"});
+    std::filesystem::remove_all(dir);
+  }
+
+  TEST_CASE("a live progress bar is cleared when a fit fails, so that the error starts on a clean line") {
+    struct FailsInBatch : Callback {
+      void after_batch() override {
+        if (learn().iter == 1) throw std::runtime_error("out of memory");
+      }
+    };
+    Learner learn(synthetic_dls(), tiny_model(), CrossEntropyLoss(), {},
+                  quiet({.cbs = {std::make_shared<ProgressCallback>(true), std::make_shared<FailsInBatch>()}}));
+    silence(learn);
+    std::ostringstream out;
+    auto* const previous = std::cout.rdbuf(out.rdbuf());
+    CHECK_THROWS_AS(learn.fit(1), Error);
+    std::cout.rdbuf(previous);
+    const std::string text = out.str();
+    REQUIRE(text.find("train [") != std::string::npos);  // the bar was drawn
+    CHECK(text.substr(text.size() - 4) == "\r\033[K");
   }
 
   TEST_CASE("the progress table: a header and one row per epoch when not on a terminal") {

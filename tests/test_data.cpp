@@ -102,6 +102,31 @@ TEST_SUITE("data") {
     CHECK(dropping.size() == 2);
   }
 
+  TEST_CASE("an iteration reads the loader as it began: changed, replaced or destroyed mid-epoch, the epoch goes on") {
+    // 10 batches: with 1 worker and 1 batch ahead, most are built after the changes.
+    auto ds = std::make_shared<TensorDataset>(torch::arange(40).view({40, 1}).to(torch::kFloat), torch::arange(40));
+    for (int workers : {0, 1}) {
+      CAPTURE(workers);
+      auto loader = std::make_optional<DataLoader>(ds, DataLoaderOptions{.bs = 4, .workers = workers, .prefetch = 1});
+      auto it = loader->begin();
+      CHECK(torch::equal(it->x.view(-1), torch::arange(4).to(torch::kFloat)));
+      loader->add_batch_tfms({[](const torch::Tensor& x) { return x * 0; }});
+      loader->set_sampler(std::make_shared<RandomSampler>(40, 99));
+      ++it;
+      CHECK(torch::equal(it->x.view(-1), torch::arange(4, 8).to(torch::kFloat)));
+      loader.reset();  // the iteration keeps the copy it read
+      for (int64_t b = 2; b < 10; ++b) {
+        ++it;
+        CHECK(torch::equal(it->x.view(-1), torch::arange(4 * b, 4 * b + 4).to(torch::kFloat)));
+      }
+      ++it;
+      CHECK(it == DataLoader::Iterator());
+    }
+    DataLoader changed(ds, {.bs = 4});
+    changed.add_batch_tfms({[](const torch::Tensor& x) { return x + 100; }});
+    CHECK(changed.begin()->x[0].item<float>() == 100);  // the next iteration sees the change
+  }
+
   TEST_CASE("the order is a function of (seed, epoch) alone") {
     auto ds = synthetic_dataset(50);
     DataLoader a(ds, {.bs = 8, .shuffle = true, .seed = 3});

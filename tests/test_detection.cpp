@@ -177,6 +177,20 @@ TEST_SUITE("detection") {
     CHECK(torch::allclose(giou.box_regression, entry(f, "v2.loss.giou"), 1e-5, 1e-5));
     CHECK(error_of([] { vision::retinanet({.num_classes = 3, .fpn_channels = 48, .head_group_norm = true}); }) ==
           "retinanet: a head with GroupNorm needs channels in multiples of 32, got 48");
+    // P6 from C5 when asked, also where C5 is as wide as the pyramid (resnet18 of width 4: C5 has 32 channels)
+    for (const bool from_c5 : {true, false}) {
+      CAPTURE(from_c5);
+      auto narrow = vision::retinanet({.num_classes = 3, .arch = vision::resnet18, .backbone = {.width = 4},
+                                       .fpn_channels = 32, .p6_from_c5 = from_c5});
+      CHECK(narrow->backbone->fpn->extra_blocks->uses_p5() == !from_c5);
+      torch::NoGradGuard no_grad;
+      narrow->eval();
+      const auto x = torch::rand({1, 3, 64, 64});
+      const auto c5 = narrow->backbone->body(x).back();
+      const auto maps = narrow->backbone->fpn(narrow->backbone->body(x));
+      const auto p6 = narrow->backbone->fpn->extra_blocks->p6(from_c5 ? c5 : maps[2]);
+      CHECK(torch::allclose(maps[3], p6, 1e-5, 1e-6));
+    }
   }
 
   TEST_CASE("RetinaNet pads its input to a multiple of 32 pixels, as torchvision's: its anchors fit the maps' cells") {
@@ -256,6 +270,13 @@ TEST_SUITE("detection") {
     CHECK(error_of([&] { vision::retinanet_losses(output, with_box({8, 8, 30, NAN, 1})); }) ==
           "retinanet_loss: image 1's box 1 [8, 8, 30, nan] has no area (x2 <= x1 or y2 <= y1) or a corner that is not "
           "finite");
+    // A box partly off the image is clipped by the matching; one wholly off it would take every anchor.
+    CHECK(std::isfinite(vision::retinanet_losses(output, with_box({50, 50, 80, 80, 2})).box_regression.item<double>()));
+    CHECK(error_of([&] { vision::retinanet_losses(output, with_box({10000, 10000, 10010, 10010, 1})); }) ==
+          "retinanet_loss: image 1's box 1 [10000, 10000, 10010, 10010] lies outside the image (64 x 64 pixels, "
+          "width x height)");
+    CHECK(error_of([&] { vision::retinanet_losses(output, with_box({-20, 8, 0, 40, 1})); }) ==
+          "retinanet_loss: image 1's box 1 [-20, 8, 0, 40] lies outside the image (64 x 64 pixels, width x height)");
     CHECK(error_of([&] { vision::retinanet_losses(output, with_box({8, 8, 30, 40, 3})); }) ==
           "retinanet_loss: image 1's box 1 has label 3, not a class of the model's 3 (0 to 2)");
     CHECK(error_of([&] { vision::retinanet_losses(output, with_box({8, 8, 30, 40, 1.5})); }) ==
@@ -266,6 +287,39 @@ TEST_SUITE("detection") {
           "retinanet_loss: image 1's box 1 has label -2, not a class of the model's 3 (0 to 2)");
     CHECK(error_of([&] { vision::retinanet_detections(output, {.candidates = -1}); }) ==
           "PostprocessOptions: detections_per_image and candidates must be >= 0, got 300 and -1");
+  }
+
+  TEST_CASE("detection_learner on one-channel images: the first conv takes one channel, RGB weights summed") {
+    const auto grey = [](int64_t n, uint64_t seed) {
+      const auto rgb = squares(n, seed);
+      return std::make_shared<TensorDataset>(rgb->x().sum(1, /*keepdim=*/true), rgb->y());
+    };
+    DataLoaders dls{DataLoader(grey(8, 1), {.bs = 4}), DataLoader(grey(4, 2), {.bs = 4}), {"red", "green"}};
+    torch::manual_seed(0);
+    auto pretrained = vision::resnet18({.width = 8});
+    const auto weights = temp_path("retinanet_grey_body.pth");
+    save_state_dict(*pretrained, weights);
+    const vision::DetectionLearnerOptions options{
+        .pretrained_weights = weights, .width = 8, .in_channels = 1, .fpn_channels = 16};
+    auto learn = vision::detection_learner(dls, vision::resnet18, {}, options, quiet());
+    silence(learn);
+    std::filesystem::remove(weights);
+    const auto conv1 = learn.model.module().named_parameters()["backbone.body.conv1.weight"];
+    CHECK(torch::equal(conv1, pretrained->named_parameters()["conv1.weight"].sum(1, /*keepdim=*/true)));
+    CHECK(learn.dls.train.options().batch_tfms.empty());  // ImageNet's Normalize is for 3 channels
+    learn.fit(1, 1e-3);
+    CHECK(std::isfinite(learn.recorder->values.back()[1]));
+    // An exported record without in_channels (older files) builds a 3-channel RetinaNet; with it, this one.
+    ModelSpec spec{{"model", std::string("retinanet")}, {"backbone", std::string("resnet18")},
+                   {"num_classes", int64_t{2}}, {"width", int64_t{8}}, {"fpn_channels", int64_t{16}},
+                   {"p6_from_c5", false}, {"head_group_norm", false}};
+    const auto first_conv = [&] {
+      const auto model = vision::create_detection_model(spec, "record");
+      return model.module().named_parameters()["backbone.body.conv1.weight"];
+    };
+    CHECK(first_conv().size(1) == 3);
+    spec["in_channels"] = int64_t{1};
+    CHECK(first_conv().size(1) == 1);
   }
 
   TEST_CASE("detection_learner trains a RetinaNet: the validation loss falls; pretrained weights load and freeze the body") {
@@ -400,7 +454,7 @@ TEST_SUITE("detection") {
       set_autocast(c10::DeviceType::CPU, true, torch::kBFloat16);
       bool finite = true;
       for (int i = 0; i < 200 && finite; ++i) {
-        vision::LastLevelP6P7 extra(16, 16);
+        vision::LastLevelP6P7 extra(16, 16, /*from_p5=*/true);
         const auto maps = extra(torch::randn({4, 16, 1, 1}));
         (maps[0].sum() + maps[1].sum()).to(torch::kFloat).backward();
         finite = torch::isfinite(extra->p7->weight.grad()).all().item<bool>() &&

@@ -125,7 +125,9 @@ TEST_SUITE("detection") {
         {"id": 1, "image_id": 7, "category_id": 18, "bbox": [10, 10, 20, 20], "iscrowd": 0},
         {"id": 2, "image_id": 7, "category_id": 1, "bbox": [30.5, 5, 10, 12.5]},
         {"id": 3, "image_id": 7, "category_id": 1, "bbox": [0, 0, 64, 48], "iscrowd": 1},
-        {"id": 4, "image_id": 3, "category_id": 1, "bbox": [2, 3, 0, 5]}]})");
+        {"id": 4, "image_id": 3, "category_id": 1, "bbox": [2, 3, 0, 5]},
+        {"id": 5, "image_id": 3, "category_id": 18, "bbox": [20, 30, 20, 20]},
+        {"id": 6, "image_id": 3, "category_id": 18, "bbox": [40, 1, 5, 5]}]})");
     const auto coco = vision::read_coco(root + "/instances.json", root + "/images");
     CHECK(coco.classes == std::vector<std::string>{"person", "dog"});
     CHECK(coco.category_ids == std::vector<int64_t>{1, 18});
@@ -134,7 +136,8 @@ TEST_SUITE("detection") {
     CHECK(coco.images[0].image == root + "/images/a.png");
     CHECK(torch::equal(coco.images[0].boxes, torch::tensor({{10.0f, 10.0f, 30.0f, 30.0f}, {30.5f, 5.0f, 40.5f, 17.5f}})));
     CHECK(torch::equal(coco.images[0].labels, torch::tensor({1, 0}, torch::kLong)));
-    CHECK(coco.images[1].boxes.sizes() == torch::IntArrayRef{0, 4});  // the box without width is left out
+    // Boxes are cut to their image (b.png is 32 x 40): one without width, or wholly outside, is left out.
+    CHECK(torch::equal(coco.images[1].boxes, torch::tensor({{20.0f, 30.0f, 32.0f, 40.0f}})));
 
     auto dls = vision::DetectionDataLoaders::from_coco(
         root + "/instances.json", root + "/images",
@@ -146,7 +149,8 @@ TEST_SUITE("detection") {
     REQUIRE(batch.y.sizes() == torch::IntArrayRef{2, 2, 5});
     // a.png squished from 64 x 48 to 32 x 32: x halves, y times 2/3
     CHECK(torch::allclose(batch.y[0], torch::tensor({{5.0f, 20.0f / 3, 15.0f, 20.0f, 1.0f}, {15.25f, 10.0f / 3, 20.25f, 35.0f / 3, 0.0f}})));
-    CHECK(torch::equal(batch.y[1], torch::full({2, 5}, -1.0f)));
+    CHECK(torch::allclose(batch.y[1][0], torch::tensor({20.0f, 24.0f, 32.0f, 32.0f, 1.0f})));  // y times 32/40
+    CHECK(torch::equal(batch.y[1][1], torch::full({5}, -1.0f)));
 
     const auto error = [&](const std::string& text) {
       write_text(root + "/bad.json", text);
@@ -161,13 +165,29 @@ TEST_SUITE("detection") {
           bad + ": annotation 5 names category 2, which \"categories\" lacks");
     CHECK(error(head + R"({"id": 6, "image_id": 1, "category_id": 1, "bbox": [1, 1, -5, 5]}]})") ==
           bad + ": annotation 6: bbox [1, 1, -5, 5] has a negative width");
-    CHECK(error(head + R"({"id": 7, "image_id": 1, "category_id": 1, "bbox": [40, 1, 30, 5]}]})") ==
-          bad + ": annotation 7: bbox [40, 1, 30, 5] leaves its image 'a.png' (64 x 48)");
+    CHECK(error(R"({"images": [{"id": 1, "file_name": "a.png", "width": 0, "height": 48}], "categories": [],
+                    "annotations": []})") ==
+          bad + ": image {\"file_name\":\"a.png\",\"height\":48,\"id\":1,\"width\":0} has no size (width and height "
+                "must be > 0)");
     CHECK(error(head + R"({"id": 8, "image_id": 2, "category_id": 1, "bbox": [1, 1, 5, 5]}]})") ==
           bad + ": annotation 8 is of image 2, which \"images\" lacks");
     CHECK(error(head + R"({"id": 9, "image_id": 1, "category_id": 1, "bbox": "wide"}]})") ==
           bad + ": annotation 9: \"bbox\" is \"wide\", not of the expected type");
     fs::remove_all(root);
+  }
+
+  TEST_CASE("DetectionDataset refuses boxes without area, naming the image and box (x y w h given for corners)") {
+    const auto boxed = [](std::vector<float> corners) {  // a good box, then these corners
+      const auto boxes = torch::tensor({0.0f, 0.0f, 8.0f, 8.0f, corners[0], corners[1], corners[2], corners[3]});
+      return vision::BoxedImage{"a.png", boxes.view({2, 4}), torch::tensor({0, 0}, torch::kLong)};
+    };
+    CHECK_NOTHROW(vision::DetectionDataset({boxed({10, 10, 20, 40})}, {"dog"}));
+    CHECK(error_of([&] { vision::DetectionDataset({boxed({50, 10, 20, 40})}, {"dog"}); }) ==
+          "DetectionDataset: image 'a.png' has box 1 [50, 10, 20, 40] with no area or a corner that is not finite "
+          "(boxes are x1 y1 x2 y2, x2 > x1 and y2 > y1)");
+    CHECK(error_of([&] { vision::DetectionDataset({boxed({10, 10, 20, NAN})}, {"dog"}); }) ==
+          "DetectionDataset: image 'a.png' has box 1 [10, 10, 20, nan] with no area or a corner that is not finite "
+          "(boxes are x1 y1 x2 y2, x2 > x1 and y2 > y1)");
   }
 
   TEST_CASE("box files: one per image, classes sorted by name, bad lines named") {

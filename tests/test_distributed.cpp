@@ -145,6 +145,15 @@ pid_t spawn_launcher(const std::vector<std::string>& args, int stderr_fd = -1) {
 }
 
 // The lines of a file, waiting up to `seconds` for it to have `n` of them.
+// Whether a process runs: neither gone nor a zombie (whose parent may never reap it: an
+// orphan's new parent here may be a PID 1 that does not).
+bool running(pid_t pid) {
+  std::ifstream stat("/proc/" + std::to_string(pid) + "/stat");
+  std::string text((std::istreambuf_iterator<char>(stat)), std::istreambuf_iterator<char>());
+  const auto state = text.rfind(") ");
+  return state != std::string::npos && state + 2 < text.size() && text[state + 2] != 'Z';
+}
+
 std::vector<std::string> await_lines(const std::string& path, size_t n, int seconds = 30) {
   std::vector<std::string> lines;
   const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(seconds);
@@ -208,7 +217,8 @@ TEST_SUITE("distributed") {
     check_two_ranks_equal_one_process(12, {"FASTCPP_WORKER_MODEL=unet"}, 1e-4, 1e-5);
   }
 
-  TEST_CASE("a RetinaNet on 2 ranks over Gloo (SyncBatchNorm) ends as 1 process with BatchNorm, its AP50 gathered") {
+  TEST_CASE("a RetinaNet on 2 ranks over Gloo (SyncBatchNorm) ends as 1 process with BatchNorm, its AP50 gathered "
+            "from ranks whose batches hold different numbers of boxes") {
     CHECK(check_two_ranks_equal_one_process(18, {"FASTCPP_WORKER_MODEL=retinanet"}, 1e-4, 1e-5) > 0);  // AP50
   }
 
@@ -298,6 +308,52 @@ TEST_SUITE("distributed") {
       }
     }
     std::filesystem::remove(pids);
+  }
+
+  TEST_CASE("fastcpp-launch: what a worker started ends with it; a worker ignoring the stop signal is killed 30 s on") {
+    // Worker 0, a script, runs a program in the background; worker 1 fails: both of worker 0's
+    // processes are stopped (its process group), and nothing is left once the launcher ends.
+    const auto background = temp_path("launch_background_pid");
+    std::filesystem::remove(background);
+    const pid_t failing = spawn_launcher(
+        {"--nproc-per-node", "2", "sh", "-c",
+         "if [ $LOCAL_RANK = 0 ]; then sleep 300 & echo $! > " + background + "; wait; else sleep 1; exit 3; fi"});
+    CHECK(wait_for(failing, 30) == 3);
+    const auto left = await_lines(background, 1);
+    REQUIRE(left.size() == 1);
+    const bool still_running = running(std::stoi(left[0]));
+    CHECK_FALSE(still_running);
+    if (still_running) ::kill(std::stoi(left[0]), SIGKILL);
+    // A worker that ignores SIGTERM (its checkpoint hangs, say) gets SIGKILL 30 s after it.
+    const auto pids = temp_path("launch_stubborn_pid");
+    std::filesystem::remove(pids);
+    const pid_t launcher = spawn_launcher(
+        {"--nproc-per-node", "1", "sh", "-c", "trap '' TERM; echo $$ > " + pids + "; while :; do sleep 1; done"});
+    const auto worker = await_lines(pids, 1);
+    REQUIRE(worker.size() == 1);
+    const auto signalled = std::chrono::steady_clock::now();
+    ::kill(launcher, SIGTERM);
+    CHECK(wait_for(launcher, 60) == 128 + SIGTERM);
+    CHECK(std::chrono::steady_clock::now() - signalled >= std::chrono::seconds(29));
+    CHECK_FALSE(running(std::stoi(worker[0])));
+    for (const auto& f : {background, pids}) std::filesystem::remove(f);
+  }
+
+  TEST_CASE("fastcpp-launch gives its workers torchrun's variables: one OpenMP thread each unless set, no agent store") {
+    const auto out = temp_path("launch_variables");
+    std::filesystem::remove(out);
+    const auto launch = [&](const std::string& threads) {
+      return run_command("env -u OMP_NUM_THREADS " + threads + " TORCHELASTIC_USE_AGENT_STORE=True " + FASTCPP_LAUNCH +
+                         " --nproc-per-node 2 --max-restarts 3 sh -c 'echo $OMP_NUM_THREADS "
+                         "$TORCHELASTIC_USE_AGENT_STORE $TORCHELASTIC_MAX_RESTARTS $GROUP_WORLD_SIZE >> " + out +
+                         "' 2> /dev/null");
+    };
+    REQUIRE(launch("") == 0);
+    CHECK(await_lines(out, 2) == std::vector<std::string>{"1 False 3 1", "1 False 3 1"});
+    std::filesystem::remove(out);
+    REQUIRE(launch("OMP_NUM_THREADS=4") == 0);  // a value set is kept
+    CHECK(await_lines(out, 2) == std::vector<std::string>{"4 False 3 1", "4 False 3 1"});
+    std::filesystem::remove(out);
   }
 
   TEST_CASE("fastcpp-launch signalled between a failed group and its restart starts no other group") {

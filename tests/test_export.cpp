@@ -105,8 +105,19 @@ TEST_SUITE("export") {
     const auto one = predictor.predict(valid.paths()[3]);
     CHECK(torch::allclose(one.probs, predictions[3].probs, 1e-5, 1e-6));
     CHECK(torch::allclose(predictor.predict(valid.get(3).x).probs, learn.predict(valid.get(3).x), 1e-5, 1e-6));
+    const auto shape = c10::str(valid.get(3).x.sizes());
+    CHECK(error_of([&] { predictor.predict(valid.get(3).x.narrow(0, 0, 1)); }) ==
+          "Predictor::predict: exported model '" + path + "' takes items like " + shape + " of Byte, got [1" +
+              shape.substr(shape.find(',')) + " of Byte");
+    CHECK(error_of([&] { predictor.predict(valid.get(3).x.to(torch::kFloat)); }) ==
+          "Predictor::predict: exported model '" + path + "' takes items like " + shape + " of Byte, got " + shape +
+              " of Float");
 
-    // A folder: every image under it, sorted by path.
+    // A folder: every image under it, sorted by path; hidden files and folders left out, as
+    // fastai's get_files (macOS's "._" files would not decode).
+    std::filesystem::create_directories(root + "/valid/.hidden");
+    std::filesystem::copy_file(valid.paths()[0], root + "/valid/.hidden/copy.png");
+    std::ofstream(root + "/valid/._resource.jpg") << "not an image";
     const auto folder = predictor.predict_folder(root + "/valid", 4);
     REQUIRE(folder.size() == valid.size());
     for (size_t i = 0; i < folder.size(); ++i) {

@@ -577,6 +577,38 @@ TEST_SUITE("learner") {
     CHECK(torch::equal(preds.targets, learn.dls.valid.dataset().get_batch({0, 1, 2, 3, 4, 5}).y));
     const auto item = learn.dls.valid.dataset().get(4).x;
     CHECK(torch::allclose(learn.predict(item), preds.preds[4], 1e-6, 1e-7));
+    const auto refused = error_of([&] { learn.predict(torch::zeros({5})); });
+    CHECK(refused.rfind("predict: the item [5] does not go through the model: mat1 and mat2 shapes cannot be", 0) == 0);
+  }
+
+  TEST_CASE("get_preds: targets padded to each batch's longest (box lists) come back padded with -1 to the longest") {
+    struct Boxes : Dataset {  // item i has i + 1 boxes; a batch pads to its longest with -1, as box_targets
+      size_t size() const override { return 4; }
+      Example get(size_t i) const override {
+        return {torch::full({4}, double(i)), torch::full({int64_t(i) + 1, 5}, double(i))};
+      }
+      Batch collate_items(const std::vector<Example>& items) const override {
+        auto y = torch::full({int64_t(items.size()), items.back().y.size(0), 5}, -1.0);
+        std::vector<torch::Tensor> xs;
+        for (size_t k = 0; k < items.size(); ++k) {
+          xs.push_back(items[k].x);
+          y[int64_t(k)].narrow(0, 0, items[k].y.size(0)).copy_(items[k].y);
+        }
+        return {torch::stack(xs), y};
+      }
+    };
+    auto boxes = std::make_shared<Boxes>();
+    DataLoaders dls{DataLoader(boxes, {.bs = 2}), DataLoader(boxes, {.bs = 2})};
+    Learner learn(dls, tiny_model(), [](const torch::Tensor& pred, const torch::Tensor&) { return pred.mean(); }, {},
+                  quiet());
+    silence(learn);
+    const auto targets = learn.get_preds().targets;  // batches [2, 2, 5] and [2, 4, 5]
+    REQUIRE((targets.sizes() == torch::IntArrayRef{4, 4, 5}));
+    for (int64_t i = 0; i < 4; ++i) {
+      CAPTURE(i);
+      CHECK(torch::equal(targets[i].narrow(0, 0, i + 1), torch::full({i + 1, 5}, double(i))));
+      CHECK(torch::equal(targets[i].narrow(0, i + 1, 3 - i), torch::full({3 - i, 5}, -1.0)));
+    }
   }
 }
 
@@ -650,6 +682,25 @@ TEST_SUITE("learner") {
     REQUIRE(!torch::allclose(passes[0], plain));
     const auto expected = 0.75 * (passes[0] + passes[1]) / 2 + 0.25 * plain;
     CHECK(torch::allclose(learn.tta({.n = 2, .beta = 0.25}).preds, expected, 1e-6, 1e-7));
+  }
+
+  TEST_CASE("fine_tune and the one-cycle fits refuse bad options before changing anything, naming them") {
+    Learner learn(synthetic_dls(), tiny_model(), CrossEntropyLoss(), {}, quiet({.splitter = split_after(1)}));
+    silence(learn);
+    const auto before = snapshot(learn.model.module());
+    CHECK(error_of([&] { learn.fine_tune(1, {.freeze_epochs = -1}); }) ==
+          "fine_tune: epochs and freeze_epochs must be >= 0, got 1 and -1");
+    CHECK(error_of([&] { learn.fine_tune(-1); }) == "fine_tune: epochs and freeze_epochs must be >= 0, got -1 and 1");
+    CHECK(error_of([&] { learn.fine_tune(1, {.pct_start = 1.5}); }) ==
+          "fine_tune: pct_start must be between 0 and 1, got 1.5");
+    CHECK(error_of([&] { learn.fit_one_cycle(1, 1e-2, {.pct_start = -0.1}); }) ==
+          "fit_one_cycle: pct_start must be between 0 and 1, got -0.1");
+    CHECK(error_of([&] { learn.fit_one_cycle(1, 1e-2, {.div = 0}); }) == "fit_one_cycle: div must be > 0, got 0");
+    CHECK(error_of([&] { learn.fit_flat_cos(1, 1e-2, {.div_final = -1}); }) ==
+          "fit_flat_cos: div_final must be > 0, got -1");
+    CHECK(learn.train_iter == 0);
+    CHECK(all_equal(snapshot(learn.model.module()), before));
+    for (const auto& p : learn.model.module().parameters()) CHECK(p.requires_grad());  // nothing was frozen
   }
 
   TEST_CASE("tta refuses a dataset without random transforms and bad options") {

@@ -612,6 +612,9 @@ TEST_SUITE("models") {
                                         {.pretrained_weights = model_fixture("resnet18.pth")}, quiet());
     silence(learn);
     REQUIRE(learn.n_param_groups() == 3);
+    const auto one_group = [](torch::nn::Module& m) { return std::vector<std::vector<torch::Tensor>>{m.parameters()}; };
+    CHECK(vision::vision_learner(image_dls(), vision::resnet18, {}, {}, quiet({.splitter = one_group})).n_param_groups() ==
+          1);  // a splitter given is kept, as fastai's
     auto& model = learn.model.module();
     // The body holds torchvision's weights.
     const auto file = read_state_dict(model_fixture("resnet18.pth"));
@@ -742,6 +745,12 @@ TEST_SUITE("models") {
     CHECK(text.find("Total trainable params: " + std::to_string(trainable) + "\n") != std::string::npos);
     CHECK(text.find("Frozen: the first 2 of 3 parameter groups") != std::string::npos);
     CHECK(learn.model.module().is_training());  // summary leaves the mode as it was
+
+    Learner wrong(image_dls(16, 16), torch::nn::Sequential(torch::nn::Flatten(), torch::nn::Linear(5, 3)),
+                  CrossEntropyLoss(), {}, quiet());
+    const auto refused = error_of([&] { wrong.summary(); });
+    CHECK(refused.rfind("summary: '1' fails on an input of shape [8, 768]: mat1 and mat2 shapes cannot be", 0) == 0);
+    CHECK(wrong.model.module().is_training());
   }
 
   TEST_CASE("get_preds with losses: each item's loss, averaging to the validation loss") {
@@ -786,6 +795,12 @@ TEST_SUITE("models") {
           "fox        0     0     1   (2)\n");
     CHECK(interp.top_losses_text(1) == "item      loss  predicted / actual (probability)\n"
                                        "4        1.609  fox / dog (0.70)\n");
+    const auto multi_hot = torch::nn::functional::one_hot(targets, 3).to(torch::kFloat);
+    CHECK(error_of([&] {
+            vision::ClassificationInterpretation(DataLoader(std::make_shared<TensorDataset>(torch::zeros({5, 1}), multi_hot)),
+                                                 {"cat", "dog", "fox"}, {probs, multi_hot, losses});
+          }) == "ClassificationInterpretation: expected one class an item, got targets [5, 3] (several classes an item "
+                "have no confusion matrix)");
 #if FASTCPP_HAS_OPENCV
     const auto cm = temp_path("cm.png"), tl = temp_path("tl.png");
     interp.plot_confusion_matrix(cm);

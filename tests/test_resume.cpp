@@ -31,6 +31,7 @@ class Crash : public Callback {
 
 struct ProgramRun {
   std::vector<torch::Tensor> weights;
+  std::vector<double> last_row;  // train_loss (smoothed over the fit's batches), valid_loss
   std::vector<std::string> log;
   int last_resumed_from;
 };
@@ -50,6 +51,7 @@ ProgramRun fine_tune_program(const std::string& checkpoint, std::optional<CrashP
   if (crash) learn.add_cb(Crash(*crash));
   learn.fine_tune(3, {.base_lr = 1e-2, .freeze_epochs = 2});
   run.weights = snapshot(learn.model.module());
+  run.last_row = learn.recorder->values.back();
   run.last_resumed_from = resume->resumed_from();
   return run;
 }
@@ -68,6 +70,7 @@ TEST_SUITE("callbacks") {
                                                   "resuming from '" + path + "' at epoch 2"});
       CHECK(again.last_resumed_from == 2);
       CHECK(all_equal(again.weights, uninterrupted.weights));
+      CHECK(again.last_row == uninterrupted.last_row);  // the smoothing went on from the checkpoint's
       CHECK(!std::filesystem::exists(path));
     }
     SUBCASE("killed in the first phase: it resumes, the second trains from its start") {

@@ -137,7 +137,8 @@ TEST_SUITE("detection") {
     CHECK(after < 0.8 * before);
     const auto& groups = learn.opt->param_groups();
     REQUIRE(groups.size() == 3);
-    CHECK(groups[1].params.size() == 2 * (5 + 8));  // conv5_1-3, fc6, fc7, the four blocks' eight convs
+    CHECK(groups[1].params.size() == 2 * 3);  // conv5_1-3, VGG's; fc6, fc7 and the extra blocks are new
+    for (const auto& p : groups[1].params) CHECK(p.size(0) == 512);
 
     auto tuned = vision::ssd_learner(dls, {}, {.pretrained_weights = kVgg}, quiet());
     silence(tuned);
@@ -147,8 +148,14 @@ TEST_SUITE("detection") {
     CHECK(torch::equal(params["backbone.extra.0.5.bias"], vgg.at("features.28.bias").toTensor()));
     const auto features_before = params["backbone.features.0.weight"].clone();
     const auto head_before = params["head.regression_head.module_list.0.weight"].clone();
+    const auto conv5_before = params["backbone.extra.0.1.weight"].clone();
+    const auto fc6_before = params["backbone.extra.0.7.1.weight"].clone();
+    const auto extra_before = params["backbone.extra.1.0.weight"].clone();
     tuned.fit(1, 1e-4);
     CHECK(torch::equal(params["backbone.features.0.weight"], features_before));  // frozen
+    CHECK(torch::equal(params["backbone.extra.0.1.weight"], conv5_before));
+    CHECK(!torch::equal(params["backbone.extra.0.7.1.weight"], fc6_before));  // new layers train while frozen
+    CHECK(!torch::equal(params["backbone.extra.1.0.weight"], extra_before));
     CHECK(!torch::equal(params["head.regression_head.module_list.0.weight"], head_before));
     const auto& tfms = tuned.dls.valid.options().batch_tfms;
     REQUIRE(!tfms.empty());

@@ -262,6 +262,8 @@ TEST_SUITE("vision") {
     std::ifstream in(dir + "/big.jpg", std::ios::binary);
     std::vector<uint8_t> bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
     CHECK(vision::image_header_size(bytes) == cv::Size(400, 300));
+    CHECK(vision::image_header_size(with_orientation(bytes, 3)) == cv::Size(400, 300));
+    CHECK(vision::image_header_size(with_orientation(bytes, 6)) == cv::Size(300, 400));  // shown turned, as decoded
     fs::remove_all(dir);
   }
 
@@ -807,6 +809,17 @@ TEST_SUITE("vision") {
     const auto expected = learn.predict(predictor.item(image));  // the learner's own path
     CHECK(torch::allclose(p.probs, expected, 1e-5, 1e-6));
     CHECK(torch::equal(p.mask, expected.argmax(0)));
+    // A JPEG four times the size is decoded whole, as the mask datasets decode their images
+    // (an image folder would decode it at half its size, other pixels).
+    cv::Mat photo(96, 128, CV_8UC3);
+    cv::randu(photo, 0, 255);
+    cv::GaussianBlur(photo, photo, {5, 5}, 0);
+    write(root + "/photo.jpg", photo);
+    write(root + "/photo_mask.png", cv::Mat::zeros(96, 128, CV_8UC1));
+    const vision::SegmentationDataset validated({root + "/photo.jpg"}, {root + "/photo_mask.png"}, codes,
+                                                {.item_tfms = {vision::Resize(32, vision::ResizeMethod::Squish)},
+                                                 .train = false});
+    CHECK(torch::equal(predictor.item(root + "/photo.jpg"), validated.get(0).x));
     const auto png = root + "/mask.png";
     vision::write_mask_png(png, p.mask);
     const auto pixels = vision::read_image(png);  // RGB

@@ -29,18 +29,6 @@ std::vector<std::vector<torch::Tensor>> split_body_and_head(torch::nn::Module& m
   return groups;
 }
 
-// fastai's way of starting a first conv with other than 3 input channels from RGB
-// weights: the sum of the three for 1 channel, the first two times 1.5 for 2, the
-// three and zeros for more.
-torch::Tensor adapt_input_channels(const torch::Tensor& rgb, int64_t n_in) {
-  if (rgb.dim() != 4 || rgb.size(1) != 3 || n_in == 3) return rgb;
-  if (n_in == 1) return rgb.sum(1, /*keepdim=*/true);
-  if (n_in == 2) return rgb.narrow(1, 0, 2) * 1.5;
-  auto weight = torch::zeros({rgb.size(0), n_in, rgb.size(2), rgb.size(3)}, rgb.options());
-  weight.narrow(1, 0, 3).copy_(rgb);
-  return weight;
-}
-
 using ResNetPtr = ResNet (*)(ResNetOptions);
 using XResNetPtr = torch::nn::Sequential (*)(XResNetOptions);
 
@@ -59,6 +47,15 @@ std::string name_of(const Fn& make, const std::vector<std::pair<std::string, Ptr
 }
 
 }  // namespace
+
+torch::Tensor adapt_input_channels(const torch::Tensor& rgb, int64_t n_in) {
+  if (rgb.dim() != 4 || rgb.size(1) != 3 || n_in == 3) return rgb;
+  if (n_in == 1) return rgb.sum(1, /*keepdim=*/true);
+  if (n_in == 2) return rgb.narrow(1, 0, 2) * 1.5;
+  auto weight = torch::zeros({rgb.size(0), n_in, rgb.size(2), rgb.size(3)}, rgb.options());
+  weight.narrow(1, 0, 3).copy_(rgb);
+  return weight;
+}
 
 constexpr const char* kResNetSecondGroup = "layer3";
 constexpr const char* kXResNetSecondGroup = "3";

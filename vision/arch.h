@@ -70,6 +70,11 @@ class Arch {
   std::string second_group_;
 };
 
+// fastai's way of starting a first conv with other than 3 input channels from RGB
+// weights [out, 3, kh, kw]: the sum of the three for 1 channel, the first two times 1.5
+// for 2, the three and zeros for more.
+torch::Tensor adapt_input_channels(const torch::Tensor& rgb, int64_t n_in);
+
 // The body of `arch` with the weights of a state dict of `arch` (torchvision's, or
 // save_state_dict's; empty: random weights): its classifier is left out, and its first
 // conv adapted to other input channels as fastai does (summed for 1).

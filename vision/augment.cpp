@@ -313,7 +313,8 @@ Batch AugTransforms::apply_draws(Batch batch, const std::vector<AugDraw>& draws)
   const int64_t out_h = o.size ? o.size->first : h, out_w = o.size ? o.size->second : w;
   auto x = to_unit_float(batch.x);
   const bool masks = batch.y.defined() && batch.y.dim() == 3 && batch.y.size(1) == h && batch.y.size(2) == w;
-  const bool boxes = !masks && batch.y.defined() && batch.y.dim() == 3 && batch.y.size(2) == 5 && batch.y.is_floating_point();
+  const bool boxes = !masks && batch.y.defined() && batch.y.dim() == 3 && batch.y.size(2) == 5;
+  if (boxes && !batch.y.is_floating_point()) batch.y = batch.y.to(torch::kFloat);  // whole pixels move to fractions
 
   std::vector<Mat3> maps;
   bool moves = out_h != h || out_w != w;

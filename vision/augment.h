@@ -6,10 +6,10 @@
 // space, sigmoid((logit(x) + logit(brightness)) * contrast). A mask batch (y of shape
 // [B, H, W] with x's height and width) moves with its images, resampled by nearest
 // neighbour, never interpolated; a box batch (y [B, boxes, 5]: x1 y1 x2 y2 label, label -1
-// padding, detection_data.h) as the boxes bounding their moved corners, clipped, those left
-// without area dropped (for detection, PadMode::Zeros: reflection shows objects that have
-// no box). Images come out as float in [0, 1] (uint8 read as x/255), so Normalize follows
-// as usual.
+// padding, detection_data.h; integer boxes come out as float) as the boxes bounding their
+// moved corners, clipped, those left without area dropped (for detection, PadMode::Zeros:
+// reflection shows objects that have no box). Images come out as float in [0, 1] (uint8
+// read as x/255), so Normalize follows as usual.
 //
 //   auto dls = vision::ImageDataLoaders::from_folder(root, {.item_tfms = {vision::Resize(224)},
 //       .batch_tfms = {Normalize::imagenet()}, .aug_tfms = {vision::aug_transforms()}});

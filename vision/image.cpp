@@ -85,7 +85,8 @@ cv::Size image_header_size(const std::vector<uint8_t>& b) {
     auto le32 = [&](size_t i) { return int32_t(b[i] | b[i + 1] << 8 | b[i + 2] << 16 | uint32_t(b[i + 3]) << 24); };
     return {std::abs(le32(18)), std::abs(le32(22))};
   }
-  return read_jpeg_header(b).size;
+  const auto jpeg = read_jpeg_header(b);
+  return jpeg.orientation >= 5 ? cv::Size(jpeg.size.height, jpeg.size.width) : jpeg.size;  // a quarter turn
 }
 
 cv::Mat decode_image(const std::vector<uint8_t>& bytes, const std::string& path, DecodeOptions options) {

@@ -28,7 +28,8 @@ cv::Mat decode_image(const std::vector<uint8_t>& bytes, const std::string& path,
 // file, atomically. Throws fastcpp::Error naming the file.
 void write_png(const std::string& path, const cv::Mat& image, bool bgr = false);
 
-// Width and height from a JPEG, PNG or BMP header without decoding; {0, 0} if unknown.
+// Width and height of a JPEG, PNG or BMP as decoded (a JPEG's EXIF quarter turn applied, as
+// the decoders apply it), from its header without decoding; {0, 0} if unknown.
 cv::Size image_header_size(const std::vector<uint8_t>& bytes);
 
 // HWC 8-bit image -> CHW uint8 tensor (a copy); reverse_channels turns BGR into RGB.

@@ -17,6 +17,9 @@ ClassificationInterpretation::ClassificationInterpretation(DataLoader dl, std::v
     : dl_(std::move(dl)), vocab_(std::move(vocab)), preds_(std::move(preds)) {
   if (!preds_.preds.defined() || preds_.preds.dim() != 2)
     throw Error("ClassificationInterpretation: expected [items, classes] predictions (is the loader empty?)");
+  if (preds_.targets.dim() != 1)
+    throw Error("ClassificationInterpretation: expected one class an item, got targets " +
+                c10::str(preds_.targets.sizes()) + " (several classes an item have no confusion matrix)");
   preds_.preds = preds_.preds.to(torch::kCPU, torch::kFloat);
   preds_.targets = preds_.targets.to(torch::kCPU, torch::kLong);
   preds_.losses = preds_.losses.defined() ? preds_.losses.to(torch::kCPU, torch::kFloat) : torch::Tensor();

@@ -10,6 +10,7 @@
 #include "data/dataloader.h"
 #include "formats/state_dict.h"
 #include "vision/augment.h"
+#include "vision/data_block.h"
 #include "vision/datasets/detection_data.h"
 #include "vision/datasets/image_folder.h"
 #include "vision/detection/detection_learner.h"
@@ -105,6 +106,12 @@ Prediction Predictor::decode(const torch::Tensor& probs, std::string path) const
 }
 
 Prediction Predictor::predict(const torch::Tensor& item) const {
+  const auto& shape = exported_.item_shape;
+  if (item.dim() != static_cast<int64_t>(shape.size()) || (item.dim() > 0 && item.size(0) != shape[0]) ||
+      item.scalar_type() != exported_.item_dtype)
+    throw Error("Predictor::predict: " + exported_.source + " takes items like " +
+                c10::str(c10::IntArrayRef(shape)) + " of " + c10::toString(exported_.item_dtype) + ", got " +
+                c10::str(item.sizes()) + " of " + c10::toString(item.scalar_type()));
   Batch batch{item.unsqueeze(0).to(device_), torch::Tensor()};
   for (const auto& augment : aug_tfms_) batch = augment->apply(std::move(batch), 0);  // resizes: no draws
   for (const auto& tfm : batch_tfms_) batch.x = tfm(batch.x);
@@ -116,8 +123,13 @@ ImageFolder Predictor::files(const std::vector<std::string>& image_paths) const 
   if (shape.size() != 3 || exported_.item_dtype != torch::kByte)
     throw Error("Predictor: the items of " + exported_.source + " are not 8-bit images (shape " + c10::str(c10::IntArrayRef(shape)) +
                 ", " + c10::toString(exported_.item_dtype) + "): predict a tensor instead of a file");
+  // Masks and boxes were read with their images decoded whole (segmentation_data.h, detection_data.h).
+  const auto model = exported_.spec.find("model");
+  const bool whole = model != exported_.spec.end() && model->second.isString() &&
+                     (model->second.toStringRef() == "unet" || is_detection_spec(exported_.spec));
   return ImageFolder(image_paths, std::vector<int64_t>(image_paths.size(), 0), exported_.vocab,
-                     {.channels = static_cast<int>(shape[0]), .item_tfms = item_tfms_, .train = false});
+                     {.channels = static_cast<int>(shape[0]), .item_tfms = item_tfms_, .train = false,
+                      .reduced_decode = !whole});
 }
 
 torch::Tensor Predictor::item(const std::string& image_path) const { return files({image_path}).get(0).x; }
@@ -160,10 +172,7 @@ std::vector<Prediction> Predictor::predict(const std::vector<std::string>& image
 std::vector<Prediction> Predictor::predict_folder(const std::string& dir, int64_t bs) const {
   std::error_code ec;
   if (!fs::is_directory(dir, ec)) throw Error("Predictor::predict_folder: '" + dir + "' not found or not a directory");
-  std::vector<std::string> paths;
-  for (const auto& entry : fs::recursive_directory_iterator(dir))
-    if (entry.is_regular_file() && is_image_file(entry.path().string())) paths.push_back(entry.path().string());
-  std::sort(paths.begin(), paths.end());
+  const auto paths = get_image_files(dir);  // hidden files and folders left out, as fastai's get_files
   if (paths.empty()) throw Error("Predictor::predict_folder: no image files under '" + dir + "'");
   return predict(paths, bs);
 }

@@ -67,7 +67,7 @@ Learner vision_learner(DataLoaders dls, const Arch& arch, std::vector<MetricPtr>
   const int64_t n_out = o.n_out > 0 ? o.n_out : static_cast<int64_t>(dls.num_classes());
   if (n_out < 1) throw Error("vision_learner: the data have no vocab; give n_out");
   auto model = create_vision_model(arch, n_out, o);
-  learner_options.splitter = arch.split();
+  if (!learner_options.splitter) learner_options.splitter = arch.split();  // fastai: ifnone(splitter, meta['split'])
   learner_options.frozen = !o.pretrained_weights.empty();
   learner_options.model_spec = vision_model_spec(arch, n_out, o);
   if (o.normalize) add_pretrained_normalize(dls, o.pretrained_weights, o.in_channels);

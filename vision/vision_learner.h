@@ -57,7 +57,8 @@ ModelSpec vision_model_spec(const Arch& arch, int64_t n_out, const VisionLearner
 torch::nn::Sequential create_vision_model(const ModelSpec& spec, const std::string& source);
 
 
-// `learner_options`: optimizer, callbacks, device, ... (its splitter and frozen are set here).
+// `learner_options`: optimizer, callbacks, device, ... (its frozen is set here, and its splitter
+// where it has none: the architecture's, as fastai's).
 Learner vision_learner(DataLoaders dls, const Arch& arch, std::vector<MetricPtr> metrics = {},
                        VisionLearnerOptions options = {}, LearnerOptions learner_options = {});
 

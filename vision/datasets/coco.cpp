@@ -2,6 +2,7 @@
 
 #include <torch/torch.h>
 
+#include <algorithm>
 #include <filesystem>
 #include <fstream>
 #include <map>
@@ -81,8 +82,9 @@ CocoDetections read_coco(const std::string& json_path, const std::string& images
     const auto where = "'" + json_path + "': image " + image.dump();
     const auto id = field<int64_t>(image, "id", where);
     if (by_id.count(id)) throw Error("'" + json_path + "': image id " + std::to_string(id) + " is listed twice");
-    by_id[id] = {coco.image_ids.size(), field<std::string>(image, "file_name", where), field<double>(image, "width", where),
-                 field<double>(image, "height", where), {}, {}};
+    const auto width = field<double>(image, "width", where), height = field<double>(image, "height", where);
+    if (!(width > 0 && height > 0)) throw Error(where + " has no size (width and height must be > 0)");
+    by_id[id] = {coco.image_ids.size(), field<std::string>(image, "file_name", where), width, height, {}, {}};
     coco.image_ids.push_back(id);
   }
 
@@ -102,12 +104,12 @@ CocoDetections read_coco(const std::string& json_path, const std::string& images
     const auto box_text = "bbox [" + number(x) + ", " + number(y) + ", " + number(w) + ", " + number(h) + "]";
     if (w < 0 || h < 0) throw Error(where + ": " + box_text + " has a negative " + (w < 0 ? "width" : "height"));
     auto& target = image->second;
-    if (x < 0 || y < 0 || x + w > target.width + 0.5 || y + h > target.height + 0.5)
-      throw Error(where + ": " + box_text + " leaves its image '" + target.file + "' (" + number(target.width) + " x " +
-                  number(target.height) + ")");
+    // Cut to the image, as torchvision's COCO reader: exported sets have boxes a few pixels over.
+    const double x1 = std::clamp(x, 0.0, target.width), x2 = std::clamp(x + w, 0.0, target.width);
+    const double y1 = std::clamp(y, 0.0, target.height), y2 = std::clamp(y + h, 0.0, target.height);
     const bool crowd = annotation.value("iscrowd", 0) == 1;
-    if (crowd || w == 0 || h == 0) continue;
-    target.boxes.insert(target.boxes.end(), {float(x), float(y), float(x + w), float(y + h)});
+    if (crowd || x2 <= x1 || y2 <= y1) continue;  // crowds are not trained on; nothing left of the box
+    target.boxes.insert(target.boxes.end(), {float(x1), float(y1), float(x2), float(y2)});
     target.labels.push_back(label->second);
   }
 

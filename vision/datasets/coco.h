@@ -1,13 +1,14 @@
 #pragma once
 // COCO's object-detection annotations (an "instances" JSON file: images, annotations with
 // bbox [x, y, width, height] and category_id, categories), read with nlohmann's JSON.
-// Categories become classes 0 ... K-1 in the order of their ids; crowd annotations
-// (iscrowd 1) and boxes without area (width or height 0) are left out, as torchvision's
-// detection references leave them. Images without boxes are kept (background only).
+// Categories become classes 0 ... K-1 in the order of their ids; boxes are cut to their
+// image, and crowd annotations (iscrowd 1) and boxes without area (width or height 0, or
+// nothing left inside the image) are left out, as torchvision's detection references do.
+// Images without boxes are kept (background only).
 //
 // Errors name the file and the annotation: not JSON, not COCO's layout, an annotation of
-// an image or a category the file does not list, a negative width or height, a box
-// leaving its image.
+// an image or a category the file does not list, a negative width or height, an image
+// without a size.
 #include <string>
 #include <vector>
 

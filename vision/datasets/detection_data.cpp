@@ -10,6 +10,7 @@
 #include <sstream>
 
 #include "core/error.h"
+#include "core/spec_text.h"
 #include "vision/data_block.h"
 #include "vision/datasets/coco.h"
 #include "vision/datasets/image_folder.h"
@@ -80,6 +81,26 @@ DetectionDataset::DetectionDataset(std::vector<BoxedImage> images, std::vector<s
       throw Error("DetectionDataset: image '" + item.image + "' has a label outside [0, " +
                   std::to_string(classes_.size()) + ")");
   }
+  check_box_areas();
+}
+
+// All images' boxes at once (a few operations for COCO's 118k images, not a few per image).
+void DetectionDataset::check_box_areas() const {
+  std::vector<torch::Tensor> all;
+  for (const auto& item : images_) all.push_back(item.boxes.to(torch::kDouble));
+  if (all.empty()) return;
+  const auto b = torch::cat(all);
+  const auto bad =
+      (b.select(1, 2) <= b.select(1, 0)) | (b.select(1, 3) <= b.select(1, 1)) | b.isfinite().logical_not().any(1);
+  if (!bad.any().item<bool>()) return;
+  const int64_t first_bad = bad.nonzero()[0][0].item<int64_t>();
+  std::string corners;
+  for (int64_t c = 0; c < 4; ++c) corners += (c ? ", " : "") + spec_text::number(b[first_bad][c].item<double>());
+  int64_t row = first_bad;  // of its image's boxes
+  size_t image = 0;
+  while (row >= images_[image].boxes.size(0)) row -= images_[image++].boxes.size(0);
+  throw Error("DetectionDataset: image '" + images_[image].image + "' has box " + std::to_string(row) + " [" + corners +
+              "] with no area or a corner that is not finite (boxes are x1 y1 x2 y2, x2 > x1 and y2 > y1)");
 }
 
 Example DetectionDataset::get(size_t index) const {

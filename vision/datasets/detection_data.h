@@ -55,6 +55,8 @@ struct DetectionDataOptions {
 
 class DetectionDataset : public Dataset {
  public:
+  // Refuses a label outside the classes and a box without area (x2 <= x1 or y2 <= y1: often
+  // x y w h given for corners) or with a corner that is not finite, naming the image.
   DetectionDataset(std::vector<BoxedImage> images, std::vector<std::string> classes, DetectionDataOptions options = {});
   using Dataset::get;
   size_t size() const override { return images_.size(); }
@@ -71,6 +73,7 @@ class DetectionDataset : public Dataset {
   DetectionDataset subset(const std::vector<int64_t>& indices) const;
 
  private:
+  void check_box_areas() const;
   std::vector<BoxedImage> images_;
   std::vector<std::string> classes_;
   DetectionDataOptions options_;

@@ -54,7 +54,7 @@ ImageFolder::ImageFolder(std::vector<std::string> paths, std::vector<int64_t> la
   if (multi_hot_.defined() && (multi_hot_.dim() != 2 || multi_hot_.size(1) != static_cast<int64_t>(vocab_.size())))
     throw Error("ImageFolder: multi-hot targets must be [items, " + std::to_string(vocab_.size()) + "], got " +
                 c10::str(multi_hot_.sizes()));
-  if (!options_.item_tfms.empty()) min_side_ = options_.item_tfms.front().min_input_side();
+  if (!options_.item_tfms.empty() && options_.reduced_decode) min_side_ = options_.item_tfms.front().min_input_side();
   // Images are decoded one per loader worker: OpenCV's own thread pool would only
   // oversubscribe the cores.
   cv::setNumThreads(1);

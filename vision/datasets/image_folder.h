@@ -34,6 +34,10 @@ struct ImageFolderOptions {
   bool train = true;      // random transforms act; false: their deterministic version
   bool skip_bad = false;
   Decode decode = Decode::Cpu;
+  // JPEGs decoded at a reduced size where the item transforms need fewer pixels (the same
+  // images, faster); false: at full size, as the mask and box datasets decode, so that a
+  // U-Net's or a detector's exported model sees the pixels it was validated on.
+  bool reduced_decode = true;
 };
 
 class ImageFolder : public Dataset {

@@ -1,5 +1,7 @@
 #include "vision/detection/detection_learner.h"
 
+#include <set>
+
 #include "core/error.h"
 #include "formats/state_dict.h"
 #include "vision/arch.h"
@@ -48,6 +50,7 @@ ModelSpec retinanet_spec(const RetinaNetOptions& o) {
   if (backbone.empty()) return {};
   return {{"model", std::string("retinanet")},       {"backbone", backbone},
           {"num_classes", o.num_classes},            {"width", o.backbone.width},
+          {"in_channels", o.backbone.in_channels},
           {"fpn_channels", o.fpn_channels},          {"p6_from_c5", o.p6_from_c5},
           {"head_group_norm", o.head_group_norm}};
 }
@@ -66,7 +69,8 @@ Model create_detection_model(const ModelSpec& spec, const std::string& source) {
     if (entry("model").toStringRef() == "ssd300_vgg16") return Model(ssd300_vgg16({.num_classes = entry("num_classes").toInt()}));
     return Model(retinanet({.num_classes = entry("num_classes").toInt(),
                             .arch = backbone_named(entry("backbone").toStringRef()),
-                            .backbone = {.width = entry("width").toInt()},
+                            .backbone = {.in_channels = spec.count("in_channels") ? entry("in_channels").toInt() : 3,
+                                         .width = entry("width").toInt()},
                             .fpn_channels = entry("fpn_channels").toInt(),
                             .p6_from_c5 = entry("p6_from_c5").toBool(),
                             .head_group_norm = entry("head_group_norm").toBool()}));
@@ -82,23 +86,36 @@ Learner detection_learner(DataLoaders dls, ResNetArch arch, std::vector<MetricPt
                           LearnerOptions learner_options) {
   if (!arch) throw Error("detection_learner: no architecture given");
   const auto num_classes = classes_of(dls, o.num_classes, "detection_learner");
-  auto model = retinanet({.num_classes = num_classes, .arch = arch, .backbone = {.width = o.width},
+  auto model = retinanet({.num_classes = num_classes, .arch = arch,
+                          .backbone = {.in_channels = o.in_channels, .width = o.width},
                           .fpn_channels = o.fpn_channels, .head_group_norm = o.head_group_norm});
   learner_options.model_spec = retinanet_spec(model->options);
-  if (!o.pretrained_weights.empty())
-    load_state_dict(*model->backbone->body, o.pretrained_weights, {.skip = {"fc."}});
+  if (!o.pretrained_weights.empty()) {
+    auto state = read_state_dict(o.pretrained_weights);
+    const c10::IValue first_conv("conv1.weight");
+    if (auto it = state.find(first_conv); it != state.end() && it->value().isTensor())
+      state.insert_or_assign(first_conv, adapt_input_channels(it->value().toTensor(), o.in_channels));
+    load_state_dict(*model->backbone->body, state, "weights '" + o.pretrained_weights + "'", {.skip = {"fc."}});
+  }
   if (!learner_options.splitter) learner_options.splitter = retinanet_split;
   learner_options.frozen = !o.pretrained_weights.empty();
-  if (o.normalize) add_pretrained_normalize(dls, o.pretrained_weights, 3);
+  if (o.normalize) add_pretrained_normalize(dls, o.pretrained_weights, o.in_channels);
   return Learner(std::move(dls), model, retinanet_loss(o.loss), std::move(metrics), std::move(learner_options));
 }
 
 std::vector<std::vector<torch::Tensor>> ssd_split(torch::nn::Module& model) {
   auto* net = dynamic_cast<SsdImpl*>(&model);
   if (!net) throw Error("ssd_learner: the model is not an SSD");
-  std::vector<std::vector<torch::Tensor>> groups{net->backbone->features->parameters(), net->backbone->extra->parameters(),
-                                                 net->head->parameters()};
+  // The first extra block is VGG's conv5 (pretrained) ending in fc6 and fc7 (new).
+  const auto conv5 = net->backbone->extra->ptr(0);
+  std::set<const void*> fc6_fc7;
+  for (const auto& p : conv5->children().back()->parameters()) fc6_fc7.insert(p.unsafeGetTensorImpl());
+  std::vector<std::vector<torch::Tensor>> groups{net->backbone->features->parameters(), {}, {}};
+  for (const auto& p : conv5->parameters()) groups[fc6_fc7.count(p.unsafeGetTensorImpl()) ? 2 : 1].push_back(p);
+  for (size_t block = 1; block < net->backbone->extra->size(); ++block)
+    for (const auto& p : net->backbone->extra->ptr(block)->parameters()) groups[2].push_back(p);
   groups[2].push_back(net->backbone->scale_weight);
+  for (const auto& p : net->head->parameters()) groups[2].push_back(p);
   return groups;
 }
 

@@ -11,7 +11,8 @@
 // Parameter groups, as fastai's ResNet split: the body up to layer3, layer3 and layer4, the
 // pyramid and the head; with pretrained weights the body starts frozen (its norm layers
 // stay trainable), so fine_tune trains the pyramid and head first. SSD's: VGG-16 up to
-// conv4_3, conv5 to the last extra block, the head (with conv4_3's scale). A splitter
+// conv4_3, conv5 (VGG's too), and what is new (fc6, fc7, the extra blocks, conv4_3's scale,
+// the head), which trains from the start as in torchvision. A splitter
 // given in the LearnerOptions replaces these.
 #include <string>
 #include <vector>
@@ -29,6 +30,7 @@ struct DetectionLearnerOptions {
   std::string pretrained_weights;
   int64_t num_classes = 0;  // default: the number of dls.vocab's classes
   int64_t width = 64;       // the ResNet's first-stage channels
+  int64_t in_channels = 3;  // the images' (the data's `channels`); pretrained weights adapted as vision_learner's
   int64_t fpn_channels = 256;
   bool head_group_norm = false;  // GroupNorm in the head (torchvision's v2): steadier from random weights
   RetinaNetLossOptions loss{};

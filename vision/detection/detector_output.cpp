@@ -1,6 +1,7 @@
 #include "vision/detection/detector_output.h"
 
 #include <algorithm>
+#include <limits>
 
 #include "core/error.h"
 #include "core/spec_text.h"
@@ -47,7 +48,8 @@ int64_t DetectorOutput::num_classes() const {
 int64_t DetectorOutput::image_height() const { return output.size(0) && output.size(1) ? output[0][0][2].item<int64_t>() : 0; }
 int64_t DetectorOutput::image_width() const { return output.size(0) && output.size(1) ? output[0][0][3].item<int64_t>() : 0; }
 
-void check_box_targets(const torch::Tensor& targets, int64_t images, int64_t num_classes, const char* who) {
+void check_box_targets(const torch::Tensor& targets, const DetectorOutput& output, const char* who) {
+  const int64_t images = output.output.size(0), num_classes = output.num_classes();
   if (targets.dim() != 3 || targets.size(0) != images || targets.size(2) != 5)
     throw Error(std::string(who) + ": expected targets [" + std::to_string(images) +
                 ", boxes, 5] (x1 y1 x2 y2 label), got " + c10::str(targets.sizes()));
@@ -56,7 +58,13 @@ void check_box_targets(const torch::Tensor& targets, int64_t images, int64_t num
   // -1 marks padding; any other label must be a class (NaN is not: it differs from its floor)
   const auto bad_label = (labels != -1) & ((labels < 0) | (labels >= num_classes) | (labels != labels.floor()));
   const auto no_area = (x2 <= x1) | (y2 <= y1) | targets.narrow(2, 0, 4).isfinite().logical_not().any(2);
-  const auto bad = bad_label | ((labels >= 0) & no_area);
+  // A box wholly off the image overlaps no anchor: the matching would give every anchor to it.
+  const auto as_double = targets.options().dtype(torch::kDouble);
+  const auto image_size = output.output.size(0) && output.output.size(1)
+                              ? output.output[0][0].narrow(0, 2, 2).to(targets.device(), torch::kDouble)
+                              : torch::full({2}, std::numeric_limits<double>::infinity(), as_double);
+  const auto off_image = (x2 <= 0) | (y2 <= 0) | (x1 >= image_size[1]) | (y1 >= image_size[0]);
+  const auto bad = bad_label | ((labels >= 0) & (no_area | off_image));
   if (!bad.any().item<bool>()) return;  // one read-back a batch; the matching reads more
   const auto at = bad.nonzero()[0].cpu();
   const int64_t image = at[0].item<int64_t>(), box = at[1].item<int64_t>();
@@ -66,8 +74,11 @@ void check_box_targets(const torch::Tensor& targets, int64_t images, int64_t num
   if (bad_label[image][box].item<bool>())
     throw Error(where + "has label " + value(4) + ", not a class of the model's " + std::to_string(num_classes) +
                 " (0 to " + std::to_string(num_classes - 1) + ")");
-  throw Error(where + "[" + value(0) + ", " + value(1) + ", " + value(2) + ", " + value(3) +
-              "] has no area (x2 <= x1 or y2 <= y1) or a corner that is not finite");
+  const auto corners = "[" + value(0) + ", " + value(1) + ", " + value(2) + ", " + value(3) + "]";
+  if (off_image[image][box].item<bool>())
+    throw Error(where + corners + " lies outside the image (" + std::to_string(output.image_width()) + " x " +
+                std::to_string(output.image_height()) + " pixels, width x height)");
+  throw Error(where + corners + " has no area (x2 <= x1 or y2 <= y1) or a corner that is not finite");
 }
 
 ImageBoxes image_boxes(const torch::Tensor& targets, int64_t i) {

@@ -89,10 +89,11 @@ class AnchorColumns {
 };
 
 // Throws a fastcpp::Error naming `who` unless targets are [images, boxes, 5] whose boxes
-// (the rows with a label >= 0) have finite corners, x2 > x1 and y2 > y1, and a whole label
-// below num_classes: the one check where a box without area would otherwise match every
-// anchor (and give an infinite loss), and a label too large assert on a GPU.
-void check_box_targets(const torch::Tensor& targets, int64_t images, int64_t num_classes, const char* who);
+// (the rows with a label >= 0) have finite corners, x2 > x1 and y2 > y1, overlap the image,
+// and a whole label below `output`'s classes: the one check where a box without area or off
+// the image would otherwise match every anchor (and give an infinite loss), and a label too
+// large assert on a GPU.
+void check_box_targets(const torch::Tensor& targets, const DetectorOutput& output, const char* who);
 // Image i's ground truth out of targets [N, M, 5]: boxes [n, 4] and labels [n] (int64).
 struct ImageBoxes {
   torch::Tensor boxes, labels;

@@ -77,7 +77,10 @@ std::vector<torch::Tensor> ResNetBodyImpl::forward(const torch::Tensor& x) {
   return outputs;
 }
 
-LastLevelP6P7Impl::LastLevelP6P7Impl(int64_t in, int64_t out) : in_channels(in), out_channels(out) { reset(); }
+LastLevelP6P7Impl::LastLevelP6P7Impl(int64_t in, int64_t out, bool p5)
+    : in_channels(in), out_channels(out), from_p5(p5) {
+  reset();
+}
 
 void LastLevelP6P7Impl::reset() {
   p6 = register_module("p6", fpn_conv(in_channels, out_channels, 3, 2));
@@ -90,8 +93,8 @@ std::vector<torch::Tensor> LastLevelP6P7Impl::forward(const torch::Tensor& x) {
   return {std::move(top), std::move(more)};
 }
 
-FeaturePyramidImpl::FeaturePyramidImpl(std::vector<int64_t> in, int64_t out, int64_t p6_in)
-    : in_channels(std::move(in)), out_channels(out), p6_in_channels(p6_in) {
+FeaturePyramidImpl::FeaturePyramidImpl(std::vector<int64_t> in, int64_t out, bool from_c5)
+    : in_channels(std::move(in)), out_channels(out), p6_from_c5(from_c5) {
   if (in_channels.empty()) throw Error("FeaturePyramid: no input maps");
   reset();
 }
@@ -103,7 +106,8 @@ void FeaturePyramidImpl::reset() {
     inner_blocks->push_back(block(fpn_conv(channels, out_channels, 1)));
     layer_blocks->push_back(block(fpn_conv(out_channels, out_channels, 3)));
   }
-  extra_blocks = register_module("extra_blocks", LastLevelP6P7(p6_in_channels, out_channels));
+  extra_blocks = register_module(
+      "extra_blocks", LastLevelP6P7(p6_from_c5 ? in_channels.back() : out_channels, out_channels, !p6_from_c5));
 }
 
 std::vector<torch::Tensor> FeaturePyramidImpl::forward(const std::vector<torch::Tensor>& c) {
@@ -132,7 +136,7 @@ ResNetFPNImpl::ResNetFPNImpl(ResNetArch arch_, ResNetOptions options_, int64_t o
 void ResNetFPNImpl::reset() {
   body = register_module("body", ResNetBody(arch, options));
   const auto channels = body->out_channels();
-  fpn = register_module("fpn", FeaturePyramid(channels, out_channels, p6_from_c5 ? channels.back() : out_channels));
+  fpn = register_module("fpn", FeaturePyramid(channels, out_channels, p6_from_c5));
 }
 
 std::vector<torch::Tensor> ResNetFPNImpl::forward(const torch::Tensor& x) { return fpn(body(x)); }

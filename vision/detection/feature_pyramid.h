@@ -41,29 +41,32 @@ struct ResNetBodyImpl : torch::nn::Cloneable<ResNetBodyImpl> {
 };
 TORCH_MODULE(ResNetBody);
 
-// P6 and P7 from P5 (torchvision's RetinaNet) or from C5 (its v2: in_channels C5's).
+// P6 and P7 from P5 (torchvision's RetinaNet: in_channels out_channels) or from C5 (its v2:
+// in_channels C5's). Said, not inferred from the channels as torchvision does: a C5 as wide
+// as the pyramid still gives P6 from C5 when asked.
 struct LastLevelP6P7Impl : torch::nn::Cloneable<LastLevelP6P7Impl> {
-  LastLevelP6P7Impl(int64_t in_channels, int64_t out_channels);
+  LastLevelP6P7Impl(int64_t in_channels, int64_t out_channels, bool from_p5);
   void reset() override;
   // {P6, P7}.
   std::vector<torch::Tensor> forward(const torch::Tensor& x);
-  bool uses_p5() const { return in_channels == out_channels; }
+  bool uses_p5() const { return from_p5; }
 
   int64_t in_channels, out_channels;
+  bool from_p5;
   torch::nn::Conv2d p6{nullptr}, p7{nullptr};
 };
 TORCH_MODULE(LastLevelP6P7);
 
 struct FeaturePyramidImpl : torch::nn::Cloneable<FeaturePyramidImpl> {
-  // in_channels: of each input map, finest first. p6_in_channels: out_channels for P6
-  // from P5, C5's channels for P6 from C5.
-  FeaturePyramidImpl(std::vector<int64_t> in_channels, int64_t out_channels, int64_t p6_in_channels);
+  // in_channels: of each input map, finest first; P6 from C5 (p6_from_c5) or from P5.
+  FeaturePyramidImpl(std::vector<int64_t> in_channels, int64_t out_channels, bool p6_from_c5);
   void reset() override;
   // {C3, C4, C5} (finest first) -> {P3, P4, P5, P6, P7}.
   std::vector<torch::Tensor> forward(const std::vector<torch::Tensor>& c);
 
   std::vector<int64_t> in_channels;
-  int64_t out_channels, p6_in_channels;
+  int64_t out_channels;
+  bool p6_from_c5;
   torch::nn::ModuleList inner_blocks{nullptr}, layer_blocks{nullptr};
   LastLevelP6P7 extra_blocks{nullptr};
 };

@@ -127,7 +127,7 @@ RetinaNetLosses retinanet_losses(const torch::Tensor& output, const torch::Tenso
                                  const RetinaNetLossOptions& options) {
   const DetectorOutput out(output, "retinanet_loss");
   const auto n = output.size(0);
-  check_box_targets(targets, n, out.num_classes(), "retinanet_loss");
+  check_box_targets(targets, out, "retinanet_loss");
   const auto all_anchors = out.anchors(), all_codes = out.codes(), all_logits = out.logits();
   const auto all_targets = targets.to(output.device());
   torch::Tensor classification, box_regression;

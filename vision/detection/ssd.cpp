@@ -177,7 +177,7 @@ void load_vgg16_features(SsdVggBackboneImpl& backbone, const std::string& path) 
 SsdLosses ssd_losses(const torch::Tensor& output, const torch::Tensor& targets, const SsdLossOptions& options) {
   const DetectorOutput out(output, "ssd_loss");
   const auto n = output.size(0);
-  check_box_targets(targets, n, out.num_classes(), "ssd_loss");
+  check_box_targets(targets, out, "ssd_loss");
   const auto all_anchors = out.anchors(), all_codes = out.codes(), logits = out.logits();
   const auto all_targets = targets.to(output.device());
   std::vector<torch::Tensor> classes;  // each anchor's class, 0 for the background
