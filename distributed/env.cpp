@@ -4,6 +4,8 @@
 #include <cctype>
 #include <cstdlib>
 #include <functional>
+#include <iostream>
+#include <mutex>
 #include <string>
 #include <vector>
 
@@ -78,6 +80,21 @@ std::vector<std::string> bracket_values(const std::string& inside, const std::fu
   }
 }
 
+// A batch script's shell has Slurm's task variables too (task 0 of the job's count),
+// although srun started nothing: a program run there is one process, and says why once.
+bool in_slurm_batch_shell() {
+  if (!get("SLURM_PROCID") || !get("SLURM_NTASKS") || get("SLURM_STEP_ID") || get("SLURM_STEPID")) return false;
+  static std::once_flag said;
+  if (const int tasks = integer("SLURM_NTASKS", 1); tasks > 1)
+    std::call_once(said, [&] {
+      std::cerr << "fastcpp: SLURM_NTASKS is " << tasks
+                << ", but srun did not start this process (no SLURM_STEP_ID): it trains alone; start it with srun "
+                   "to train as "
+                << tasks << " processes\n";
+    });
+  return true;
+}
+
 }  // namespace
 
 std::vector<std::string> expand_hostlist(const std::string& list, const std::string& name) {
@@ -126,7 +143,7 @@ DistEnv read_env() {
                   " is: set both, as torchrun and fastcpp-launch do");
     }
     env.source = "torchrun";
-  } else if (get("SLURM_PROCID") && get("SLURM_NTASKS")) {
+  } else if (get("SLURM_PROCID") && get("SLURM_NTASKS") && !in_slurm_batch_shell()) {
     env.source = "slurm";
     names = {"SLURM_PROCID", "SLURM_NTASKS", "SLURM_LOCALID", "SLURM_NTASKS_PER_NODE"};
   } else if (get("OMPI_COMM_WORLD_RANK")) {
@@ -165,9 +182,10 @@ DistEnv read_env() {
       throw Error("MASTER_PORT is not set (WORLD_SIZE " + size +
                   "): set it on every process to the port for rank 0's rendezvous store");
   }
+  env.spans_nodes = spread_over_nodes(env, names);
   if (addr) {
     env.master_addr = addr;
-  } else if (const auto spread = spread_over_nodes(env, names); !spread.empty()) {
+  } else if (const auto& spread = env.spans_nodes; !spread.empty()) {
     // 127.0.0.1 would leave every other node waiting out its timeout.
     if (env.source != "slurm")
       throw Error("MASTER_ADDR is not set, and the run spans nodes (" + spread +
@@ -181,6 +199,8 @@ DistEnv read_env() {
     // Slurm's default (block) distribution puts task 0 there, as PyTorch Lightning assumes.
     env.master_addr = expand_hostlist(list, list_name).front();
   }
+  // Jobs that share a node each get a port of their own (the same on every node of a job).
+  if (env.source == "slurm" && get("SLURM_JOB_ID")) env.master_port = 10000 + integer("SLURM_JOB_ID", 0) % 20000;
   env.master_port = integer("MASTER_PORT", env.master_port);
   env.restart_count = integer("TORCHELASTIC_RESTART_COUNT", 0);
   if (const char* agent = get("TORCHELASTIC_USE_AGENT_STORE")) env.agent_store = std::string(agent) == "True";

@@ -8,10 +8,15 @@
 //
 // RANK and WORLD_SIZE come together, and with more than one process so do MASTER_ADDR
 // and MASTER_PORT (both launchers set all four). Slurm and Open MPI set no master: on one
-// node it is 127.0.0.1:29500 unless MASTER_ADDR/MASTER_PORT say otherwise; a Slurm run
-// over several nodes meets at the first host of SLURM_STEP_NODELIST (or
-// SLURM_JOB_NODELIST), where Slurm puts task 0; an Open MPI run over several nodes needs
-// MASTER_ADDR.
+// node it is 127.0.0.1 unless MASTER_ADDR says otherwise; a Slurm run over several nodes
+// meets at the first host of SLURM_STEP_NODELIST (or SLURM_JOB_NODELIST), where Slurm puts
+// task 0; an Open MPI run over several nodes needs MASTER_ADDR. The port is MASTER_PORT,
+// else 29500, or under Slurm 10000 + SLURM_JOB_ID mod 20000, so that jobs sharing a node
+// do not meet at one port.
+//
+// Slurm's variables count as a launcher's only in a task that srun started (SLURM_STEP_ID
+// set): a batch script's own shell has SLURM_PROCID 0 and SLURM_NTASKS of the whole job,
+// and a program started there without srun is one process (it says so on stderr once).
 #include <string>
 #include <vector>
 
@@ -28,6 +33,9 @@ struct DistEnv {
   int restart_count = 0;
   bool agent_store = false;     // torchrun's agent already serves the store (TORCHELASTIC_USE_AGENT_STORE)
   std::string source = "none";  // which launcher's variables were read
+  // What shows that the processes are on several nodes ("SLURM_JOB_NUM_NODES 2"); empty
+  // when they are on one, or nothing says.
+  std::string spans_nodes;
 
   // Started by torchrun or fastcpp-launch: a distributed run, even of one process
   // (PyTorch's DDP all-reduces at a world of 1 too). Slurm and Open MPI set their

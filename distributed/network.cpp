@@ -1,6 +1,8 @@
 #include "distributed/network.h"
 
+#include <arpa/inet.h>
 #include <netdb.h>
+#include <netinet/in.h>
 #include <signal.h>
 #include <sys/socket.h>
 #include <unistd.h>
@@ -89,6 +91,23 @@ std::string local_address_towards(const std::string& host, int port) {
     if (found) return numeric(reinterpret_cast<sockaddr*>(&local), length);
   }
   throw Error("no route from this host to the master address " + host + ":" + std::to_string(port));
+}
+
+std::string loopback_address(const std::string& host) {
+  AddressList addresses(nullptr, freeaddrinfo);
+  try {
+    addresses = resolve(host, 0, SOCK_STREAM, 0);
+  } catch (const Error&) {
+    return "";
+  }
+  for (const addrinfo* a = addresses.get(); a; a = a->ai_next) {
+    const auto* v4 = reinterpret_cast<const sockaddr_in*>(a->ai_addr);
+    const auto* v6 = reinterpret_cast<const sockaddr_in6*>(a->ai_addr);
+    const bool loopback = a->ai_family == AF_INET ? ntohl(v4->sin_addr.s_addr) >> 24 == 127
+                                                  : a->ai_family == AF_INET6 && IN6_IS_ADDR_LOOPBACK(&v6->sin6_addr);
+    if (!loopback) return "";
+  }
+  return addresses ? numeric(addresses->ai_addr, addresses->ai_addrlen) : "";
 }
 
 std::string host_name() {

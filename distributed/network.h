@@ -21,6 +21,10 @@ int start_connect(const std::string& address, int port);
 // The local address (numeric) this host would use to reach `host`:`port`.
 std::string local_address_towards(const std::string& host, int port);
 
+// The address `host` resolves to when every address it resolves to is a loopback one
+// (127.0.0.0/8, ::1), which no other host can reach; "" when one is not, or it does not resolve.
+std::string loopback_address(const std::string& host);
+
 // This machine's host name.
 std::string host_name();
 

@@ -31,7 +31,7 @@ struct Communicator::Impl {
   c10::intrusive_ptr<c10d::Store> store;
   c10::intrusive_ptr<c10d::Backend> gloo;  // CPU tensors, and CUDA ones with backend "gloo"
   c10::intrusive_ptr<c10d::Backend> nccl;  // CUDA tensors with backend "auto" or "nccl"
-  std::chrono::milliseconds timeout, barrier_timeout;
+  std::chrono::milliseconds barrier_timeout;
   PeerDirectory peers;
   // A collective failed (a peer lost): NCCL's graceful shutdown would wait on it.
   std::atomic<bool> failed{false};
@@ -146,6 +146,30 @@ int64_t agree_on_attempt(c10d::Store& store, const DistEnv& env, std::chrono::mi
   return attempt;
 }
 
+// Rank 0 marks the store it serves once its group has formed. Such a rank 0 outlives its
+// group's failure for a while (until a collective tells it, and its launcher stops it),
+// and a rank restarted meanwhile would read the failed group's keys there (WORLD_SIZE,
+// Gloo's addresses) and try to reach processes that are gone: one that finds the mark
+// waits for the next rank 0's store instead.
+const std::string kFormed = "fastcpp/formed";
+
+c10::intrusive_ptr<c10d::Store> connect_to_forming_group(const std::string& host,
+                                                         const c10d::TCPStoreOptions& options,
+                                                         const std::string& who, const std::string& where) {
+  const auto deadline = std::chrono::steady_clock::now() + options.timeout;
+  while (true) {
+    // The client tries to connect until its timeout: through the old rank 0's end and the new one's start.
+    auto store = c10::make_intrusive<c10d::TCPStore>(host, options);
+    if (!store->check({kFormed})) return store;
+    if (std::chrono::steady_clock::now() > deadline)
+      throw Error(who + ": the store at " + where + " is that of a group formed before this process started, " +
+                  "and no new rank 0 replaced it within " + std::to_string(options.timeout.count() / 1000) +
+                  " s; stop that group's processes, or give this run another MASTER_PORT");
+    store.reset();
+    std::this_thread::sleep_for(std::chrono::milliseconds(200));
+  }
+}
+
 }  // namespace
 
 namespace {
@@ -199,11 +223,17 @@ Communicator::Communicator(const DistEnv& env, ProcessGroupOptions options)
     : impl_(std::make_unique<Impl>()), rank_(env.rank), world_size_(env.world_size), backend_("gloo") {
   resolve_backend(options);  // bad options fail before any rendezvous
   ignore_broken_pipe_signal();
-  impl_->timeout = options.timeout;
   impl_->barrier_timeout = options.barrier_timeout;
   const std::string where = env.master_addr + ":" + std::to_string(env.master_port);
   const auto rank_text = "rank " + std::to_string(env.rank);
   const bool serves_store = env.rank == 0 && !env.agent_store;
+  // Slurm's nodes are distinct hosts (other launchers' "nodes" may share one, in a test):
+  // a name that /etc/hosts maps to 127.0.1.1 would leave the other nodes waiting it out.
+  if (serves_store && env.source == "slurm" && !env.spans_nodes.empty())
+    if (const auto loopback = loopback_address(env.master_addr); !loopback.empty())
+      throw Error("rank 0 cannot serve the rendezvous: MASTER_ADDR " + env.master_addr + " is " + loopback +
+                  " on this host, a loopback address the other nodes cannot reach (" + env.spans_nodes +
+                  "): set MASTER_ADDR to this host's network address, or map its name to that address in /etc/hosts");
   int listen_fd = -1;
   // Only the master address listens: torch's store would listen on every interface.
   if (serves_store) try {
@@ -220,11 +250,17 @@ Communicator::Communicator(const DistEnv& env, ProcessGroupOptions options)
     // No waiting here for WORLD_SIZE processes to connect: with a different WORLD_SIZE
     // they never would, and the sizes are compared below, at once.
     store_options.waitWorkers = false;
-    store_options.timeout = options.timeout;
+    store_options.timeout = options.rendezvous_timeout;
     if (serves_store) store_options.masterListenFd = listen_fd;
-    c10::intrusive_ptr<c10d::Store> store = c10::make_intrusive<c10d::TCPStore>(env.master_addr, store_options);
+    // Under torchrun's agent store, attempts keep apart by the attempt's number instead.
+    c10::intrusive_ptr<c10d::Store> store;
+    if (serves_store || env.agent_store)
+      store = c10::make_intrusive<c10d::TCPStore>(env.master_addr, store_options);
+    else
+      store = connect_to_forming_group(env.master_addr, store_options,
+                                       rank_text + " of " + std::to_string(env.world_size), where);
     if (env.agent_store) {
-      const auto attempt = agree_on_attempt(*store, env, options.timeout, where);
+      const auto attempt = agree_on_attempt(*store, env, options.rendezvous_timeout, where);
       store = c10::make_intrusive<c10d::PrefixStore>("/worker/attempt_" + std::to_string(attempt), store);
     }
     impl_->store = store;
@@ -232,7 +268,7 @@ Communicator::Communicator(const DistEnv& env, ProcessGroupOptions options)
     throw;
   } catch (const std::exception& e) {
     throw Error(rank_text + " of " + std::to_string(env.world_size) + ": cannot rendezvous at the master " + where +
-                " within " + std::to_string(options.timeout.count() / 1000) + " s (" + first_line(e) +
+                " within " + std::to_string(options.rendezvous_timeout.count() / 1000) + " s (" + first_line(e) +
                 "); check MASTER_ADDR/MASTER_PORT, that rank 0 runs, and WORLD_SIZE on every rank");
   }
   check_world_size(*impl_->store, env, where);
@@ -260,6 +296,7 @@ Communicator::Communicator(const DistEnv& env, ProcessGroupOptions options)
     throw Error(rank_text + ": the Gloo process group at " + where + " did not form: " + first_line(e));
   }
 #endif
+  if (serves_store) impl_->store->set(kFormed, bytes_of(1));
   require(options);
 }
 
@@ -272,12 +309,17 @@ void Communicator::require(const ProcessGroupOptions& options) {
   auto nccl_options = c10d::ProcessGroupNCCL::Options::create();
   nccl_options->timeout = options.nccl_timeout;
   auto store = c10::make_intrusive<c10d::PrefixStore>("nccl", impl_->store);
-  auto nccl = c10::make_intrusive<c10d::ProcessGroupNCCL>(store, rank_, world_size_, nccl_options);
-  // Bound to the rank's device and connected now (torch's init_process_group(device_id=)):
-  // no guessing the device from the current one at the first collective.
-  nccl->setBoundDeviceId(device);
-  nccl->eagerConnectSingleDevice(device);
-  impl_->nccl = nccl;
+  try {
+    auto nccl = c10::make_intrusive<c10d::ProcessGroupNCCL>(store, rank_, world_size_, nccl_options);
+    // Bound to the rank's device and connected now (torch's init_process_group(device_id=)):
+    // no guessing the device from the current one at the first collective.
+    nccl->setBoundDeviceId(device);
+    nccl->eagerConnectSingleDevice(device);
+    impl_->nccl = nccl;
+  } catch (const std::exception& e) {  // NCCL's own message names neither the rank nor the host
+    throw Error("rank " + std::to_string(rank_) + " of " + std::to_string(world_size_) + " (host " + host_name() +
+                "): the NCCL process group on " + device.str() + " did not form: " + first_line(e));
+  }
   backend_ = "nccl";
 #endif
 }

@@ -3,8 +3,8 @@
 // serves it, or torchrun's agent) and c10d backends, as torch.distributed's default group:
 // backend "auto" sends CUDA tensors through NCCL and CPU tensors through Gloo; "gloo"
 // sends every tensor through Gloo (CUDA tensors too: several ranks can then share one
-// GPU, which NCCL refuses); "nccl" is for CUDA models only. Every collective fails within
-// `timeout` instead of hanging.
+// GPU, which NCCL refuses); "nccl" is for CUDA models only. Forming the group fails within
+// `rendezvous_timeout`, every collective within `timeout`, instead of hanging.
 #include <c10/util/intrusive_ptr.h>
 #include <torch/types.h>
 
@@ -23,8 +23,11 @@ namespace fastcpp::distributed {
 
 struct ProcessGroupOptions {
   std::string backend = "auto";  // auto, gloo, nccl
-  // The rendezvous and Gloo's collectives fail after this.
+  // Gloo's collectives fail after this.
   std::chrono::milliseconds timeout{std::chrono::seconds(60)};
+  // Forming the group waits this long for every process to join: the nodes of a job may
+  // start minutes apart (torchrun's agents wait 10 minutes for theirs to join).
+  std::chrono::milliseconds rendezvous_timeout{std::chrono::minutes(10)};
   // A barrier waits out the other ranks' own work (rank 0 preparing a dataset in
   // rank0_first, a checkpoint being written): torch's default for collectives.
   std::chrono::milliseconds barrier_timeout{std::chrono::minutes(30)};

@@ -4,7 +4,7 @@
 //
 //   fastcpp-launch --nproc-per-node 2 ./distributed_fashion_mnist --epochs 2
 //   .venv/bin/python -m torch.distributed.run --no_python --nproc_per_node 2 ./distributed_fashion_mnist
-//   srun --ntasks 2 ./distributed_fashion_mnist   (with MASTER_ADDR/MASTER_PORT set)
+//   srun --ntasks 2 ./distributed_fashion_mnist   (on several nodes, they meet at the first one)
 //
 // Run alone, it trains in one process. Each process uses --threads threads
 // (default: the cores divided among the processes of this node).

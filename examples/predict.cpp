@@ -7,15 +7,17 @@
 //   build/examples/predict image_folder/export.pt photo.jpg more_photos/
 // prints a line per image: its path, then the top classes with their probabilities. With
 // a segmentation model (the segmentation example's segmentation/export.pt): each image's
-// share of pixels per class, and with --masks DIR the class masks as PNGs
-// (DIR/<image name>.png, a colour per class). With a detector (the detection example's
-// detection/export.pt): each detection scoring --min-score or more, as its class, score
-// and box (x1 y1 x2 y2 in the image's pixels).
+// share of pixels per class, and with --masks DIR the class masks as PNGs, a colour per
+// class (DIR/<the image's path in the folder given, or its name>.png; two images that
+// would write one file, a.jpg and a.png, are an error, not an overwrite). With a
+// detector (the detection example's detection/export.pt): each detection scoring
+// --min-score or more, as its class, score and box (x1 y1 x2 y2 in the image's pixels).
 #include <fastcpp.h>
 
 #include <filesystem>
 #include <iomanip>
 #include <iostream>
+#include <map>
 
 using namespace fastcpp;
 
@@ -48,6 +50,14 @@ void print_detections(const vision::Prediction& p, const vision::Predictor& pred
   std::cout << (shown ? "" : " nothing") << "\n";
 }
 
+// Where an image's mask goes: under `dir` at the image's path within the folder given
+// (its file name for a file given), as a PNG.
+std::string mask_file(const std::string& dir, const std::string& input, const std::string& image) {
+  namespace fs = std::filesystem;
+  const auto within = fs::is_directory(input) ? fs::path(image).lexically_relative(input) : fs::path(image).filename();
+  return (fs::path(dir) / within).replace_extension(".png").string();
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -73,29 +83,31 @@ int main(int argc, char** argv) {
   cli.parse(argc, argv);
   try {
     const auto predictor = vision::load_learner(model, {.workers = workers});
-    for (size_t i = 0; i < inputs.size(); ++i) {
-      const auto predictions = std::filesystem::is_directory(inputs[i]) ? predictor.predict_folder(inputs[i], bs)
-                                                                         : std::vector{predictor.predict(inputs[i])};
-      for (const auto& p : predictions) {
-        if (p.detections.boxes.defined()) {
-          print_detections(p, predictor, min_score);
-          continue;
-        }
-        if (p.mask.defined()) {
-          print_mask_shares(p, predictor);
-          if (!masks.empty()) {
-            std::filesystem::create_directories(masks);
-            vision::write_mask_png((std::filesystem::path(masks) / std::filesystem::path(p.path).filename()).replace_extension(".png").string(), p.mask);
-          }
-          continue;
-        }
-        const auto [probs, indices] = p.probs.topk(std::min<int64_t>(top, p.probs.numel()));
-        std::cout << p.path << ":";
-        for (int64_t j = 0; j < probs.numel(); ++j) {
-          std::cout << (j ? ", " : " ") << predictor.label(indices[j].item<int64_t>()) << " " << std::fixed << std::setprecision(4) << probs[j].item<double>();
-        }
-        std::cout << "\n";
+    std::map<std::string, std::string> mask_sources;  // each mask file written, and its image
+    const auto show = [&](const vision::Prediction& p, const std::string& input) {
+      if (p.detections.boxes.defined()) return print_detections(p, predictor, min_score);
+      if (p.mask.defined()) {
+        print_mask_shares(p, predictor);
+        if (masks.empty()) return;
+        const auto file = mask_file(masks, input, p.path);
+        if (const auto [it, added] = mask_sources.emplace(file, p.path); !added)
+          throw Error("--masks: " + it->second + " and " + p.path + " would both write " + file);
+        std::filesystem::create_directories(std::filesystem::path(file).parent_path());
+        return vision::write_mask_png(file, p.mask);
       }
+      const auto [probs, indices] = p.probs.topk(std::min<int64_t>(top, p.probs.numel()));
+      std::cout << p.path << ":";
+      for (int64_t j = 0; j < probs.numel(); ++j)
+        std::cout << (j ? ", " : " ") << predictor.label(indices[j].item<int64_t>()) << " " << std::fixed
+                  << std::setprecision(4) << probs[j].item<double>();
+      std::cout << "\n";
+    };
+    for (const auto& input : inputs) {
+      // A folder's predictions are shown as they come: none is kept (a mask's probabilities are large).
+      if (std::filesystem::is_directory(input))
+        predictor.predict_folder(input, bs, [&](vision::Prediction p) { show(p, input); });
+      else
+        show(predictor.predict(input), input);
     }
   } catch (const Error& e) {
     std::cerr << "error: " << e.what() << "\n";

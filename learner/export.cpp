@@ -18,6 +18,19 @@ c10::IValue spec_entry(const ModelSpec& spec, const std::string& key) {
   if (it == spec.end()) throw Error("its architecture record has no '" + key + "'");
   return it->second;
 }
+
+c10::IValue range_entry(const std::optional<std::pair<double, double>>& range) {
+  return range ? c10::List<double>({range->first, range->second}) : c10::List<double>();
+}
+
+std::optional<std::pair<double, double>> range_of(const c10::IValue& entry) {
+  std::vector<double> values;  // an empty list reads back untyped
+  for (const auto& value : entry.toListRef()) values.push_back(value.toDouble());
+  if (values.empty()) return std::nullopt;
+  if (values.size() != 2) throw Error("a range of " + std::to_string(values.size()) + " numbers instead of 2");
+  return std::make_pair(values[0], values[1]);
+}
+
 namespace {
 
 constexpr const char* kFormat = "fastcpp.export.v1";

@@ -318,6 +318,9 @@ TEST_SUITE("detection") {
           for (int c : {0, 2}) scaled.select(1, c).sub_(0.5).mul_(63.0 / 95).add_(0.5).clamp_(0, 64);
           for (int c : {1, 3}) scaled.select(1, c).sub_(0.5).mul_(63.0 / 31).add_(0.5).clamp_(0, 64);
         }
+        // A tensor item's detections are in the item's pixels.
+        CHECK(same_detections_in_any_order(predictor.predict(valid.get(i).x).detections,
+                                           {scaled.to(torch::kFloat), expected.scores, expected.labels}));
         // the item is the 96 x 64 file squished to 64 x 64: x comes back 1.5 times wider
         scaled.select(1, 0).mul_(1.5);
         scaled.select(1, 2).mul_(1.5);

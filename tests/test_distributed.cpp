@@ -16,6 +16,9 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <memory>
+#include <iostream>
+#include <sstream>
 #include <thread>
 #include <tuple>
 #include <utility>
@@ -192,6 +195,7 @@ class LauncherVariables {
       "RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT",
       "TORCHELASTIC_RESTART_COUNT", "TORCHELASTIC_USE_AGENT_STORE", "SLURM_PROCID", "SLURM_NTASKS", "SLURM_LOCALID",
       "SLURM_NTASKS_PER_NODE", "SLURM_JOB_NUM_NODES", "SLURM_NNODES", "SLURM_STEP_NODELIST", "SLURM_JOB_NODELIST",
+      "SLURM_STEP_ID", "SLURM_STEPID", "SLURM_JOB_ID",
       "OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE", "OMPI_COMM_WORLD_LOCAL_RANK", "OMPI_COMM_WORLD_LOCAL_SIZE"};
   std::vector<std::pair<std::string, std::string>> saved_;
 };
@@ -782,7 +786,7 @@ TEST_SUITE("distributed") {
     const auto env = env_of(1, 2, free_port() + 2);
     const auto start = std::chrono::steady_clock::now();
     const auto message = error_of([&] {
-      distributed::Communicator comm(env, {.timeout = std::chrono::seconds(2)});
+      distributed::Communicator comm(env, {.rendezvous_timeout = std::chrono::seconds(2)});
     });
     CHECK(message.rfind("rank 1 of 2: cannot rendezvous at the master 127.0.0.1:" + std::to_string(env.master_port) +
                             " within 2 s",
@@ -792,8 +796,9 @@ TEST_SUITE("distributed") {
 
   TEST_CASE("processes started with different WORLD_SIZE values both stop with the same explanation") {
     const int port = free_port() + 3;
-    const auto messages = in_two_threads(
-        [&](int r) { distributed::Communicator(env_of(r, r == 0 ? 2 : 3, port), {.timeout = std::chrono::seconds(10)}); });
+    const distributed::ProcessGroupOptions options{.rendezvous_timeout = std::chrono::seconds(10)};
+    const auto messages =
+        in_two_threads([&](int r) { distributed::Communicator(env_of(r, r == 0 ? 2 : 3, port), options); });
     CHECK(messages[0] == "WORLD_SIZE differs between processes: rank 0 has 2, rank 1 has 3; start every process with the same WORLD_SIZE");
     CHECK(messages[1] == "WORLD_SIZE differs between processes: rank 1 has 3, rank 0 has 2; start every process with the same WORLD_SIZE");
   }
@@ -801,7 +806,7 @@ TEST_SUITE("distributed") {
   TEST_CASE("a rank 0 started with the larger WORLD_SIZE stops at once too, and so does its peer") {
     // The store must not wait for rank 0's 3 processes to connect before the sizes are compared.
     const int port = free_port() + 60;
-    const distributed::ProcessGroupOptions options{.timeout = std::chrono::seconds(10)};
+    const distributed::ProcessGroupOptions options{.rendezvous_timeout = std::chrono::seconds(10)};
     const auto start = std::chrono::steady_clock::now();
     const auto messages =
         in_two_threads([&](int r) { distributed::Communicator(env_of(r, r == 0 ? 3 : 2, port), options); });
@@ -815,7 +820,7 @@ TEST_SUITE("distributed") {
   }
 
   TEST_CASE("a WORLD_SIZE that never comes is an error naming the rank and WORLD_SIZE, not the store's own") {
-    const distributed::ProcessGroupOptions options{.timeout = std::chrono::seconds(2)};
+    const distributed::ProcessGroupOptions options{.rendezvous_timeout = std::chrono::seconds(2)};
     // Rank 0 of 2, alone.
     const int port = free_port() + 61;
     const auto alone = any_error_of([&] { distributed::Communicator(env_of(0, 2, port), options); });
@@ -857,7 +862,7 @@ TEST_SUITE("distributed") {
         auto env = env_of(r, 2, port);
         env.agent_store = true;
         env.restart_count = r == 0 ? count0 : count1;
-        distributed::Communicator comm(env, {.timeout = std::chrono::seconds(10)});
+        distributed::Communicator comm(env, {.rendezvous_timeout = std::chrono::seconds(10)});
         auto value = torch::full({1}, static_cast<float>(r + 1));
         comm.all_reduce_sum(value);
         sums[r] = value.item<float>();
@@ -868,6 +873,39 @@ TEST_SUITE("distributed") {
       CHECK(sums[1] == 3);
     }
     CHECK(agent_store.add("fastcpp/attempts", 0) == 3);  // rank 0 numbered each attempt in the store
+  }
+
+  TEST_CASE("a rank restarted while the failed group's rank 0 still serves its store joins the next rank 0's group") {
+    const int port = free_port() + 68;
+    const distributed::ProcessGroupOptions options{.rendezvous_timeout = std::chrono::seconds(20)};
+    std::array<std::unique_ptr<distributed::Communicator>, 2> old;
+    const auto formed = in_two_threads(
+        [&](int r) { old[r] = std::make_unique<distributed::Communicator>(env_of(r, 2, port), options); });
+    REQUIRE(formed[0] == "(nothing thrown)");
+    REQUIRE(formed[1] == "(nothing thrown)");
+    // Rank 1 fails and is started again at once; rank 0 has not noticed yet, and goes 2 s later.
+    old[1].reset();
+    float restarted_sum = 0;
+    std::string restarted_error = "(nothing thrown)";
+    std::thread restarted([&] {
+      try {
+        distributed::Communicator comm(env_of(1, 2, port), options);
+        auto value = torch::full({1}, 2.f);
+        comm.all_reduce_sum(value);
+        restarted_sum = value.item<float>();
+      } catch (const std::exception& e) {
+        restarted_error = e.what();
+      }
+    });
+    std::this_thread::sleep_for(std::chrono::seconds(2));
+    old[0].reset();
+    distributed::Communicator rank0(env_of(0, 2, port), options);
+    auto value = torch::full({1}, 1.f);
+    rank0.all_reduce_sum(value);
+    restarted.join();
+    CHECK(restarted_error == "(nothing thrown)");
+    CHECK(restarted_sum == 3);
+    CHECK(value.item<float>() == 3);
   }
 
   TEST_CASE("a rank that dies while the other waits in a collective: an error on the survivor, not a hang") {
@@ -1167,12 +1205,13 @@ TEST_SUITE("distributed") {
     CHECK(!distributed::read_env().is_distributed());
     // Slurm's variables are in every job: its one task is a single process, two are a world.
     setenv("SLURM_PROCID", "0", 1);
+    setenv("SLURM_STEP_ID", "0", 1);
     setenv("SLURM_NTASKS", "1", 1);
     CHECK(distributed::read_env().source == "slurm");
     CHECK(!distributed::read_env().is_distributed());
     setenv("SLURM_NTASKS", "2", 1);
     CHECK(distributed::read_env().is_distributed());
-    for (const char* name : {"SLURM_PROCID", "SLURM_NTASKS"}) unsetenv(name);
+    for (const char* name : {"SLURM_PROCID", "SLURM_STEP_ID", "SLURM_NTASKS"}) unsetenv(name);
   }
 
   TEST_CASE("RANK and WORLD_SIZE come together, and a world of several processes needs MASTER_ADDR and MASTER_PORT") {
@@ -1207,16 +1246,18 @@ TEST_SUITE("distributed") {
   }
 
   TEST_CASE("errors in Slurm's and Open MPI's values name the variables read") {
-    CHECK(env_error({{"SLURM_PROCID", "4"}, {"SLURM_NTASKS", "4"}}) ==
+    CHECK(env_error({{"SLURM_PROCID", "4"}, {"SLURM_STEP_ID", "0"}, {"SLURM_NTASKS", "4"}}) ==
           "SLURM_PROCID 4 is outside the world of 4 processes (SLURM_NTASKS)");
-    CHECK(env_error({{"SLURM_PROCID", "0"}, {"SLURM_NTASKS", "0"}}) == "SLURM_NTASKS must be >= 1, got 0");
-    CHECK(env_error({{"SLURM_PROCID", "1"}, {"SLURM_NTASKS", "4"}, {"SLURM_LOCALID", "2"},
+    CHECK(env_error({{"SLURM_PROCID", "0"}, {"SLURM_STEP_ID", "0"}, {"SLURM_NTASKS", "0"}}) ==
+          "SLURM_NTASKS must be >= 1, got 0");
+    CHECK(env_error({{"SLURM_PROCID", "1"}, {"SLURM_STEP_ID", "0"}, {"SLURM_NTASKS", "4"}, {"SLURM_LOCALID", "2"},
                      {"SLURM_NTASKS_PER_NODE", "2"}}) ==
           "SLURM_LOCALID 2 is outside the 2 processes of this node (SLURM_NTASKS_PER_NODE)");
-    CHECK(env_error({{"SLURM_PROCID", "0"}, {"SLURM_NTASKS", "4"}, {"SLURM_NTASKS_PER_NODE", "0"}}) ==
+    CHECK(env_error({{"SLURM_PROCID", "0"}, {"SLURM_STEP_ID", "0"}, {"SLURM_NTASKS", "4"},
+                     {"SLURM_NTASKS_PER_NODE", "0"}}) ==
           "SLURM_NTASKS_PER_NODE must be >= 1, got 0");
     // Without SLURM_NTASKS_PER_NODE the node's share is the whole world.
-    CHECK(env_error({{"SLURM_PROCID", "0"}, {"SLURM_NTASKS", "2"}, {"SLURM_LOCALID", "2"}}) ==
+    CHECK(env_error({{"SLURM_PROCID", "0"}, {"SLURM_STEP_ID", "0"}, {"SLURM_NTASKS", "2"}, {"SLURM_LOCALID", "2"}}) ==
           "SLURM_LOCALID 2 is outside the 2 processes of this node (SLURM_NTASKS)");
     CHECK(env_error({{"OMPI_COMM_WORLD_RANK", "2"}, {"OMPI_COMM_WORLD_SIZE", "2"}}) ==
           "OMPI_COMM_WORLD_RANK 2 is outside the world of 2 processes (OMPI_COMM_WORLD_SIZE)");
@@ -1253,7 +1294,7 @@ TEST_SUITE("distributed") {
 
   TEST_CASE("a Slurm run over several nodes without MASTER_ADDR meets at the first host of its node list") {
     const auto two_nodes = [](const Variables& more) {
-      Variables all{{"SLURM_PROCID", "2"}, {"SLURM_NTASKS", "4"}, {"SLURM_LOCALID", "0"},
+      Variables all{{"SLURM_PROCID", "2"}, {"SLURM_STEP_ID", "0"}, {"SLURM_NTASKS", "4"}, {"SLURM_LOCALID", "0"},
                     {"SLURM_NTASKS_PER_NODE", "2"}, {"SLURM_JOB_NUM_NODES", "2"}};
       all.insert(all.end(), more.begin(), more.end());
       return all;
@@ -1275,14 +1316,15 @@ TEST_SUITE("distributed") {
     CHECK(env_error(two_nodes({{"SLURM_STEP_NODELIST", "node[07-"}})) ==
           "SLURM_STEP_NODELIST 'node[07-' is malformed: a '[' without its ']'");
     // SLURM_NNODES tells it too, and so do more tasks than one node's.
-    CHECK(env_from({{"SLURM_PROCID", "0"}, {"SLURM_NTASKS", "2"}, {"SLURM_NNODES", "2"},
+    CHECK(env_from({{"SLURM_PROCID", "0"}, {"SLURM_STEP_ID", "0"}, {"SLURM_NTASKS", "2"}, {"SLURM_NNODES", "2"},
                     {"SLURM_JOB_NODELIST", "node01,node02"}})
               .master_addr == "node01");
-    CHECK(env_from({{"SLURM_PROCID", "0"}, {"SLURM_NTASKS", "4"}, {"SLURM_NTASKS_PER_NODE", "2"},
+    CHECK(env_from({{"SLURM_PROCID", "0"}, {"SLURM_STEP_ID", "0"}, {"SLURM_NTASKS", "4"},
+                    {"SLURM_NTASKS_PER_NODE", "2"},
                     {"SLURM_JOB_NODELIST", "node01,node02"}})
               .master_addr == "node01");
     // On one node the processes meet on the loopback.
-    CHECK(env_from({{"SLURM_PROCID", "1"}, {"SLURM_NTASKS", "2"}, {"SLURM_JOB_NUM_NODES", "1"},
+    CHECK(env_from({{"SLURM_PROCID", "1"}, {"SLURM_STEP_ID", "0"}, {"SLURM_NTASKS", "2"}, {"SLURM_JOB_NUM_NODES", "1"},
                     {"SLURM_JOB_NODELIST", "node01"}})
               .master_addr == "127.0.0.1");
     // Open MPI gives no node list: over several nodes MASTER_ADDR must say where rank 0 is.
@@ -1290,5 +1332,78 @@ TEST_SUITE("distributed") {
                      {"OMPI_COMM_WORLD_LOCAL_SIZE", "2"}}) ==
           "MASTER_ADDR is not set, and the run spans nodes (OMPI_COMM_WORLD_LOCAL_SIZE 2 of OMPI_COMM_WORLD_SIZE 4): "
           "set it to the address of the host running rank 0");
+  }
+
+  TEST_CASE("a batch script's shell is one process although Slurm's task variables say more, and says so once") {
+    std::ostringstream said;
+    auto* const previous = std::cerr.rdbuf(said.rdbuf());
+    const Variables batch_shell{{"SLURM_PROCID", "0"}, {"SLURM_NTASKS", "4"}, {"SLURM_JOB_ID", "4242"}};
+    const auto alone = env_from(batch_shell);
+    const auto again = env_from(batch_shell);
+    std::cerr.rdbuf(previous);
+    CHECK(alone.source == "none");
+    CHECK(!alone.is_distributed());
+    CHECK(again.world_size == 1);
+    CHECK(said.str() ==
+          "fastcpp: SLURM_NTASKS is 4, but srun did not start this process (no SLURM_STEP_ID): it trains alone; start "
+          "it with srun to train as 4 processes\n");
+    // srun's tasks have a step: the same variables are then a world of 4.
+    auto task = batch_shell;
+    task.emplace_back("SLURM_STEP_ID", "0");
+    CHECK(env_from(task).world_size == 4);
+  }
+
+  TEST_CASE("under Slurm the default port comes from the job, so that jobs sharing a node meet apart") {
+    const Variables task{{"SLURM_PROCID", "1"}, {"SLURM_STEP_ID", "0"}, {"SLURM_NTASKS", "2"}};
+    auto job = [&](const char* id) {
+      auto variables = task;
+      variables.emplace_back("SLURM_JOB_ID", id);
+      return variables;
+    };
+    CHECK(env_from(job("4242")).master_port == 14242);
+    CHECK(env_from(job("20017")).master_port == 10017);
+    CHECK(env_from(task).master_port == 29500);  // no job id: torch's default
+    auto chosen = job("4242");
+    chosen.emplace_back("MASTER_PORT", "29600");
+    CHECK(env_from(chosen).master_port == 29600);
+    CHECK(env_error(job("12a")) == "environment variable SLURM_JOB_ID='12a' is not an integer");
+    // Other launchers keep torch's port.
+    CHECK(env_from({{"OMPI_COMM_WORLD_RANK", "0"}, {"OMPI_COMM_WORLD_SIZE", "2"}, {"SLURM_JOB_ID", "4242"}})
+              .master_port == 29500);
+  }
+
+  TEST_CASE("a Slurm run over several nodes whose master address is a loopback one here stops at once on rank 0") {
+    const auto env = env_from({{"SLURM_PROCID", "0"}, {"SLURM_STEP_ID", "0"}, {"SLURM_NTASKS", "2"},
+                               {"SLURM_JOB_NUM_NODES", "2"}, {"MASTER_ADDR", "127.0.0.1"},
+                               {"MASTER_PORT", std::to_string(free_port() + 66)}});
+    const auto start = std::chrono::steady_clock::now();
+    CHECK(any_error_of([&] { distributed::Communicator comm(env); }) ==
+          "rank 0 cannot serve the rendezvous: MASTER_ADDR 127.0.0.1 is 127.0.0.1 on this host, a loopback address "
+          "the other nodes cannot reach (SLURM_JOB_NUM_NODES 2): set MASTER_ADDR to this host's network address, or "
+          "map its name to that address in /etc/hosts");
+    CHECK(std::chrono::steady_clock::now() - start < std::chrono::seconds(5));
+    CHECK(distributed::loopback_address("127.0.0.1") == "127.0.0.1");
+    CHECK(distributed::loopback_address("::1") == "::1");
+    CHECK(distributed::loopback_address("10.1.2.3") == "");
+    CHECK(distributed::loopback_address("no-such-host.invalid") == "");
+  }
+
+  TEST_CASE("forming the group waits out a late process for the rendezvous timeout, not the collectives' one") {
+    const int port = free_port() + 67;
+    const distributed::ProcessGroupOptions options{.timeout = std::chrono::seconds(1),
+                                                   .rendezvous_timeout = std::chrono::seconds(20)};
+    float sums[2] = {0, 0};
+    const auto errors = in_two_threads([&](int r) {
+      if (r == 1) std::this_thread::sleep_for(std::chrono::seconds(3));  // its node started later
+      distributed::Communicator comm(env_of(r, 2, port), options);
+      auto value = torch::full({1}, static_cast<float>(r + 1));
+      comm.all_reduce_sum(value);
+      sums[r] = value.item<float>();
+    });
+    CHECK(errors[0] == "(nothing thrown)");
+    CHECK(errors[1] == "(nothing thrown)");
+    CHECK(sums[0] == 3);
+    CHECK(sums[1] == 3);
+    CHECK(distributed::ProcessGroupOptions{}.rendezvous_timeout == std::chrono::minutes(10));
   }
 }

@@ -124,6 +124,50 @@ TEST_SUITE("export") {
       CHECK(folder[i].path == valid.paths()[i]);
       CHECK(torch::allclose(folder[i].probs, predictions[i].probs, 1e-5, 1e-6));
     }
+    // Handed over one at a time, in order, each as soon as its batch is done; a failing use stops there.
+    std::vector<std::string> handed;
+    predictor.predict_folder(root + "/valid", 4, [&](vision::Prediction p) {
+      CHECK(torch::equal(p.probs, folder[handed.size()].probs));
+      handed.push_back(p.path);
+    });
+    CHECK(handed == valid.paths());
+    size_t used = 0;
+    CHECK(error_of([&] {
+            predictor.predict(valid.paths(), 2, [&](vision::Prediction) {
+              if (++used == 3) throw Error("enough");
+            });
+          }) == "enough");
+    CHECK(used == 3);
+  }
+
+  TEST_CASE("a regression head's y_range: its outputs inside the range, and the export keeps it") {
+    const auto root = make_split_folder("export_range");
+    torch::manual_seed(0);
+    auto dls = vision::ImageDataLoaders::from_folder(root, {.bs = 4, .workers = 0, .item_tfms = {vision::Resize(16)}});
+    auto learn = vision::vision_learner(dls, vision::resnet18, {},
+                                        {.n_out = 2, .stem = vision::Stem::cifar, .width = 8,
+                                         .y_range = std::pair{-1.0, 3.0}, .loss_func = MSELoss()},
+                                        quiet());
+    const auto children = learn.model.module().named_children();
+    CHECK(children.keys().back() == "head_sigmoid_range");
+    {
+      torch::NoGradGuard no_grad;
+      for (auto& p : learn.model.module().named_parameters())
+        if (p.key() == "head_linear2.weight") p.value().mul_(1000);  // raw outputs far outside the range
+    }
+    const auto& valid = dynamic_cast<const vision::ImageFolder&>(learn.dls.valid.dataset());
+    const auto output = learn.predict(valid.get(0).x);
+    CHECK(output.min().item<double>() >= -1);
+    CHECK(output.max().item<double>() <= 3);
+    CHECK(((output + 1).abs() < 1e-3 | (output - 3).abs() < 1e-3).all().item<bool>());  // saturated at its ends
+    const auto path = temp_path("export_range.pt");
+    learn.export_learner(path);
+    const auto spec = read_exported(path).spec;
+    CHECK(range_of(spec.at("y_range")) == std::pair{-1.0, 3.0});
+    const auto predictor = vision::load_learner(path, {.device = torch::kCPU});
+    CHECK(torch::allclose(predictor.predict(valid.get(0).x).probs, output, 1e-5, 1e-6));
+    CHECK(error_of([] { vision::SigmoidRange(3, -1); }) == "SigmoidRange: low must be below high, got (3, -1)");
+    std::filesystem::remove(path);
   }
 
   TEST_CASE("fastai's presizing (a large Resize, then aug_transforms' size): the export resizes as validation does") {

@@ -542,7 +542,9 @@ TEST_SUITE("fastai") {
   TEST_CASE("create_head: fastai's layers in fastai's order, the same outputs from fastai's weights") {
     const auto heads = read_torch_file(read_file(kDir + "/head.pt")).toGenericDict();
     const std::map<std::string, vision::HeadOptions> options{
-        {"default", {}}, {"deep", {.lin_ftrs = {32, 16}, .ps = 0.25, .bn_final = true}}};
+        {"default", {}},
+        {"deep", {.lin_ftrs = {32, 16}, .ps = 0.25, .bn_final = true}},
+        {"range", {.y_range = std::pair{-1.0, 3.0}}}};
     for (const auto& [name, o] : options) {
       CAPTURE(name);
       const auto fx = heads.at(c10::IValue(name)).toGenericDict();

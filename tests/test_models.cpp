@@ -606,6 +606,33 @@ TEST_SUITE("models") {
     CHECK(torch::equal(vision::AdaptiveConcatPool2d()->forward(x).flatten(), torch::tensor({3.f, 7.f, 1.5f, 5.5f})));
   }
 
+  TEST_CASE("vision_learner with a custom head: its layers last as head_*, initialized as fastai's, last group") {
+    torch::manual_seed(0);
+    torch::nn::Sequential head(torch::nn::AdaptiveAvgPool2d(1), torch::nn::Flatten(), torch::nn::Linear(512, 7),
+                               torch::nn::BatchNorm1d(7));
+    {
+      torch::NoGradGuard no_grad;
+      head[2]->named_parameters()["bias"].fill_(5);
+      head[3]->named_parameters()["weight"].fill_(3);
+    }
+    auto learn = vision::vision_learner(image_dls(), vision::resnet18, {}, {.custom_head = head}, quiet());
+    auto& model = learn.model.module();
+    const auto names = model.named_children().keys();
+    CHECK(std::vector<std::string>(names.end() - 4, names.end()) ==
+          std::vector<std::string>{"head_0", "head_1", "head_2", "head_3"});
+    auto params = model.named_parameters();
+    CHECK(torch::equal(params["head_2.bias"], torch::zeros({7})));
+    CHECK(torch::equal(params["head_3.weight"], torch::full({7}, 3.f)));  // norm layers as they are
+    // He-normal: a standard deviation of sqrt(2 / fan_in), 1/16 for 512 inputs.
+    CHECK(params["head_2.weight"].std().item<double>() == doctest::Approx(1.0 / 16).epsilon(0.1));
+    learn.model.module().eval();
+    CHECK((learn.model(torch::randn({2, 3, 32, 32})).sizes() == torch::IntArrayRef{2, 7}));
+    const auto groups = vision::resnet_split(model);
+    REQUIRE(groups.size() == 3);
+    CHECK(groups.back().size() == 4);  // the linear's weight and bias, the BatchNorm's
+    CHECK(vision::vision_model_spec(vision::resnet18, 7, {.custom_head = head}).empty());  // no record to build it from
+  }
+
   TEST_CASE("vision_learner: three parameter groups with the slice's lrs, frozen body with weights") {
     torch::set_num_threads(2);
     auto learn = vision::vision_learner(image_dls(), vision::resnet18, {metrics::accuracy()},

@@ -1139,6 +1139,40 @@ TEST_SUITE("vision") {
     fs::remove_all(root);
   }
 
+  TEST_CASE("show_results captions multi-label targets and predictions as their classes joined by ';'") {
+    const std::vector<std::string> vocab{"sand", "sea", "sky"};
+    const auto targets = torch::tensor({1.f, 0.f, 1.f, 0.f, 1.f, 0.f, 0.f, 0.f, 0.f}).view({3, 3});
+    const auto logits = torch::tensor({2.f, -1.f, 3.f, 1.f, -2.f, -3.f, -1.f, -0.5f, -4.f}).view({3, 3});
+    const auto multi = vision::result_captions(targets, logits, vocab);
+    CHECK(multi.text == std::vector<std::string>{"sand;sky/sand;sky", "sea/sand", "/"});
+    CHECK(multi.wrong == std::vector<bool>{false, true, false});
+    const auto outputs = torch::tensor({0.f, 0.f, 5.f, 7.f, 9.f, 1.f}).view({2, 3});
+    const auto single = vision::result_captions(torch::tensor({2, 0}, torch::kLong), outputs, vocab);
+    CHECK(single.text == std::vector<std::string>{"sky/sky", "sand/sea"});
+    CHECK(single.wrong == std::vector<bool>{false, true});
+    CHECK(error_of([&] { vision::result_captions(targets, logits.narrow(1, 0, 2), vocab); }) ==
+          "result_captions: targets [3, 3] do not match outputs [3, 2]");
+
+    // Both pictures of a multi-label learner are drawn (they failed on a [classes] target).
+    const auto root = temp_dir("multi_label_show");
+    std::vector<std::string> files, tags;
+    for (int i = 0; i < 8; ++i) {
+      files.push_back(root + "/" + std::to_string(i) + ".png");
+      write(files.back(), picture(24, 20, i));
+      tags.push_back(i % 2 ? "sky sea" : "sand");
+    }
+    auto dls = vision::ImageDataLoaders::from_lists(files, tags, {.valid_pct = 0.5, .seed = 1, .bs = 4, .workers = 0,
+                                                                  .item_tfms = {vision::Resize(16)}},
+                                                    vision::MultiCategoryBlock{});
+    auto learn = vision::vision_learner(dls, vision::resnet18, {}, {.width = 8}, quiet());
+    vision::show_batch(dls, root + "/batch.png", {.max_n = 4, .ncols = 2, .min_side = 16});
+    vision::show_results(learn, root + "/results.png", {.max_n = 4, .ncols = 2, .min_side = 16});
+    // Two rows of two cells, each as wide as its widest caption ("sea;sky/sand;sea;sky" at most).
+    CHECK(vision::read_image(root + "/batch.png").rows == 2 * (16 + 16 + 8) + 8);
+    CHECK(vision::read_image(root + "/results.png").rows == 2 * (16 + 16 + 8) + 8);
+    fs::remove_all(root);
+  }
+
   TEST_CASE("DataBlock: masks with their images; errors for a missing get_y, no training items, a label unseen in training") {
     const auto root = make_segmentation_folder("data_block_masks", 5);
     auto dls = vision::DataBlock<>{.blocks = {vision::ImageBlock{.channels = 1}, vision::MaskBlock{{"a", "b", "c"}, 255}},

@@ -115,7 +115,10 @@ Prediction Predictor::predict(const torch::Tensor& item) const {
   Batch batch{item.unsqueeze(0).to(device_), torch::Tensor()};
   for (const auto& augment : aug_tfms_) batch = augment->apply(std::move(batch), 0);  // resizes: no draws
   for (const auto& tfm : batch_tfms_) batch.x = tfm(batch.x);
-  return decode(forward(batch.x)[0], "");
+  auto prediction = decode(forward(batch.x)[0], "");
+  if (prediction.detections.boxes.defined())
+    prediction.detections.boxes = boxes_to_item(prediction.detections.boxes, item.size(-2), item.size(-1));
+  return prediction;
 }
 
 ImageFolder Predictor::files(const std::vector<std::string>& image_paths) const {
@@ -134,47 +137,65 @@ ImageFolder Predictor::files(const std::vector<std::string>& image_paths) const 
 
 torch::Tensor Predictor::item(const std::string& image_path) const { return files({image_path}).get(0).x; }
 
-void Predictor::boxes_to_file(Prediction& prediction) const {
-  auto size = image_header_size(read_image_bytes(prediction.path));
-  if (size.area() == 0) size = read_image(prediction.path).size();  // a format without a header we read
+torch::Tensor Predictor::boxes_to_item(torch::Tensor boxes, int64_t height, int64_t width) const {
   // Back through the batch resizes (fastai's presizing: aug_transforms' size) from the last,
-  // each one's input the size before it, the first one's the items' (files() checked the shape).
-  auto boxes = prediction.detections.boxes;
-  std::vector<std::pair<int64_t, int64_t>> inputs{{exported_.item_shape[1], exported_.item_shape[2]}};
+  // each one's input the size before it, the first one's the item's.
+  std::vector<std::pair<int64_t, int64_t>> inputs{{height, width}};
   for (const auto& augment : aug_tfms_) {
     const auto& size_after = static_cast<const AugTransforms&>(*augment).options().size;
     inputs.push_back(size_after ? *size_after : inputs.back());
   }
   for (size_t k = aug_tfms_.size(); k-- > 0;)
     boxes = static_cast<const AugTransforms&>(*aug_tfms_[k]).boxes_to_input(boxes, inputs[k].first, inputs[k].second);
+  return boxes;
+}
+
+void Predictor::boxes_to_file(Prediction& prediction) const {
+  auto size = image_header_size(read_image_bytes(prediction.path));
+  if (size.area() == 0) size = read_image(prediction.path).size();  // a format without a header we read
+  // files() checked the items' shape: [channels, height, width].
+  const auto boxes = boxes_to_item(prediction.detections.boxes, exported_.item_shape[1], exported_.item_shape[2]);
   prediction.detections.boxes = boxes_to_image(item_tfms_, boxes, size);
 }
 
 Prediction Predictor::predict(const std::string& image_path) const { return predict(std::vector{image_path}, 1)[0]; }
 
-std::vector<Prediction> Predictor::predict(const std::vector<std::string>& image_paths, int64_t bs) const {
+void Predictor::predict(const std::vector<std::string>& image_paths, int64_t bs,
+                        const std::function<void(Prediction)>& use) const {
   if (bs < 1) throw Error("Predictor::predict: bs must be positive, got " + std::to_string(bs));
-  std::vector<Prediction> out;
-  if (image_paths.empty()) return out;
+  if (image_paths.empty()) return;
   DataLoader loader(std::make_shared<ImageFolder>(files(image_paths)),
                     {.bs = bs, .workers = workers_, .batch_tfms = batch_tfms_, .aug_tfms = aug_tfms_});
   loader.to(device_);
+  size_t done = 0;
   for (const auto& batch : loader) {
     const auto probs = forward(batch.x);
     for (int64_t i = 0; i < probs.size(0); ++i) {
-      out.push_back(decode(probs[i], image_paths[out.size()]));
-      if (out.back().detections.boxes.defined()) boxes_to_file(out.back());
+      auto prediction = decode(probs[i], image_paths[done++]);
+      if (prediction.detections.boxes.defined()) boxes_to_file(prediction);
+      use(std::move(prediction));
     }
   }
+}
+
+std::vector<Prediction> Predictor::predict(const std::vector<std::string>& image_paths, int64_t bs) const {
+  std::vector<Prediction> out;
+  predict(image_paths, bs, [&](Prediction prediction) { out.push_back(std::move(prediction)); });
   return out;
 }
 
-std::vector<Prediction> Predictor::predict_folder(const std::string& dir, int64_t bs) const {
+void Predictor::predict_folder(const std::string& dir, int64_t bs, const std::function<void(Prediction)>& use) const {
   std::error_code ec;
   if (!fs::is_directory(dir, ec)) throw Error("Predictor::predict_folder: '" + dir + "' not found or not a directory");
   const auto paths = get_image_files(dir);  // hidden files and folders left out, as fastai's get_files
   if (paths.empty()) throw Error("Predictor::predict_folder: no image files under '" + dir + "'");
-  return predict(paths, bs);
+  predict(paths, bs, use);
+}
+
+std::vector<Prediction> Predictor::predict_folder(const std::string& dir, int64_t bs) const {
+  std::vector<Prediction> out;
+  predict_folder(dir, bs, [&](Prediction prediction) { out.push_back(std::move(prediction)); });
+  return out;
 }
 
 Predictor load_learner(const std::string& path, LoadLearnerOptions options) {

@@ -5,6 +5,7 @@
 //   auto predictor = vision::load_learner("export.pt");
 //   auto p = predictor.predict("cat.jpg");             // p.label, p.index, p.probs
 //   for (const auto& q : predictor.predict_folder("photos")) ...
+//   predictor.predict_folder("photos", 64, [](vision::Prediction q) { ... });  // none kept
 //
 // An image file becomes an item as the validation set's did: decoded with the items'
 // channel count, through the item transforms in their validation form (a centre crop
@@ -20,6 +21,7 @@
 // unet_learner's and the detection learners' models);
 // a model of the program's own is given to load_learner, which loads the weights into
 // it by name (a mismatch lists every missing, unexpected and mis-shaped key).
+#include <functional>
 #include <optional>
 #include <string>
 #include <vector>
@@ -65,6 +67,12 @@ class Predictor {
   std::vector<Prediction> predict(const std::vector<std::string>& image_paths, int64_t bs = 64) const;
   // The image files under `dir` (recursively), sorted by path.
   std::vector<Prediction> predict_folder(const std::string& dir, int64_t bs = 64) const;
+  // The same two, each prediction handed to `use` once its batch is done, in order, and
+  // none kept: for many images of a segmentation model, whose probabilities are
+  // [classes, H, W] floats an image.
+  void predict(const std::vector<std::string>& image_paths, int64_t bs,
+               const std::function<void(Prediction)>& use) const;
+  void predict_folder(const std::string& dir, int64_t bs, const std::function<void(Prediction)>& use) const;
 
   // The item an image file becomes (before the batch transforms).
   torch::Tensor item(const std::string& image_path) const;
@@ -79,7 +87,9 @@ class Predictor {
   ImageFolder files(const std::vector<std::string>& image_paths) const;
   Prediction decode(const torch::Tensor& probs, std::string path) const;
   torch::Tensor forward(torch::Tensor batch) const;
-  // A detector's boxes from an item's pixels to the image file's.
+  // A detector's boxes from the batch's pixels to those of an item of that size (through
+  // the batch resizes), and to the image file's.
+  torch::Tensor boxes_to_item(torch::Tensor boxes, int64_t height, int64_t width) const;
   void boxes_to_file(Prediction& prediction) const;
 
   ExportedModel exported_;

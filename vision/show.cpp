@@ -53,6 +53,16 @@ std::string name_of(int64_t index, const std::vector<std::string>& vocab) {
   return index >= 0 && index < static_cast<int64_t>(vocab.size()) ? vocab[static_cast<size_t>(index)] : std::to_string(index);
 }
 
+// A classification target or decision: a class index, or a multi-label row (0/1 per
+// class) as the names of the classes set, joined by ';' as fastai shows them.
+std::string labels_of(const torch::Tensor& target, const std::vector<std::string>& vocab) {
+  if (target.dim() == 0) return name_of(target.item<int64_t>(), vocab);
+  std::string names;
+  const auto set = (target > 0.5).nonzero().flatten();
+  for (int64_t k = 0; k < set.size(0); ++k) names.append(k ? ";" : "").append(name_of(set[k].item<int64_t>(), vocab));
+  return names;
+}
+
 // A grid of labelled images: text[i] above image i, in red where wrong[i].
 void write_labelled_grid(const std::string& path, const torch::Tensor& images, const std::vector<std::string>& text,
                          const std::vector<bool>& wrong, const ShowOptions& o) {
@@ -164,7 +174,7 @@ void show_batch(const DataLoaders& dls, const std::string& path, ShowOptions o) 
   if (is_box_batch(y)) return write_box_panels(path, images, {truth_of(y)}, {}, dls.vocab, o);
   if (is_mask_batch(y)) return write_mask_rows(path, images, {y}, {"image", "mask"}, {}, o);
   std::vector<std::string> text;
-  for (int64_t i = 0; i < n; ++i) text.push_back(y.dim() == 1 ? name_of(y[i].item<int64_t>(), dls.vocab) : "");
+  for (int64_t i = 0; i < n; ++i) text.push_back(y.dim() <= 2 ? labels_of(y[i], dls.vocab) : "");
   write_labelled_grid(path, images, text, std::vector<bool>(static_cast<size_t>(n), false), o);
 }
 
@@ -184,17 +194,28 @@ void show_results(Learner& learn, const std::string& path, ShowOptions o) {
     }
     return write_box_panels(path, images, {truth_of(y), found}, {"target", "prediction"}, learn.dls.vocab, o);
   }
-  const auto decided = output.argmax(1).to(torch::kCPU);
   if (!o.void_index) o.void_index = learn.dls.void_index;
-  if (is_mask_batch(y)) return write_mask_rows(path, images, {y, decided}, {"image", "target", "prediction"}, {}, o);
-  std::vector<std::string> text;
-  std::vector<bool> wrong;
-  for (int64_t i = 0; i < n; ++i) {
-    const auto target = y[i].item<int64_t>(), predicted = decided[i].item<int64_t>();
-    text.push_back(name_of(target, learn.dls.vocab) + "/" + name_of(predicted, learn.dls.vocab));
-    wrong.push_back(target != predicted);
+  if (is_mask_batch(y))
+    return write_mask_rows(path, images, {y, output.argmax(1).to(torch::kCPU)}, {"image", "target", "prediction"}, {},
+                           o);
+  const auto captions = result_captions(y, output.to(torch::kCPU), learn.dls.vocab);
+  write_labelled_grid(path, images, captions.text, captions.wrong, o);
+}
+
+ResultCaptions result_captions(const torch::Tensor& targets, const torch::Tensor& outputs,
+                               const std::vector<std::string>& vocab) {
+  const bool multi_label = targets.dim() == 2;
+  if (targets.size(0) != outputs.size(0) || (multi_label && targets.sizes() != outputs.sizes()))
+    throw Error("result_captions: targets " + c10::str(targets.sizes()) + " do not match outputs " +
+                c10::str(outputs.sizes()));
+  // A multi-label output is a logit per class: set where its sigmoid passes 0.5 (fastai's threshold).
+  const auto decided = multi_label ? (outputs > 0).to(torch::kLong) : outputs.argmax(1);
+  ResultCaptions captions;
+  for (int64_t i = 0; i < targets.size(0); ++i) {
+    captions.text.push_back(labels_of(targets[i], vocab) + "/" + labels_of(decided[i], vocab));
+    captions.wrong.push_back(!torch::equal(targets[i].to(torch::kLong), decided[i]));
   }
-  write_labelled_grid(path, images, text, wrong, o);
+  return captions;
 }
 
 }  // namespace fastcpp::vision

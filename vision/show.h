@@ -7,8 +7,9 @@
 //   vision::show_results(learn, "show_results.png");  // after: target / prediction
 //
 // Images are decoded back from the batch transforms (Normalize, IntToFloat) and the memory
-// layout; grey images are shown grey. A classification batch gets each image's label (for
-// results "target/prediction", red where they differ); a segmentation batch gets each
+// layout; grey images are shown grey. A classification batch gets each image's label (a
+// multi-label one its classes joined by ';'; for results "target/prediction", red where
+// they differ); a segmentation batch gets each
 // image beside its mask (for results: image, target mask, predicted mask), a colour per class;
 // a detection batch gets each image's boxes in its class's colour with the class name (for
 // results: the true boxes, then the detections scoring min_score or more, with their score
@@ -42,6 +43,16 @@ torch::Tensor decode_images(torch::Tensor x, const std::vector<BatchTransform>& 
 void show_batch(const DataLoaders& dls, const std::string& path, ShowOptions options = {});
 // The first batch of the validation loader with the model's predictions.
 void show_results(Learner& learn, const std::string& path, ShowOptions options = {});
+
+// The captions show_results writes over classified images, "target/prediction" (for
+// multi-label targets, [N, classes] of 0/1, the classes set joined by ';', predicted where
+// the output's logit is above 0, its sigmoid above 0.5), and which of them are wrong.
+struct ResultCaptions {
+  std::vector<std::string> text;
+  std::vector<bool> wrong;
+};
+ResultCaptions result_captions(const torch::Tensor& targets, const torch::Tensor& outputs,
+                               const std::vector<std::string>& vocab);
 
 // Rows of an image (uint8 [N, H, W, 3], as decode_images gives) beside its masks ([N, H,
 // W] class indices each, a colour per class), a title above each column, and above each

@@ -60,7 +60,7 @@ ModelSpec unet_model_spec(const Arch& arch, int64_t n_out, const std::vector<int
   spec["self_attention"] = o.self_attention;
   spec["last_cross"] = o.last_cross;
   spec["bottle"] = o.bottle;
-  spec["y_range"] = o.y_range ? c10::List<double>({o.y_range->first, o.y_range->second}) : c10::List<double>();
+  spec["y_range"] = range_entry(o.y_range);
   return spec;
 }
 
@@ -84,9 +84,7 @@ DynamicUnet create_unet_model(const ModelSpec& spec, const std::string& source) 
     o.self_attention = entry("self_attention").toBool();
     o.last_cross = entry("last_cross").toBool();
     o.bottle = entry("bottle").toBool();
-    std::vector<double> y_range;  // an empty list reads back untyped
-    for (const auto& value : entry("y_range").toListRef()) y_range.push_back(value.toDouble());
-    if (y_range.size() == 2) o.y_range = std::make_pair(y_range[0], y_range[1]);
+    o.y_range = range_of(entry("y_range"));
     return create_unet_model(arch, n_out, img_size, o);
   } catch (const c10::Error& e) {
     throw Error(source + ": an entry of its architecture record has the wrong type (" +

@@ -14,6 +14,7 @@
 // weights the body starts frozen (its norm layers stay trainable), so a first fit
 // trains the head.
 #include <functional>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -37,12 +38,20 @@ struct VisionLearnerOptions {
   double ps = 0.5;
   bool concat_pool = true;
   bool bn_final = false;
+  // Outputs squashed into (low, high) by a last SigmoidRange: a regression's known range
+  // (fastai's y_range, e.g. (-1, 1) for coordinates scaled to the image).
+  std::optional<std::pair<double, double>> y_range;
+  // A head of the program's own in place of create_head's (fastai's custom_head): its
+  // layers join the model as head_<name>, initialized as fastai does (He-normal weights,
+  // zero biases, norm layers as they are). The options above for the head and n_out are
+  // then unused, and an export records no architecture: load_learner is given the model.
+  std::optional<torch::nn::Sequential> custom_head;
   Loss loss_func;  // default: CrossEntropyLoss, or BCEWithLogitsLoss for multi-label loaders
   // With pretrained weights and 3 channels, ImageNet's Normalize is added to loaders
   // without a Normalize (fastai's normalize=True); false: the batches as the loaders make them.
   bool normalize = true;
 
-  HeadOptions head() const { return {lin_ftrs, ps, concat_pool, bn_final}; }
+  HeadOptions head() const { return {lin_ftrs, ps, concat_pool, bn_final, y_range}; }
 };
 
 // The body of `arch` followed by a new head, with the pretrained weights loaded.
@@ -50,8 +59,8 @@ torch::nn::Sequential create_vision_model(const Arch& arch, int64_t n_out, const
 
 // How vision_learner built its model, which an exported model records
 // (LearnerOptions::model_spec): {"arch": "resnet34", "n_out", "in_channels", "stem",
-// "width", "lin_ftrs", "ps", "concat_pool", "bn_final"}. Empty for an architecture
-// without a name.
+// "width", "lin_ftrs", "ps", "concat_pool", "bn_final", "y_range" (empty or low, high)}.
+// Empty for an architecture without a name, or with a custom head.
 ModelSpec vision_model_spec(const Arch& arch, int64_t n_out, const VisionLearnerOptions& options);
 // The model such a record describes, with fresh weights; errors name `source`.
 torch::nn::Sequential create_vision_model(const ModelSpec& spec, const std::string& source);

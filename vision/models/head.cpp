@@ -11,6 +11,11 @@ torch::Tensor AdaptiveConcatPool2dImpl::forward(const torch::Tensor& x) {
   return torch::cat({std::get<0>(torch::adaptive_max_pool2d(x, {size, size})), torch::adaptive_avg_pool2d(x, {size, size})}, 1);
 }
 
+SigmoidRangeImpl::SigmoidRangeImpl(double low, double high) : low(low), high(high) {
+  if (!(low < high))
+    throw Error("SigmoidRange: low must be below high, got (" + c10::str(low) + ", " + c10::str(high) + ")");
+}
+
 namespace {
 
 // fastai's BatchNorm (LinBnDrop's): weight 1, bias 1e-3.
@@ -51,6 +56,7 @@ torch::nn::Sequential create_head(int64_t nf, int64_t n_out, const HeadOptions& 
     if (!last) head->push_back("head_relu" + n, torch::nn::ReLU(torch::nn::ReLUOptions(true)));
   }
   if (o.bn_final) head->push_back("head_bn_final", torch::nn::BatchNorm1d(torch::nn::BatchNorm1dOptions(n_out).momentum(0.01)));
+  if (o.y_range) head->push_back("head_sigmoid_range", SigmoidRange(o.y_range->first, o.y_range->second));
   return head;
 }
 

@@ -6,7 +6,10 @@
 // 0.5 before the last, linears without bias (a BatchNorm precedes each), He-initialized.
 #include <torch/nn/cloneable.h>
 #include <torch/nn/modules/container/sequential.h>
+#include <torch/nn/pimpl.h>
 
+#include <optional>
+#include <utility>
 #include <vector>
 
 namespace fastcpp::vision {
@@ -20,15 +23,26 @@ struct AdaptiveConcatPool2dImpl : torch::nn::Cloneable<AdaptiveConcatPool2dImpl>
 };
 TORCH_MODULE(AdaptiveConcatPool2d);
 
+// fastai's SigmoidRange: outputs squashed into (low, high), for a regression's known range.
+struct SigmoidRangeImpl : torch::nn::Cloneable<SigmoidRangeImpl> {
+  SigmoidRangeImpl(double low, double high);
+  void reset() override {}  // nothing to build: Cloneable, for to_parallel
+  torch::Tensor forward(const torch::Tensor& x) { return torch::sigmoid(x) * (high - low) + low; }
+  double low, high;
+};
+TORCH_MODULE(SigmoidRange);
+
 struct HeadOptions {
   std::vector<int64_t> lin_ftrs{512};  // hidden layer widths
   double ps = 0.5;                     // dropout of the last layer; hidden layers get half
   bool concat_pool = true;             // false: average pooling only
   bool bn_final = false;               // a BatchNorm after the last linear
+  std::optional<std::pair<double, double>> y_range;  // a SigmoidRange(low, high) last
 };
 
 // A head for a body with `nf` output channels and `n_out` outputs. Its layers are
-// named head_pool, head_flatten, head_bn1, head_drop1, head_linear1, head_relu1, ...
+// named head_pool, head_flatten, head_bn1, head_drop1, head_linear1, head_relu1, ...,
+// head_bn_final, head_sigmoid_range.
 torch::nn::Sequential create_head(int64_t nf, int64_t n_out, const HeadOptions& options = {});
 
 }  // namespace fastcpp::vision
