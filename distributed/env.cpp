@@ -95,6 +95,18 @@ bool in_slurm_batch_shell() {
   return true;
 }
 
+// SLURM_JOB_ID, which federated clusters number past 2^31.
+unsigned long long job_id() {
+  const std::string value = get("SLURM_JOB_ID");
+  try {
+    size_t used = 0;
+    const auto parsed = std::stoull(value, &used);
+    if (used == value.size() && std::isdigit(static_cast<unsigned char>(value[0]))) return parsed;
+  } catch (const std::exception&) {
+  }
+  throw Error("environment variable SLURM_JOB_ID='" + value + "' is not a job number");
+}
+
 }  // namespace
 
 std::vector<std::string> expand_hostlist(const std::string& list, const std::string& name) {
@@ -143,13 +155,15 @@ DistEnv read_env() {
                   " is: set both, as torchrun and fastcpp-launch do");
     }
     env.source = "torchrun";
-  } else if (get("SLURM_PROCID") && get("SLURM_NTASKS") && !in_slurm_batch_shell()) {
-    env.source = "slurm";
-    names = {"SLURM_PROCID", "SLURM_NTASKS", "SLURM_LOCALID", "SLURM_NTASKS_PER_NODE"};
   } else if (get("OMPI_COMM_WORLD_RANK")) {
+    // Before Slurm's: mpirun in an allocation starts its daemons with srun, and their
+    // SLURM_PROCID numbers nodes, not the program's processes.
     env.source = "openmpi";
     names = {"OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE", "OMPI_COMM_WORLD_LOCAL_RANK",
              "OMPI_COMM_WORLD_LOCAL_SIZE"};
+  } else if (get("SLURM_PROCID") && get("SLURM_NTASKS") && !in_slurm_batch_shell()) {
+    env.source = "slurm";
+    names = {"SLURM_PROCID", "SLURM_NTASKS", "SLURM_LOCALID", "SLURM_NTASKS_PER_NODE"};
   }
   if (env.source != "none") {
     env.rank = integer(names.rank, 0);
@@ -200,8 +214,10 @@ DistEnv read_env() {
     env.master_addr = expand_hostlist(list, list_name).front();
   }
   // Jobs that share a node each get a port of their own (the same on every node of a job).
-  if (env.source == "slurm" && get("SLURM_JOB_ID")) env.master_port = 10000 + integer("SLURM_JOB_ID", 0) % 20000;
-  env.master_port = integer("MASTER_PORT", env.master_port);
+  if (get("MASTER_PORT"))
+    env.master_port = integer("MASTER_PORT", env.master_port);
+  else if (env.source == "slurm" && get("SLURM_JOB_ID"))
+    env.master_port = 10000 + static_cast<int>(job_id() % 20000);
   env.restart_count = integer("TORCHELASTIC_RESTART_COUNT", 0);
   if (const char* agent = get("TORCHELASTIC_USE_AGENT_STORE")) env.agent_store = std::string(agent) == "True";
   if (env.master_port <= 0 || env.master_port > 65535)

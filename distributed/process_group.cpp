@@ -153,19 +153,27 @@ int64_t agree_on_attempt(c10d::Store& store, const DistEnv& env, std::chrono::mi
 // waits for the next rank 0's store instead.
 const std::string kFormed = "fastcpp/formed";
 
-c10::intrusive_ptr<c10d::Store> connect_to_forming_group(const std::string& host,
-                                                         const c10d::TCPStoreOptions& options,
+c10::intrusive_ptr<c10d::Store> connect_to_forming_group(const std::string& host, c10d::TCPStoreOptions options,
                                                          const std::string& who, const std::string& where) {
-  const auto deadline = std::chrono::steady_clock::now() + options.timeout;
+  using Clock = std::chrono::steady_clock;
+  const auto timeout = options.timeout;
+  const auto deadline = Clock::now() + timeout;
   while (true) {
-    // The client tries to connect until its timeout: through the old rank 0's end and the new one's start.
-    auto store = c10::make_intrusive<c10d::TCPStore>(host, options);
-    if (!store->check({kFormed})) return store;
-    if (std::chrono::steady_clock::now() > deadline)
+    // The old rank 0 may close its store between our connecting and our check: that is
+    // the window in which its successor starts, so a dropped connection is tried again.
+    // Each try connects for the time left, not a fresh full timeout.
+    options.timeout = std::max(std::chrono::milliseconds(1),
+                               std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now()));
+    try {
+      auto store = c10::make_intrusive<c10d::TCPStore>(host, options);
+      if (!store->check({kFormed})) return store;
+    } catch (const c10::DistError&) {
+      if (Clock::now() > deadline) throw;
+    }
+    if (Clock::now() > deadline)
       throw Error(who + ": the store at " + where + " is that of a group formed before this process started, " +
-                  "and no new rank 0 replaced it within " + std::to_string(options.timeout.count() / 1000) +
+                  "and no new rank 0 replaced it within " + std::to_string(timeout.count() / 1000) +
                   " s; stop that group's processes, or give this run another MASTER_PORT");
-    store.reset();
     std::this_thread::sleep_for(std::chrono::milliseconds(200));
   }
 }

@@ -32,7 +32,7 @@ c10::IValue spec_entry(const ModelSpec& spec, const std::string& key);
 
 // An optional (low, high) range as a record's entry, a list of two numbers or none, and back.
 c10::IValue range_entry(const std::optional<std::pair<double, double>>& range);
-std::optional<std::pair<double, double>> range_of(const c10::IValue& entry);
+std::optional<std::pair<double, double>> range_of(const c10::IValue& entry, const std::string& name);
 
 struct ExportedModel {
   std::string source;                  // "exported model 'PATH'", for messages

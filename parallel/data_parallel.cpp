@@ -44,25 +44,27 @@ void copy_lists(const std::vector<std::vector<torch::Tensor>>& to, const std::ve
   for (size_t k = 0; k < to.size(); ++k) at::_foreach_copy_(to[k], from[k], /*non_blocking=*/true);
 }
 
-// Every module of `replica` in the train or eval mode of its twin in `model` (BnFreeze
+// A module tree in pre-order, as plain pointers (the tree owns them): listed once a fit,
+// not at every forward.
+std::vector<torch::nn::Module*> module_list(const torch::nn::Module& root) {
+  std::vector<torch::nn::Module*> list;
+  for (const auto& module : root.modules()) list.push_back(module.get());
+  return list;
+}
+
+// Every module of a replica in the train or eval mode of its twin in the model (BnFreeze
 // keeps frozen BatchNorm layers in eval mode while the rest trains), as PyTorch's
 // replicate copies each module's `training`. The two trees match one to one (swapped
-// BatchNorm layers are leaves), so their pre-order walks pair the modules up. train()
+// BatchNorm layers are leaves), so their pre-order lists pair the modules up. train()
 // reaches a module's children too, so the modes are read first (replica 0 shares the
 // model's other layers: setting its root sets theirs) and set parents first, each child
 // then correcting what its parent set.
-void follow_modes(const torch::nn::Module& model, torch::nn::Module& replica) {
-  const auto from = model.modules(), to = replica.modules();
-  if (from.size() != to.size())
-    throw Error("to_parallel: a replica has " + std::to_string(to.size()) + " modules, the model " +
-                std::to_string(from.size()));
-  std::vector<bool> training;
+void follow_modes(const std::vector<torch::nn::Module*>& from, const std::vector<torch::nn::Module*>& to) {
   bool same = true;
-  for (size_t i = 0; i < from.size(); ++i) {
-    training.push_back(from[i]->is_training());
-    same = same && training[i] == to[i]->is_training();
-  }
+  for (size_t i = 0; i < from.size() && same; ++i) same = from[i]->is_training() == to[i]->is_training();
   if (same) return;
+  std::vector<bool> training;
+  for (const auto* module : from) training.push_back(module->is_training());
   for (size_t i = 0; i < to.size(); ++i) to[i]->train(training[i]);
 }
 
@@ -108,12 +110,20 @@ void DataParallel::make_replicas() {
   }
   params_.clear();
   state_.clear();
+  module_lists_ = {module_list(plain_->module())};
   std::vector<std::shared_ptr<torch::nn::Module>> modules;
   for (auto& replica : replicas_) {
     params_.push_back(replica.module().parameters());
     state_.push_back(tensors_by_dtype(replica.module()));
     modules.push_back(replica.ptr());
+    module_lists_.push_back(module_list(replica.module()));
   }
+  for (const auto& list : module_lists_)
+    if (list.size() != module_lists_[0].size()) {
+      const auto sizes = std::to_string(list.size()) + " modules, the model " + std::to_string(module_lists_[0].size());
+      restore();
+      throw Error("to_parallel: a replica has " + sizes);
+    }
   follow_trainable();
   if (sync_bn_) group_.connect(modules);
   streams_ = side_streams(devices_);
@@ -173,8 +183,8 @@ torch::Tensor DataParallel::forward(const torch::Tensor& x) {
   last_replicas_ = replicas;
   // The Learner switches train/eval on its plain model, which the replicas' SyncBatchNorm
   // layers (and replicas 1.. entirely) are not part of.
-  for (auto& replica : replicas_)
-    if (&replica.module() != &plain_->module()) follow_modes(plain_->module(), replica.module());
+  for (size_t r = 0; r < replicas_.size(); ++r)
+    if (&replicas_[r].module() != &plain_->module()) follow_modes(module_lists_[0], module_lists_[r + 1]);
   follow_trainable();
   copy_to_replicas();
   group_.start_step(replicas);
@@ -239,6 +249,7 @@ void DataParallel::restore() {
   replicas_.clear();
   params_.clear();
   state_.clear();
+  module_lists_.clear();
   streams_.clear();
 }
 

@@ -16,8 +16,8 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
-#include <memory>
 #include <iostream>
+#include <memory>
 #include <sstream>
 #include <thread>
 #include <tuple>
@@ -886,26 +886,39 @@ TEST_SUITE("distributed") {
     // Rank 1 fails and is started again at once; rank 0 has not noticed yet, and goes 2 s later.
     old[1].reset();
     float restarted_sum = 0;
+    std::atomic<bool> restarted_formed{false};
     std::string restarted_error = "(nothing thrown)";
     std::thread restarted([&] {
-      try {
+      restarted_error = any_error_of([&] {
         distributed::Communicator comm(env_of(1, 2, port), options);
+        restarted_formed = true;
         auto value = torch::full({1}, 2.f);
         comm.all_reduce_sum(value);
         restarted_sum = value.item<float>();
-      } catch (const std::exception& e) {
-        restarted_error = e.what();
-      }
+      });
     });
     std::this_thread::sleep_for(std::chrono::seconds(2));
-    old[0].reset();
-    distributed::Communicator rank0(env_of(0, 2, port), options);
-    auto value = torch::full({1}, 1.f);
-    rank0.all_reduce_sum(value);
+    // The old store is still there, marked, and the restarted rank waits rather than joining it.
+    c10d::TCPStoreOptions client;
+    client.port = static_cast<std::uint16_t>(port);
+    client.timeout = std::chrono::seconds(5);
+    const bool old_store_marked = c10d::TCPStore("127.0.0.1", client).check({"fastcpp/formed"});
+    const bool formed_before_rank0 = restarted_formed;
+    float sum = 0;
+    const auto rank0_error = any_error_of([&] {
+      old[0].reset();
+      distributed::Communicator rank0(env_of(0, 2, port), options);
+      auto value = torch::full({1}, 1.f);
+      rank0.all_reduce_sum(value);
+      sum = value.item<float>();
+    });
     restarted.join();
+    CHECK(old_store_marked);
+    CHECK_FALSE(formed_before_rank0);
+    CHECK(rank0_error == "(nothing thrown)");
     CHECK(restarted_error == "(nothing thrown)");
     CHECK(restarted_sum == 3);
-    CHECK(value.item<float>() == 3);
+    CHECK(sum == 3);
   }
 
   TEST_CASE("a rank that dies while the other waits in a collective: an error on the survivor, not a hang") {
@@ -1366,10 +1379,21 @@ TEST_SUITE("distributed") {
     auto chosen = job("4242");
     chosen.emplace_back("MASTER_PORT", "29600");
     CHECK(env_from(chosen).master_port == 29600);
-    CHECK(env_error(job("12a")) == "environment variable SLURM_JOB_ID='12a' is not an integer");
+    CHECK(env_from(job("67108868123")).master_port == 18123);  // a federated cluster's job, past 2^31
+    CHECK(env_error(job("12a")) == "environment variable SLURM_JOB_ID='12a' is not a job number");
+    CHECK(env_error(job("-5")) == "environment variable SLURM_JOB_ID='-5' is not a job number");
+    auto chosen_odd = job("12a");
+    chosen_odd.emplace_back("MASTER_PORT", "29600");
+    CHECK(env_from(chosen_odd).master_port == 29600);  // the job id is not read then
     // Other launchers keep torch's port.
     CHECK(env_from({{"OMPI_COMM_WORLD_RANK", "0"}, {"OMPI_COMM_WORLD_SIZE", "2"}, {"SLURM_JOB_ID", "4242"}})
               .master_port == 29500);
+    // mpirun in an allocation: its daemons' Slurm task numbers are nodes, Open MPI's are the ranks.
+    const auto mpirun = env_from({{"OMPI_COMM_WORLD_RANK", "3"}, {"OMPI_COMM_WORLD_SIZE", "4"},
+                                  {"SLURM_PROCID", "0"}, {"SLURM_STEP_ID", "1"}, {"SLURM_NTASKS", "2"}});
+    CHECK(mpirun.source == "openmpi");
+    CHECK(mpirun.rank == 3);
+    CHECK(mpirun.world_size == 4);
   }
 
   TEST_CASE("a Slurm run over several nodes whose master address is a loopback one here stops at once on rank 0") {

@@ -163,10 +163,14 @@ TEST_SUITE("export") {
     const auto path = temp_path("export_range.pt");
     learn.export_learner(path);
     const auto spec = read_exported(path).spec;
-    CHECK(range_of(spec.at("y_range")) == std::pair{-1.0, 3.0});
+    CHECK(range_of(spec.at("y_range"), "y_range") == std::pair{-1.0, 3.0});
     const auto predictor = vision::load_learner(path, {.device = torch::kCPU});
     CHECK(torch::allclose(predictor.predict(valid.get(0).x).probs, output, 1e-5, 1e-6));
     CHECK(error_of([] { vision::SigmoidRange(3, -1); }) == "SigmoidRange: low must be below high, got (3, -1)");
+    auto bad_spec = spec;
+    bad_spec["y_range"] = c10::List<double>({-1.0, 1.0, 3.0});
+    CHECK(error_of([&] { vision::create_vision_model(bad_spec, "model.pt"); }) ==
+          "model.pt: its 'y_range' holds 3 numbers instead of a range's 2");
     std::filesystem::remove(path);
   }
 

@@ -1,5 +1,6 @@
 // Image decoding, item transforms, ImageFolder and segmentation pairs, on images the
 // test writes itself.
+#include <algorithm>
 #include <filesystem>
 #include <fstream>
 #include <numeric>
@@ -9,6 +10,7 @@
 #include <stdexcept>
 
 #include "helpers.h"
+#include "formats/canvas.h"
 #include "vision/device_decode.h"
 #include "formats/png_samples.h"
 #if FASTCPP_HAS_DIRECT_DECODERS
@@ -1143,15 +1145,28 @@ TEST_SUITE("vision") {
     const std::vector<std::string> vocab{"sand", "sea", "sky"};
     const auto targets = torch::tensor({1.f, 0.f, 1.f, 0.f, 1.f, 0.f, 0.f, 0.f, 0.f}).view({3, 3});
     const auto logits = torch::tensor({2.f, -1.f, 3.f, 1.f, -2.f, -3.f, -1.f, -0.5f, -4.f}).view({3, 3});
-    const auto multi = vision::result_captions(targets, logits, vocab);
+    const auto multi = vision::result_captions(targets, logits, vocab, true);
     CHECK(multi.text == std::vector<std::string>{"sand;sky/sand;sky", "sea/sand", "/"});
     CHECK(multi.wrong == std::vector<bool>{false, true, false});
     const auto outputs = torch::tensor({0.f, 0.f, 5.f, 7.f, 9.f, 1.f}).view({2, 3});
-    const auto single = vision::result_captions(torch::tensor({2, 0}, torch::kLong), outputs, vocab);
+    const auto single = vision::result_captions(torch::tensor({2, 0}, torch::kLong), outputs, vocab, false);
     CHECK(single.text == std::vector<std::string>{"sky/sky", "sand/sea"});
     CHECK(single.wrong == std::vector<bool>{false, true});
-    CHECK(error_of([&] { vision::result_captions(targets, logits.narrow(1, 0, 2), vocab); }) ==
+    CHECK(error_of([&] { vision::result_captions(targets, logits.narrow(1, 0, 2), vocab, true); }) ==
           "result_captions: targets [3, 3] do not match outputs [3, 2]");
+    // Float targets of a single-label loader are regression values, not classes.
+    const auto points = vision::result_captions(targets.narrow(1, 0, 2) - 0.25, logits.narrow(1, 0, 2), vocab, false);
+    CHECK(points.text == std::vector<std::string>{"0.75,-0.25/2.00,-1.00", "-0.25,0.75/1.00,-2.00",
+                                                  "-0.25,-0.25/-1.00,-0.50"});
+    CHECK(points.wrong == std::vector<bool>{false, false, false});
+    CHECK(error_of([&] { vision::result_captions(targets, logits.narrow(1, 0, 2), vocab, false); }) ==
+          "result_captions: targets [3, 3] do not match outputs [3, 2]");
+    // ';' and ',' are drawn, not left blank.
+    for (const auto* mark : {";", ","}) {
+      Canvas canvas(8, 12);
+      canvas.text(0, 0, mark, {0, 0, 0});
+      CHECK(std::count(canvas.rgb().begin(), canvas.rgb().end(), uint8_t{0}) > 0);
+    }
 
     // Both pictures of a multi-label learner are drawn (they failed on a [classes] target).
     const auto root = temp_dir("multi_label_show");
@@ -1168,7 +1183,11 @@ TEST_SUITE("vision") {
     vision::show_batch(dls, root + "/batch.png", {.max_n = 4, .ncols = 2, .min_side = 16});
     vision::show_results(learn, root + "/results.png", {.max_n = 4, .ncols = 2, .min_side = 16});
     // Two rows of two cells, each as wide as its widest caption ("sea;sky/sand;sea;sky" at most).
-    CHECK(vision::read_image(root + "/batch.png").rows == 2 * (16 + 16 + 8) + 8);
+    const auto batch = vision::read_image(root + "/batch.png");
+    CHECK(batch.rows == 2 * (16 + 16 + 8) + 8);
+    DataLoader shown = dls.train;  // the batch show_batch drew
+    const bool both_tags = (shown.begin()->y.narrow(0, 0, 4).sum(1) == 2).any().item<bool>();
+    CHECK(batch.cols == 2 * (Canvas::text_width(both_tags ? "sea;sky" : "sand") + 8) + 8);
     CHECK(vision::read_image(root + "/results.png").rows == 2 * (16 + 16 + 8) + 8);
     fs::remove_all(root);
   }

@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdio>
 
 #include "core/error.h"
 #include "formats/canvas.h"
@@ -61,6 +62,24 @@ std::string labels_of(const torch::Tensor& target, const std::vector<std::string
   const auto set = (target > 0.5).nonzero().flatten();
   for (int64_t k = 0; k < set.size(0); ++k) names.append(k ? ";" : "").append(name_of(set[k].item<int64_t>(), vocab));
   return names;
+}
+
+// A regression target or output: its values, two decimals each, joined by ','.
+std::string values_of(const torch::Tensor& target) {
+  std::string text;
+  const auto values = target.to(torch::kFloat).flatten();
+  for (int64_t k = 0; k < values.size(0); ++k) {
+    char value[32];
+    std::snprintf(value, sizeof value, "%.2f", static_cast<double>(values[k].item<float>()));
+    text.append(k ? "," : "").append(value);
+  }
+  return text;
+}
+
+// What a target says: classes by name, or values where its targets are floats of a
+// single-label (regression) loader.
+std::string caption_of(const torch::Tensor& target, const std::vector<std::string>& vocab, bool multi_label) {
+  return multi_label || !target.is_floating_point() ? labels_of(target, vocab) : values_of(target);
 }
 
 // A grid of labelled images: text[i] above image i, in red where wrong[i].
@@ -174,7 +193,7 @@ void show_batch(const DataLoaders& dls, const std::string& path, ShowOptions o) 
   if (is_box_batch(y)) return write_box_panels(path, images, {truth_of(y)}, {}, dls.vocab, o);
   if (is_mask_batch(y)) return write_mask_rows(path, images, {y}, {"image", "mask"}, {}, o);
   std::vector<std::string> text;
-  for (int64_t i = 0; i < n; ++i) text.push_back(y.dim() <= 2 ? labels_of(y[i], dls.vocab) : "");
+  for (int64_t i = 0; i < n; ++i) text.push_back(y.dim() <= 2 ? caption_of(y[i], dls.vocab, dls.multi_label) : "");
   write_labelled_grid(path, images, text, std::vector<bool>(static_cast<size_t>(n), false), o);
 }
 
@@ -198,19 +217,28 @@ void show_results(Learner& learn, const std::string& path, ShowOptions o) {
   if (is_mask_batch(y))
     return write_mask_rows(path, images, {y, output.argmax(1).to(torch::kCPU)}, {"image", "target", "prediction"}, {},
                            o);
-  const auto captions = result_captions(y, output.to(torch::kCPU), learn.dls.vocab);
+  const auto captions = result_captions(y, output.to(torch::kCPU), learn.dls.vocab, learn.dls.multi_label);
   write_labelled_grid(path, images, captions.text, captions.wrong, o);
 }
 
 ResultCaptions result_captions(const torch::Tensor& targets, const torch::Tensor& outputs,
-                               const std::vector<std::string>& vocab) {
-  const bool multi_label = targets.dim() == 2;
-  if (targets.size(0) != outputs.size(0) || (multi_label && targets.sizes() != outputs.sizes()))
+                               const std::vector<std::string>& vocab, bool multi_label) {
+  const bool classes = multi_label || !targets.is_floating_point();
+  const bool same_shape = multi_label || !classes;  // a class index against a row of scores otherwise
+  if (targets.size(0) != outputs.size(0) ||
+      (same_shape && targets.numel() != outputs.numel()) || (multi_label && targets.sizes() != outputs.sizes()))
     throw Error("result_captions: targets " + c10::str(targets.sizes()) + " do not match outputs " +
                 c10::str(outputs.sizes()));
+  ResultCaptions captions;
+  if (!classes) {  // regression: no class to be wrong about, the values side by side
+    for (int64_t i = 0; i < targets.size(0); ++i) {
+      captions.text.push_back(values_of(targets[i]) + "/" + values_of(outputs[i]));
+      captions.wrong.push_back(false);
+    }
+    return captions;
+  }
   // A multi-label output is a logit per class: set where its sigmoid passes 0.5 (fastai's threshold).
   const auto decided = multi_label ? (outputs > 0).to(torch::kLong) : outputs.argmax(1);
-  ResultCaptions captions;
   for (int64_t i = 0; i < targets.size(0); ++i) {
     captions.text.push_back(labels_of(targets[i], vocab) + "/" + labels_of(decided[i], vocab));
     captions.wrong.push_back(!torch::equal(targets[i].to(torch::kLong), decided[i]));

@@ -44,15 +44,17 @@ void show_batch(const DataLoaders& dls, const std::string& path, ShowOptions opt
 // The first batch of the validation loader with the model's predictions.
 void show_results(Learner& learn, const std::string& path, ShowOptions options = {});
 
-// The captions show_results writes over classified images, "target/prediction" (for
-// multi-label targets, [N, classes] of 0/1, the classes set joined by ';', predicted where
-// the output's logit is above 0, its sigmoid above 0.5), and which of them are wrong.
+// The captions show_results writes over its images, "target/prediction", and which of them
+// are wrong. Class indices are named by `vocab`; multi-label targets ([N, classes] of 0/1)
+// show the classes set joined by ';', predicted where the output's logit is above 0 (its
+// sigmoid above 0.5); float targets of a single-label loader (regression) show their
+// values and the outputs', two decimals each, never marked wrong.
 struct ResultCaptions {
   std::vector<std::string> text;
   std::vector<bool> wrong;
 };
 ResultCaptions result_captions(const torch::Tensor& targets, const torch::Tensor& outputs,
-                               const std::vector<std::string>& vocab);
+                               const std::vector<std::string>& vocab, bool multi_label);
 
 // Rows of an image (uint8 [N, H, W, 3], as decode_images gives) beside its masks ([N, H,
 // W] class indices each, a colour per class), a title above each column, and above each

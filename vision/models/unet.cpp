@@ -14,6 +14,7 @@
 #include "core/clone.h"
 #include "core/error.h"
 #include "core/sequential.h"
+#include "vision/models/head.h"
 #include "vision/models/self_attention.h"
 
 namespace fastcpp::vision {
@@ -232,8 +233,8 @@ void DynamicUnetImpl::build(torch::nn::Sequential encoder) {
   layers->push_back(conv_layer(ni, options_.n_out, 1, /*act=*/false));
   apply_init(*middle);
   apply_init(*layers->ptr(static_cast<size_t>(final_conv_ - 1)));
-  if (options_.y_range) layers->push_back(torch::nn::Identity());  // SigmoidRange
-  layers->push_back(torch::nn::Identity());                         // ToTensorBase
+  if (options_.y_range) layers->push_back(SigmoidRange(options_.y_range->first, options_.y_range->second));
+  layers->push_back(torch::nn::Identity());  // ToTensorBase
 }
 
 torch::Tensor DynamicUnetImpl::forward(const torch::Tensor& input) {
@@ -256,10 +257,7 @@ torch::Tensor DynamicUnetImpl::forward(const torch::Tensor& input) {
   if (cross_block_ >= 0)
     x = layers->ptr<UnetResBlockImpl>(static_cast<size_t>(cross_block_))->forward(torch::cat({x, input}, 1));
   x = layers->ptr<StageImpl>(static_cast<size_t>(final_conv_))->forward(x);
-  if (options_.y_range) {
-    const auto [low, high] = *options_.y_range;
-    x = torch::sigmoid(x) * (high - low) + low;
-  }
+  if (options_.y_range) x = layers->ptr<SigmoidRangeImpl>(static_cast<size_t>(final_conv_) + 1)->forward(x);
   return x;
 }
 
