@@ -54,6 +54,14 @@ DataLoaders image_dls(int64_t n = 16, int64_t size = 32) {
   return {DataLoader(make(n), {.bs = 8}), DataLoader(make(n / 2), {.bs = 8}), {"cat", "dog", "fox"}};
 }
 
+// A classifier block holding its pooling layer, as torchvision's and timm's heads do.
+struct PoolFlattenImpl : torch::nn::Module {
+  PoolFlattenImpl() : pool(register_module("pool", torch::nn::AdaptiveAvgPool2d(1))) {}
+  torch::Tensor forward(const torch::Tensor& x) { return pool(x).flatten(1); }
+  torch::nn::AdaptiveAvgPool2d pool;
+};
+TORCH_MODULE(PoolFlatten);
+
 }  // namespace
 
 TEST_SUITE("models") {
@@ -753,6 +761,89 @@ TEST_SUITE("models") {
     CHECK_THROWS_WITH_AS(vision::create_vision_model(vision::xresnet18, 3, {.stem = vision::Stem::cifar}),
                          "vision_learner: an xresnet has fastai's stem of three convs; Stem::cifar is for the ResNets",
                          Error);
+  }
+
+  TEST_CASE("vision_learner with a model of the program's own: fastai's cut before the last pooling layer, its "
+            "weights, default_split") {
+    torch::set_num_threads(2);
+    torch::manual_seed(0);
+    using namespace torch::nn;
+    // Two stages with a max pool between them; the last pooling layer sits inside a block.
+    const auto make = [](const vision::BodyOptions& o) {
+      Sequential net;
+      net->push_back("conv1", Conv2d(Conv2dOptions(o.in_channels, 8, 3).padding(1)));
+      net->push_back("bn1", BatchNorm2d(8));
+      net->push_back("relu", ReLU());
+      net->push_back("pool", MaxPool2d(2));
+      net->push_back("conv2", Conv2d(Conv2dOptions(8, 16, 3).padding(1)));
+      net->push_back("classifier", PoolFlatten());
+      net->push_back("fc", Linear(16, 10));
+      return net;
+    };
+    const auto arch = vision::Arch::from_model(make);
+    const auto names = [](const Sequential& model) {
+      std::vector<std::string> out;
+      for (const auto& child : model->named_children()) out.push_back(child.key());
+      return out;
+    };
+    auto model = vision::create_vision_model(arch, 3);
+    const auto layers = names(model);
+    CHECK(std::vector<std::string>(layers.begin(), layers.begin() + 6) ==
+          std::vector<std::string>{"conv1", "bn1", "relu", "pool", "conv2", "head_pool"});
+    CHECK(model->named_parameters()["head_bn1.weight"].size(0) == 2 * 16);  // conv2's 16 features, concat pooled
+    CHECK(vision::vision_model_spec(arch, 3, {}).empty());  // no name to rebuild it by
+    const auto two_layers = vision::create_vision_model(vision::Arch::from_model(make, 2), 3);
+    CHECK(names(two_layers)[2] == "head_pool");
+    CHECK(two_layers->named_parameters()["head_bn1.weight"].size(0) == 2 * 8);
+
+    // Weights of the whole model: the body takes its layers' (the classifier and fc left
+    // out), grey input the first conv's RGB filters summed; frozen, then two groups' lrs.
+    const auto path = temp_path("own_model.pth");
+    auto saved = make({});
+    save_state_dict(*saved, path);
+    auto learn = vision::vision_learner(image_dls(), arch, {}, {.pretrained_weights = path}, quiet());
+    silence(learn);
+    auto params = learn.model.module().named_parameters();
+    CHECK(torch::equal(params["conv2.weight"], saved->named_parameters()["conv2.weight"]));
+    REQUIRE(learn.n_param_groups() == 2);
+    const auto groups = vision::body_head_split(learn.model.module());
+    CHECK(groups[0].size() == 6);  // two convs' weights and biases, the BatchNorm's
+    CHECK(groups[1].size() == params.size() - 6);
+    learn.fit(1, 1e-2);
+    CHECK(torch::equal(params["conv2.weight"], saved->named_parameters()["conv2.weight"]));  // frozen
+    learn.unfreeze();
+    learn.fit(1, slice(1e-4, 1e-2));
+    CHECK(learn.opt->hyper("lr") == std::vector<double>{1e-4, 1e-2});
+    CHECK(!torch::equal(params["conv2.weight"], saved->named_parameters()["conv2.weight"]));
+    auto grey = vision::create_vision_model(arch, 3, {.pretrained_weights = path, .in_channels = 1});
+    CHECK(torch::allclose(grey->named_parameters()["conv1.weight"],
+                          saved->named_parameters()["conv1.weight"].sum(1, true)));
+    std::filesystem::remove(path);
+
+    // A U-Net on the same body: fastai's default_split, the encoder and the rest.
+    auto masks = [](int64_t n) {
+      return std::make_shared<TensorDataset>(torch::randn({n, 3, 32, 32}), torch::randint(2, {n, 32, 32}, torch::kLong));
+    };
+    auto unet = vision::unet_learner(DataLoaders{DataLoader(masks(4), {.bs = 4}), DataLoader(masks(4), {.bs = 4}), {"a", "b"}},
+                                     arch, {}, {}, quiet());
+    silence(unet);
+    CHECK(unet.n_param_groups() == 2);
+    unet.fit(1, 1e-3);
+    CHECK(std::isfinite(unet.validate()[0]));
+
+    CHECK(vision::has_pool_type(*vision::AdaptiveConcatPool2d()));
+    CHECK(!vision::has_pool_type(*Linear(2, 2)));
+    const auto no_pool = [](const vision::BodyOptions&) { return Sequential(Conv2d(3, 4, 3), Flatten(), Linear(4, 2)); };
+    CHECK(error_of([&] { vision::create_vision_model(vision::Arch::from_model(no_pool), 2); }) ==
+          "vision_learner: the model has no pooling layer to cut its body before; give Arch::from_model a cut (the "
+          "number of layers in the body)");
+    CHECK(error_of([&] { vision::create_vision_model(vision::Arch::from_model(make, 9), 2); }) ==
+          "vision_learner: a cut of 9 layers, but the model has 7 (the body needs at least one)");
+    const auto rgb_only = [&](const vision::BodyOptions&) { return make({}); };
+    const auto refused = error_of([&] { vision::create_vision_model(vision::Arch::from_model(rgb_only), 2, {.in_channels = 1}); });
+    CHECK(refused.rfind("vision_learner: the model's body fails on zeros of shape [1, 1, 1024, 1024] (", 0) == 0);
+    CHECK(refused.find("); does its model function build it for in_channels?") != std::string::npos);
+    CHECK(error_of([] { vision::Arch::from_model(nullptr); }) == "Arch::from_model: no model function given");
   }
 
   TEST_CASE("summary lists each layer with its output shape and parameter counts") {

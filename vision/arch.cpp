@@ -1,8 +1,10 @@
 #include "vision/arch.h"
 
+#include <torch/nn/modules/conv.h>
 #include <torch/nn/modules/linear.h>
 
 #include <algorithm>
+#include <regex>
 
 #include "core/error.h"
 #include "core/sequential.h"
@@ -11,22 +13,46 @@
 namespace fastcpp::vision {
 namespace {
 
-// Three groups of a body + head model: up to the layer named `second`, from it up to the
-// head, the head_* layers.
+// The groups of a body + head model: the body, split again at the layer named `second`
+// where one is named, then the head_* layers.
 std::vector<std::vector<torch::Tensor>> split_body_and_head(torch::nn::Module& model, const std::string& second,
                                                             const std::string& split_name) {
-  std::vector<std::vector<torch::Tensor>> groups(3);
+  std::vector<std::vector<torch::Tensor>> groups(second.empty() ? 2 : 3);
   size_t group = 0;
   for (const auto& child : model.named_children()) {
-    if (child.key() == second) group = std::max<size_t>(group, 1);
-    if (child.key().rfind("head_", 0) == 0) group = 2;
+    if (!second.empty() && child.key() == second) group = std::max<size_t>(group, 1);
+    if (child.key().rfind("head_", 0) == 0) group = groups.size() - 1;
     for (const auto& p : child.value()->parameters()) groups[group].push_back(p);
   }
+  const std::string missing = second.empty() ? "no body" : "no layer named '" + second + "'";
   for (const auto& g : groups)
     if (g.empty())
-      throw Error(split_name + ": the model has no layer named '" + second +
-                  "' or no head_ layers; is it from create_vision_model?");
+      throw Error(split_name + ": the model has " + missing + " or no head_ layers; is it from create_vision_model?");
   return groups;
+}
+
+// fastai's num_features_model: the channels out of `body` for zeros of 32 px, doubled
+// where the body needs a larger image.
+int64_t features_out(torch::nn::SequentialImpl& body, int64_t in_channels) {
+  torch::NoGradGuard no_grad;
+  const bool training = body.is_training();
+  body.eval();  // BatchNorm's running statistics stay as they are
+  std::string failure;
+  for (int64_t size = 32; size <= 1024; size *= 2) {
+    try {
+      const auto out = body.forward(torch::zeros({1, in_channels, size, size}));
+      body.train(training);
+      if (out.dim() < 2) throw Error("vision_learner: the model's body gives " + c10::str(out.sizes()) +
+                                     ", not [1, features, ...]");
+      return out.size(1);
+    } catch (const c10::Error& e) {
+      failure = e.what_without_backtrace();
+    }
+  }
+  body.train(training);
+  throw Error("vision_learner: the model's body fails on zeros of shape [1, " + std::to_string(in_channels) +
+              ", 1024, 1024] (" + failure.substr(0, failure.find('\n')) +
+              "); does its model function build it for in_channels?");
 }
 
 using ResNetPtr = ResNet (*)(ResNetOptions);
@@ -68,12 +94,23 @@ std::vector<std::vector<torch::Tensor>> xresnet_split(torch::nn::Module& model) 
   return split_body_and_head(model, kXResNetSecondGroup, "xresnet_split");
 }
 
+std::vector<std::vector<torch::Tensor>> body_head_split(torch::nn::Module& model) {
+  return split_body_and_head(model, "", "body_head_split");
+}
+
+bool has_pool_type(const torch::nn::Module& module) {
+  static const std::regex pool("Pool[123]d(Impl)?$");
+  for (const auto& inner : module.modules())
+    if (std::regex_search(inner->name(), pool)) return true;
+  return false;
+}
+
 Arch Arch::from_resnet(ResNetFn make) {
   Arch arch;
   arch.name_ = name_of(make, resnets);
   arch.body_ = [make = std::move(make)](const BodyOptions& o) {
     auto net = make({.in_channels = o.in_channels, .stem = o.stem, .width = o.width});
-    return Body{net->body(), net->num_features(), "conv1.weight", "fc."};
+    return Body{net->body(), net->num_features(), "conv1.weight", {"fc."}};
   };
   arch.split_ = resnet_split;
   arch.second_group_ = kResNetSecondGroup;
@@ -91,12 +128,49 @@ Arch Arch::from_xresnet(XResNetFn make) {
     auto layers = named_layers(*net);
     const auto* classifier = layers.size() > 4 ? layers.back().module->as<torch::nn::Linear>() : nullptr;
     if (!classifier) throw Error("vision_learner: expected an xresnet (layers ending in a Linear)");
-    Body body{torch::nn::Sequential(), classifier->options.in_features(), "0.0.weight", layers.back().name + "."};
+    Body body{torch::nn::Sequential(), classifier->options.in_features(), "0.0.weight", {layers.back().name + "."}};
     for (size_t i = 0; i + 4 < layers.size(); ++i) body.layers->push_back(layers[i].name, layers[i].any);
     return body;
   };
   arch.split_ = xresnet_split;
   arch.second_group_ = kXResNetSecondGroup;
+  return arch;
+}
+
+Arch Arch::from_model(ModelFn make, std::optional<size_t> cut) {
+  if (!make) throw Error("Arch::from_model: no model function given");
+  Arch arch;
+  arch.body_ = [make = std::move(make), cut](const BodyOptions& o) {
+    const auto net = make(o);
+    const auto layers = named_layers(*net);
+    size_t end = layers.size();
+    if (cut) {
+      end = *cut;
+    } else {
+      while (end > 0 && !has_pool_type(*layers[end - 1].module)) --end;
+      if (end == 0)
+        throw Error("vision_learner: the model has no pooling layer to cut its body before; give Arch::from_model "
+                    "a cut (the number of layers in the body)");
+      --end;  // the pooling layer starts the part left out
+    }
+    if (end == 0 || end > layers.size())
+      throw Error("vision_learner: a cut of " + std::to_string(end) + " layers, but the model has " +
+                  std::to_string(layers.size()) + " (the body needs at least one)");
+    Body body;
+    for (size_t i = 0; i < layers.size(); ++i)
+      if (i < end)
+        body.layers->push_back(layers[i].name, layers[i].any);
+      else
+        body.left_out.push_back(layers[i].name + ".");
+    for (const auto& named : body.layers->named_modules("", /*include_self=*/false))
+      if (named.value()->as<torch::nn::Conv2d>()) {
+        body.first_conv = named.key() + ".weight";
+        break;
+      }
+    body.num_features = features_out(*body.layers, o.in_channels);
+    return body;
+  };
+  arch.split_ = body_head_split;
   return arch;
 }
 
@@ -134,7 +208,7 @@ Body pretrained_body(const Arch& arch, const BodyOptions& options, const std::st
   const c10::IValue first_conv(body.first_conv);
   if (auto it = state.find(first_conv); it != state.end() && it->value().isTensor())
     state.insert_or_assign(first_conv, adapt_input_channels(it->value().toTensor(), options.in_channels));
-  load_state_dict(*body.layers, state, "weights '" + weights + "'", {.skip = {body.classifier}});
+  load_state_dict(*body.layers, state, "weights '" + weights + "'", {.skip = body.left_out});
   return body;
 }
 

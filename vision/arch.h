@@ -1,17 +1,20 @@
 #pragma once
 // Arch: what vision_learner needs of an architecture, as fastai's model_meta: the body
 // under the architecture's own names (so its state dicts load into it), the channels
-// out of it, the key of its first conv (adapted to other input channel counts), the
-// prefix of its classifier's keys (left out when loading weights), and its split of
+// out of it, the key of its first conv (adapted to other input channel counts), the key
+// prefixes of the layers past it (left out when loading weights), and its split of
 // body + head into parameter groups.
 //
 // The model functions are Archs as they are: vision::resnet18 ... resnet101 (body:
 // everything before the pooling; resnet_split) and vision::xresnet18 ... xresnet101
 // (body: fastai's cut of the last four layers; xresnet_split). They also go by name
-// (Arch::named("resnet34")), which an exported model records.
+// (Arch::named("resnet34")), which an exported model records. A model of the program's
+// own becomes one with Arch::from_model, cut and split as fastai does an architecture it
+// has no metadata for.
 #include <torch/nn/modules/container/sequential.h>
 
 #include <functional>
+#include <optional>
 #include <string>
 #include <type_traits>
 #include <vector>
@@ -32,7 +35,7 @@ struct Body {
   torch::nn::Sequential layers;
   int64_t num_features = 0;
   std::string first_conv;  // e.g. "conv1.weight"
-  std::string classifier;  // e.g. "fc."
+  std::vector<std::string> left_out;  // key prefixes of the model's layers past the body, e.g. "fc."
 };
 
 class Arch {
@@ -48,6 +51,14 @@ class Arch {
 
   static Arch from_resnet(ResNetFn make);
   static Arch from_xresnet(XResNetFn make);
+  // A Sequential of the program's own, made for the options' in_channels (the others are
+  // its own business). The body is its top-level layers before `cut`; by default, as
+  // fastai's create_body, before the last one that is or holds a pooling layer (a type
+  // named *Pool1d/2d/3d). Its first Conv2d takes pretrained weights' RGB filters adapted
+  // to in_channels; the features out of it are found by running it on a small image, as
+  // fastai's num_features_model. The split is fastai's default_split: the body, the head.
+  using ModelFn = std::function<torch::nn::Sequential(const BodyOptions&)>;
+  static Arch from_model(ModelFn make, std::optional<size_t> cut = std::nullopt);
   // resnet18 ... resnet101, xresnet18 ... xresnet101; a fastcpp::Error lists them for
   // another name.
   static Arch named(const std::string& name);
@@ -60,7 +71,7 @@ class Arch {
   // The model function's name when it is one of ours; empty for others (a lambda).
   const std::string& name() const { return name_; }
   // The name of the body's layer where its second parameter group starts (fastai's
-  // split: "layer3" for a ResNet, "3" for an XResNet).
+  // split: "layer3" for a ResNet, "3" for an XResNet; none for a model's own).
   const std::string& second_group() const { return second_group_; }
 
  private:
@@ -91,5 +102,10 @@ void add_pretrained_normalize(DataLoaders& dls, const std::string& weights, int6
 // convs], [max pool, stages], [head].
 std::vector<std::vector<torch::Tensor>> resnet_split(torch::nn::Module& model);
 std::vector<std::vector<torch::Tensor>> xresnet_split(torch::nn::Module& model);
+// fastai's default_split: two groups, the layers before the head_ ones and the head.
+std::vector<std::vector<torch::Tensor>> body_head_split(torch::nn::Module& model);
+
+// fastai's has_pool_type: `module` or one of the modules inside it is a pooling layer.
+bool has_pool_type(const torch::nn::Module& module);
 
 }  // namespace fastcpp::vision

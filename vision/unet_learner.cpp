@@ -9,7 +9,8 @@ namespace fastcpp::vision {
 namespace {
 
 // The three parameter groups of a DynamicUnet: its encoder's layers before `cut`, the
-// encoder's others, and everything after the encoder.
+// encoder's others, and everything after the encoder. A cut past the encoder's end (an
+// architecture without a second group) leaves two, as fastai's default_split.
 Splitter unet_split(size_t cut) {
   return [cut](torch::nn::Module& model) {
     auto* unet = dynamic_cast<DynamicUnetImpl*>(&model);
@@ -22,6 +23,7 @@ Splitter unet_split(size_t cut) {
     }
     for (size_t i = 1; i < unet->layers->size(); ++i)
       for (const auto& p : unet->layers->ptr(i)->parameters()) groups[2].push_back(p);
+    if (groups[1].empty()) groups.erase(groups.begin() + 1);
     return groups;
   };
 }
