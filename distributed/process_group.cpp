@@ -22,6 +22,7 @@
 
 #include "core/device.h"
 #include "core/error.h"
+#include "distributed/forming_group.h"
 #include "distributed/network.h"
 #include "distributed/peer_directory.h"
 
@@ -144,38 +145,6 @@ int64_t agree_on_attempt(c10d::Store& store, const DistEnv& env, std::chrono::mi
     }
   }
   return attempt;
-}
-
-// Rank 0 marks the store it serves once its group has formed. Such a rank 0 outlives its
-// group's failure for a while (until a collective tells it, and its launcher stops it),
-// and a rank restarted meanwhile would read the failed group's keys there (WORLD_SIZE,
-// Gloo's addresses) and try to reach processes that are gone: one that finds the mark
-// waits for the next rank 0's store instead.
-const std::string kFormed = "fastcpp/formed";
-
-c10::intrusive_ptr<c10d::Store> connect_to_forming_group(const std::string& host, c10d::TCPStoreOptions options,
-                                                         const std::string& who, const std::string& where) {
-  using Clock = std::chrono::steady_clock;
-  const auto timeout = options.timeout;
-  const auto deadline = Clock::now() + timeout;
-  while (true) {
-    // The old rank 0 may close its store between our connecting and our check: that is
-    // the window in which its successor starts, so a dropped connection is tried again.
-    // Each try connects for the time left, not a fresh full timeout.
-    options.timeout = std::max(std::chrono::milliseconds(1),
-                               std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now()));
-    try {
-      auto store = c10::make_intrusive<c10d::TCPStore>(host, options);
-      if (!store->check({kFormed})) return store;
-    } catch (const c10::DistError&) {
-      if (Clock::now() > deadline) throw;
-    }
-    if (Clock::now() > deadline)
-      throw Error(who + ": the store at " + where + " is that of a group formed before this process started, " +
-                  "and no new rank 0 replaced it within " + std::to_string(timeout.count() / 1000) +
-                  " s; stop that group's processes, or give this run another MASTER_PORT");
-    std::this_thread::sleep_for(std::chrono::milliseconds(200));
-  }
 }
 
 }  // namespace
@@ -304,7 +273,7 @@ Communicator::Communicator(const DistEnv& env, ProcessGroupOptions options)
     throw Error(rank_text + ": the Gloo process group at " + where + " did not form: " + first_line(e));
   }
 #endif
-  if (serves_store) impl_->store->set(kFormed, bytes_of(1));
+  if (serves_store) impl_->store->set(kFormedKey, bytes_of(1));
   require(options);
 }
 

@@ -44,14 +44,6 @@ void copy_lists(const std::vector<std::vector<torch::Tensor>>& to, const std::ve
   for (size_t k = 0; k < to.size(); ++k) at::_foreach_copy_(to[k], from[k], /*non_blocking=*/true);
 }
 
-// A module tree in pre-order, as plain pointers (the tree owns them): listed once a fit,
-// not at every forward.
-std::vector<torch::nn::Module*> module_list(const torch::nn::Module& root) {
-  std::vector<torch::nn::Module*> list;
-  for (const auto& module : root.modules()) list.push_back(module.get());
-  return list;
-}
-
 // Every module of a replica in the train or eval mode of its twin in the model (BnFreeze
 // keeps frozen BatchNorm layers in eval mode while the rest trains), as PyTorch's
 // replicate copies each module's `training`. The two trees match one to one (swapped
@@ -59,12 +51,13 @@ std::vector<torch::nn::Module*> module_list(const torch::nn::Module& root) {
 // reaches a module's children too, so the modes are read first (replica 0 shares the
 // model's other layers: setting its root sets theirs) and set parents first, each child
 // then correcting what its parent set.
-void follow_modes(const std::vector<torch::nn::Module*>& from, const std::vector<torch::nn::Module*>& to) {
+void follow_modes(const std::vector<std::shared_ptr<torch::nn::Module>>& from,
+                  const std::vector<std::shared_ptr<torch::nn::Module>>& to) {
   bool same = true;
   for (size_t i = 0; i < from.size() && same; ++i) same = from[i]->is_training() == to[i]->is_training();
   if (same) return;
   std::vector<bool> training;
-  for (const auto* module : from) training.push_back(module->is_training());
+  for (const auto& module : from) training.push_back(module->is_training());
   for (size_t i = 0; i < to.size(); ++i) to[i]->train(training[i]);
 }
 
@@ -110,13 +103,13 @@ void DataParallel::make_replicas() {
   }
   params_.clear();
   state_.clear();
-  module_lists_ = {module_list(plain_->module())};
+  module_lists_ = {plain_->module().modules()};  // listed once a fit, not at every forward
   std::vector<std::shared_ptr<torch::nn::Module>> modules;
   for (auto& replica : replicas_) {
     params_.push_back(replica.module().parameters());
     state_.push_back(tensors_by_dtype(replica.module()));
     modules.push_back(replica.ptr());
-    module_lists_.push_back(module_list(replica.module()));
+    module_lists_.push_back(replica.module().modules());
   }
   for (const auto& list : module_lists_)
     if (list.size() != module_lists_[0].size()) {

@@ -63,7 +63,7 @@ class DataParallel : public DevicePlacement {
   std::vector<Model> replicas_;  // [0]: the Learner's model (its BatchNorm synchronized)
   std::vector<std::vector<torch::Tensor>> params_;  // per replica, in the same order
   // The plain model's modules in pre-order, then each replica's: twins at the same place.
-  std::vector<std::vector<torch::nn::Module*>> module_lists_;
+  std::vector<std::vector<std::shared_ptr<torch::nn::Module>>> module_lists_;
   // Per replica: its parameters and buffers, one list per dtype (what each forward copies).
   std::vector<std::vector<std::vector<torch::Tensor>>> state_;
   std::vector<std::optional<c10::Stream>> streams_;  // a replica's own CUDA stream where it shares a GPU

@@ -29,6 +29,7 @@
 #include "synced_arithmetic.h"
 #include "worker_process.h"
 #include "distributed/batchnorm_math.h"
+#include "distributed/forming_group.h"
 #include "distributed/network.h"
 #include "distributed/reducer.h"
 #include "optim/param_groups.h"
@@ -902,7 +903,7 @@ TEST_SUITE("distributed") {
     c10d::TCPStoreOptions client;
     client.port = static_cast<std::uint16_t>(port);
     client.timeout = std::chrono::seconds(5);
-    const bool old_store_marked = c10d::TCPStore("127.0.0.1", client).check({"fastcpp/formed"});
+    const bool old_store_marked = c10d::TCPStore("127.0.0.1", client).check({distributed::kFormedKey});
     const bool formed_before_rank0 = restarted_formed;
     float sum = 0;
     const auto rank0_error = any_error_of([&] {
@@ -919,6 +920,47 @@ TEST_SUITE("distributed") {
     CHECK(restarted_error == "(nothing thrown)");
     CHECK(restarted_sum == 3);
     CHECK(sum == 3);
+  }
+
+  TEST_CASE("joining a forming group: past a marked store that closes to the next, which keeps the whole timeout") {
+    using namespace std::chrono_literals;
+    const int port = free_port() + 69;
+    const std::string where = "127.0.0.1:" + std::to_string(port);
+    c10d::TCPStoreOptions server;
+    server.port = static_cast<std::uint16_t>(port);
+    server.isServer = true;
+    server.waitWorkers = false;
+    server.timeout = 10s;
+    auto old = std::make_unique<c10d::TCPStore>("127.0.0.1", server);
+    old->set(distributed::kFormedKey, {1});
+    std::unique_ptr<c10d::TCPStore> next;
+    std::thread successor([&] {
+      std::this_thread::sleep_for(1s);
+      old.reset();
+      std::this_thread::sleep_for(500ms);  // no store at the port for a while
+      next = std::make_unique<c10d::TCPStore>("127.0.0.1", server);
+    });
+    c10d::TCPStoreOptions client;
+    client.port = static_cast<std::uint16_t>(port);
+    client.timeout = 8s;
+    const auto start = std::chrono::steady_clock::now();
+    c10::intrusive_ptr<c10d::Store> store;
+    const auto error =
+        any_error_of([&] { store = distributed::connect_to_forming_group("127.0.0.1", client, "rank 1 of 2", where); });
+    const auto waited = std::chrono::steady_clock::now() - start;
+    successor.join();
+    CHECK(error == "(nothing thrown)");
+    REQUIRE(store);
+    CHECK(waited >= 1500ms);
+    CHECK_FALSE(store->check({distributed::kFormedKey}));
+    CHECK(store->getTimeout() == 8s);  // not the second or so left when it connected
+
+    // Never replaced: an error once the timeout has passed.
+    next->set(distributed::kFormedKey, {1});
+    client.timeout = 1s;
+    CHECK(error_of([&] { distributed::connect_to_forming_group("127.0.0.1", client, "rank 1 of 2", where); }) ==
+          "rank 1 of 2: the store at " + where + " is that of a group formed before this process started, and no new "
+          "rank 0 replaced it within 1 s; stop that group's processes, or give this run another MASTER_PORT");
   }
 
   TEST_CASE("a rank that dies while the other waits in a collective: an error on the survivor, not a hang") {

@@ -54,6 +54,14 @@ DataLoaders image_dls(int64_t n = 16, int64_t size = 32) {
   return {DataLoader(make(n), {.bs = 8}), DataLoader(make(n / 2), {.bs = 8}), {"cat", "dog", "fox"}};
 }
 
+// Four 32 px images and their masks of two classes, for training and for validation.
+DataLoaders mask_dls() {
+  auto masks = [] {
+    return std::make_shared<TensorDataset>(torch::randn({4, 3, 32, 32}), torch::randint(2, {4, 32, 32}, torch::kLong));
+  };
+  return {DataLoader(masks(), {.bs = 4}), DataLoader(masks(), {.bs = 4}), {"a", "b"}};
+}
+
 // A classifier block holding its pooling layer, as torchvision's and timm's heads do.
 struct PoolFlattenImpl : torch::nn::Module {
   PoolFlattenImpl() : pool(register_module("pool", torch::nn::AdaptiveAvgPool2d(1))) {}
@@ -711,11 +719,7 @@ TEST_SUITE("models") {
     auto kept = vision::vision_learner(own, vision::resnet18, {}, {.pretrained_weights = weights}, quiet());
     CHECK(specs(kept.dls.valid) == std::vector<std::string>{"Normalize 0.5,0.5,0.5 0.25,0.25,0.25"});
 
-    auto masks = [](int64_t n) {
-      return std::make_shared<TensorDataset>(torch::randn({n, 3, 32, 32}), torch::randint(2, {n, 32, 32}, torch::kLong));
-    };
-    auto unet = vision::unet_learner(DataLoaders{DataLoader(masks(4), {.bs = 4}), DataLoader(masks(4), {.bs = 4}), {"a", "b"}},
-                                     vision::resnet18, {}, {.pretrained_weights = weights}, quiet());
+    auto unet = vision::unet_learner(mask_dls(), vision::resnet18, {}, {.pretrained_weights = weights}, quiet());
     CHECK(specs(unet.dls.valid) == imagenet);
   }
 
@@ -792,6 +796,14 @@ TEST_SUITE("models") {
           std::vector<std::string>{"conv1", "bn1", "relu", "pool", "conv2", "head_pool"});
     CHECK(model->named_parameters()["head_bn1.weight"].size(0) == 2 * 16);  // conv2's 16 features, concat pooled
     CHECK(vision::vision_model_spec(arch, 3, {}).empty());  // no name to rebuild it by
+    const auto bn_in_eval = [&](const vision::BodyOptions& o) {  // counting the features keeps each layer's mode
+      auto net = make(o);
+      net->ptr(1)->eval();
+      return net;
+    };
+    const auto kept_modes = vision::create_vision_model(vision::Arch::from_model(bn_in_eval), 3)->named_children();
+    CHECK_FALSE(kept_modes["bn1"]->is_training());
+    CHECK(kept_modes["conv1"]->is_training());
     const auto two_layers = vision::create_vision_model(vision::Arch::from_model(make, 2), 3);
     CHECK(names(two_layers)[2] == "head_pool");
     CHECK(two_layers->named_parameters()["head_bn1.weight"].size(0) == 2 * 8);
@@ -813,7 +825,10 @@ TEST_SUITE("models") {
     CHECK(torch::equal(params["conv2.weight"], saved->named_parameters()["conv2.weight"]));  // frozen
     learn.unfreeze();
     learn.fit(1, slice(1e-4, 1e-2));
-    CHECK(learn.opt->hyper("lr") == std::vector<double>{1e-4, 1e-2});
+    const auto lrs = learn.opt->hyper("lr");
+    REQUIRE(lrs.size() == 2);
+    CHECK(lrs[0] == doctest::Approx(1e-4));
+    CHECK(lrs[1] == doctest::Approx(1e-2));
     CHECK(!torch::equal(params["conv2.weight"], saved->named_parameters()["conv2.weight"]));
     auto grey = vision::create_vision_model(arch, 3, {.pretrained_weights = path, .in_channels = 1});
     CHECK(torch::allclose(grey->named_parameters()["conv1.weight"],
@@ -821,11 +836,7 @@ TEST_SUITE("models") {
     std::filesystem::remove(path);
 
     // A U-Net on the same body: fastai's default_split, the encoder and the rest.
-    auto masks = [](int64_t n) {
-      return std::make_shared<TensorDataset>(torch::randn({n, 3, 32, 32}), torch::randint(2, {n, 32, 32}, torch::kLong));
-    };
-    auto unet = vision::unet_learner(DataLoaders{DataLoader(masks(4), {.bs = 4}), DataLoader(masks(4), {.bs = 4}), {"a", "b"}},
-                                     arch, {}, {}, quiet());
+    auto unet = vision::unet_learner(mask_dls(), arch, {}, {}, quiet());
     silence(unet);
     CHECK(unet.n_param_groups() == 2);
     unet.fit(1, 1e-3);
@@ -833,15 +844,24 @@ TEST_SUITE("models") {
 
     CHECK(vision::has_pool_type(*vision::AdaptiveConcatPool2d()));
     CHECK(!vision::has_pool_type(*Linear(2, 2)));
-    const auto no_pool = [](const vision::BodyOptions&) { return Sequential(Conv2d(3, 4, 3), Flatten(), Linear(4, 2)); };
+    const auto no_pool = [](const vision::BodyOptions&) {
+      return Sequential(Conv2d(3, 4, 3), Flatten(), Linear(4, 2));
+    };
     CHECK(error_of([&] { vision::create_vision_model(vision::Arch::from_model(no_pool), 2); }) ==
           "vision_learner: the model has no pooling layer to cut its body before; give Arch::from_model a cut (the "
           "number of layers in the body)");
+    const auto pool_first = [](const vision::BodyOptions&) {
+      return Sequential(AdaptiveAvgPool2d(1), Flatten(), Linear(3, 2));
+    };
+    CHECK(error_of([&] { vision::create_vision_model(vision::Arch::from_model(pool_first), 2); }) ==
+          "vision_learner: the model's last pooling layer is its first, which leaves no body; give Arch::from_model a "
+          "cut (the number of layers in the body)");
     CHECK(error_of([&] { vision::create_vision_model(vision::Arch::from_model(make, 9), 2); }) ==
           "vision_learner: a cut of 9 layers, but the model has 7 (the body needs at least one)");
     const auto rgb_only = [&](const vision::BodyOptions&) { return make({}); };
-    const auto refused = error_of([&] { vision::create_vision_model(vision::Arch::from_model(rgb_only), 2, {.in_channels = 1}); });
-    CHECK(refused.rfind("vision_learner: the model's body fails on zeros of shape [1, 1, 1024, 1024] (", 0) == 0);
+    const auto refused =
+        error_of([&] { vision::create_vision_model(vision::Arch::from_model(rgb_only), 2, {.in_channels = 1}); });
+    CHECK(refused.rfind("vision_learner: the model's body fails on zeros of shape [1, 1, 2048, 2048] (", 0) == 0);
     CHECK(refused.find("); does its model function build it for in_channels?") != std::string::npos);
     CHECK(error_of([] { vision::Arch::from_model(nullptr); }) == "Arch::from_model: no model function given");
   }

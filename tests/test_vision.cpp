@@ -1159,6 +1159,8 @@ TEST_SUITE("vision") {
     CHECK(points.text == std::vector<std::string>{"0.75,-0.25/2.00,-1.00", "-0.25,0.75/1.00,-2.00",
                                                   "-0.25,-0.25/-1.00,-0.50"});
     CHECK(points.wrong == std::vector<bool>{false, false, false});
+    const auto many = vision::result_captions(torch::arange(8.f).view({1, 8}), torch::zeros({1, 8}), vocab, false);
+    CHECK(many.text[0] == "0.00,1.00,2.00,3.00,4.00,5.00,.../0.00,0.00,0.00,0.00,0.00,0.00,...");
     CHECK(error_of([&] { vision::result_captions(targets, logits.narrow(1, 0, 2), vocab, false); }) ==
           "result_captions: targets [3, 3] do not match outputs [3, 2]");
     // ';' and ',' are drawn, not left blank.
@@ -1189,6 +1191,14 @@ TEST_SUITE("vision") {
     const bool both_tags = (shown.begin()->y.narrow(0, 0, 4).sum(1) == 2).any().item<bool>();
     CHECK(batch.cols == 2 * (Canvas::text_width(both_tags ? "sea;sky" : "sand") + 8) + 8);
     CHECK(vision::read_image(root + "/results.png").rows == 2 * (16 + 16 + 8) + 8);
+
+    // Image-like float targets (an image-to-image model's) get no caption, not their pixels'
+    // values as one line as wide as thousands of images.
+    auto pairs = std::make_shared<TensorDataset>(torch::rand({4, 3, 16, 16}), torch::rand({4, 1, 16, 16}));
+    Learner maps(DataLoaders{DataLoader(pairs, {.bs = 4}), DataLoader(pairs, {.bs = 4})},
+                 torch::nn::Sequential(torch::nn::Conv2d(3, 1, 1)), MSELoss(), {}, quiet());
+    vision::show_results(maps, root + "/maps.png", {.max_n = 4, .ncols = 2, .min_side = 16});
+    CHECK(vision::read_image(root + "/maps.png").cols == 2 * (16 + 8) + 8);
     fs::remove_all(root);
   }
 

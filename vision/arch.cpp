@@ -31,28 +31,42 @@ std::vector<std::vector<torch::Tensor>> split_body_and_head(torch::nn::Module& m
   return groups;
 }
 
-// fastai's num_features_model: the channels out of `body` for zeros of 32 px, doubled
-// where the body needs a larger image.
+// fastai's num_features_model: the channels out of `body` for zeros of 32 px (on its
+// parameters' device and dtype), doubled up to 2048 px where the body needs a larger image.
 int64_t features_out(torch::nn::SequentialImpl& body, int64_t in_channels) {
   torch::NoGradGuard no_grad;
-  const bool training = body.is_training();
+  const auto modules = body.modules();
+  std::vector<bool> training;
+  for (const auto& module : modules) training.push_back(module->is_training());
   body.eval();  // BatchNorm's running statistics stay as they are
+  const auto params = body.parameters();
+  const auto options = params.empty() ? torch::TensorOptions() : params.front().options();
+  torch::Tensor out;
   std::string failure;
-  for (int64_t size = 32; size <= 1024; size *= 2) {
+  for (int64_t size = 32; size <= 2048 && !out.defined(); size *= 2) {
     try {
-      const auto out = body.forward(torch::zeros({1, in_channels, size, size}));
-      body.train(training);
-      if (out.dim() < 2) throw Error("vision_learner: the model's body gives " + c10::str(out.sizes()) +
-                                     ", not [1, features, ...]");
-      return out.size(1);
-    } catch (const c10::Error& e) {
-      failure = e.what_without_backtrace();
+      out = body.forward(torch::zeros({1, in_channels, size, size}, options));
+    } catch (const std::exception& e) {
+      failure = e.what();
     }
   }
-  body.train(training);
-  throw Error("vision_learner: the model's body fails on zeros of shape [1, " + std::to_string(in_channels) +
-              ", 1024, 1024] (" + failure.substr(0, failure.find('\n')) +
-              "); does its model function build it for in_channels?");
+  for (size_t i = 0; i < modules.size(); ++i) modules[i]->train(training[i]);
+  if (!out.defined())
+    throw Error("vision_learner: the model's body fails on zeros of shape [1, " + std::to_string(in_channels) +
+                ", 2048, 2048] (" + failure.substr(0, failure.find('\n')) +
+                "); does its model function build it for in_channels?");
+  if (out.dim() < 2)
+    throw Error("vision_learner: the model's body gives " + c10::str(out.sizes()) + ", not [1, features, ...]");
+  return out.size(1);
+}
+
+// fastai's _get_first_layer: the first module that holds parameters of its own, whose
+// weight pretrained RGB filters adapt to other input channels where it is a Conv2d.
+std::string first_conv_weight(const torch::nn::Module& body) {
+  for (const auto& named : body.named_modules("", /*include_self=*/false))
+    if (!named.value()->named_parameters(/*recurse=*/false).is_empty())
+      return named.value()->as<torch::nn::Conv2d>() ? named.key() + ".weight" : "";
+  return "";
 }
 
 using ResNetPtr = ResNet (*)(ResNetOptions);
@@ -148,9 +162,11 @@ Arch Arch::from_model(ModelFn make, std::optional<size_t> cut) {
       end = *cut;
     } else {
       while (end > 0 && !has_pool_type(*layers[end - 1].module)) --end;
-      if (end == 0)
-        throw Error("vision_learner: the model has no pooling layer to cut its body before; give Arch::from_model "
-                    "a cut (the number of layers in the body)");
+      if (end <= 1)
+        throw Error(std::string("vision_learner: ") +
+                    (end == 0 ? "the model has no pooling layer to cut its body before"
+                              : "the model's last pooling layer is its first, which leaves no body") +
+                    "; give Arch::from_model a cut (the number of layers in the body)");
       --end;  // the pooling layer starts the part left out
     }
     if (end == 0 || end > layers.size())
@@ -162,11 +178,7 @@ Arch Arch::from_model(ModelFn make, std::optional<size_t> cut) {
         body.layers->push_back(layers[i].name, layers[i].any);
       else
         body.left_out.push_back(layers[i].name + ".");
-    for (const auto& named : body.layers->named_modules("", /*include_self=*/false))
-      if (named.value()->as<torch::nn::Conv2d>()) {
-        body.first_conv = named.key() + ".weight";
-        break;
-      }
+    body.first_conv = first_conv_weight(*body.layers);
     body.num_features = features_out(*body.layers, o.in_channels);
     return body;
   };

@@ -64,15 +64,18 @@ std::string labels_of(const torch::Tensor& target, const std::vector<std::string
   return names;
 }
 
-// A regression target or output: its values, two decimals each, joined by ','.
+// A regression target or output: its first values, two decimals each, joined by ','
+// (a caption sets its image's width: many values end in "...").
 std::string values_of(const torch::Tensor& target) {
+  constexpr int64_t kShown = 6;
   std::string text;
   const auto values = target.to(torch::kFloat).flatten();
-  for (int64_t k = 0; k < values.size(0); ++k) {
+  for (int64_t k = 0; k < std::min(values.size(0), kShown); ++k) {
     char value[32];
     std::snprintf(value, sizeof value, "%.2f", static_cast<double>(values[k].item<float>()));
     text.append(k ? "," : "").append(value);
   }
+  if (values.size(0) > kShown) text += ",...";
   return text;
 }
 
@@ -217,6 +220,10 @@ void show_results(Learner& learn, const std::string& path, ShowOptions o) {
   if (is_mask_batch(y))
     return write_mask_rows(path, images, {y, output.argmax(1).to(torch::kCPU)}, {"image", "target", "prediction"}, {},
                            o);
+  if (y.dim() > 2) {  // an image-like target without a class or a few values to caption it (as show_batch)
+    const auto count = static_cast<size_t>(n);
+    return write_labelled_grid(path, images, std::vector<std::string>(count), std::vector<bool>(count, false), o);
+  }
   const auto captions = result_captions(y, output.to(torch::kCPU), learn.dls.vocab, learn.dls.multi_label);
   write_labelled_grid(path, images, captions.text, captions.wrong, o);
 }

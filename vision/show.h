@@ -48,7 +48,8 @@ void show_results(Learner& learn, const std::string& path, ShowOptions options =
 // are wrong. Class indices are named by `vocab`; multi-label targets ([N, classes] of 0/1)
 // show the classes set joined by ';', predicted where the output's logit is above 0 (its
 // sigmoid above 0.5); float targets of a single-label loader (regression) show their
-// values and the outputs', two decimals each, never marked wrong.
+// values and the outputs', two decimals each (the first six, then "..."), never marked
+// wrong. show_results captions image-like targets ([N, C, H, W]) with nothing.
 struct ResultCaptions {
   std::vector<std::string> text;
   std::vector<bool> wrong;
