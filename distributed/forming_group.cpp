@@ -15,6 +15,7 @@ c10::intrusive_ptr<c10d::Store> connect_to_forming_group(const std::string& host
   using Clock = std::chrono::steady_clock;
   const auto timeout = options.timeout;
   const auto deadline = Clock::now() + timeout;
+  bool seen_formed = false;  // then the old group's store is why we wait, whatever the last try met
   while (true) {
     // Each try connects for the time left, not a fresh full timeout.
     options.timeout = std::max(std::chrono::milliseconds(1),
@@ -25,8 +26,9 @@ c10::intrusive_ptr<c10d::Store> connect_to_forming_group(const std::string& host
         store->setTimeout(timeout);  // the group's later waits get the whole rendezvous timeout
         return store;
       }
+      seen_formed = true;
     } catch (const c10::DistError&) {
-      if (Clock::now() > deadline) throw;
+      if (Clock::now() > deadline && !seen_formed) throw;
     }
     if (Clock::now() > deadline)
       throw Error(who + ": the store at " + where + " is that of a group formed before this process started, " +

@@ -1,6 +1,7 @@
 #pragma once
 // vision_learner: a Learner for image classification from the body of an architecture
-// (a ResNet or an XResNet, optionally with pretrained weights) and a new head, as fastai's.
+// (a ResNet, an XResNet or a model of the program's own through Arch::from_model,
+// optionally with pretrained weights) and a new head, as fastai's.
 //
 //   auto learn = vision::vision_learner(dls, vision::resnet34, {metrics::accuracy()},
 //                                       {.pretrained_weights = "resnet34.pth"}, {.opt_func = adam()});
