@@ -23,12 +23,12 @@ c10::IValue range_entry(const std::optional<std::pair<double, double>>& range) {
   return range ? c10::List<double>({range->first, range->second}) : c10::List<double>();
 }
 
-std::optional<std::pair<double, double>> range_of(const c10::IValue& entry, const std::string& name) {
+std::optional<std::pair<double, double>> range_of(const ModelSpec& spec, const std::string& key) {
   std::vector<double> values;  // an empty list reads back untyped
-  for (const auto& value : entry.toListRef()) values.push_back(value.toDouble());
+  for (const auto& value : spec_entry(spec, key).toListRef()) values.push_back(value.toDouble());
   if (values.empty()) return std::nullopt;
   if (values.size() != 2)
-    throw Error("its '" + name + "' holds " + std::to_string(values.size()) + " numbers instead of a range's 2");
+    throw Error("its '" + key + "' holds " + std::to_string(values.size()) + " numbers instead of a range's 2");
   return std::make_pair(values[0], values[1]);
 }
 

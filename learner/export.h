@@ -30,9 +30,10 @@ using ModelSpec = std::map<std::string, c10::IValue>;
 // The entry `key` of an architecture record; throws fastcpp::Error naming it if absent.
 c10::IValue spec_entry(const ModelSpec& spec, const std::string& key);
 
-// An optional (low, high) range as a record's entry, a list of two numbers or none, and back.
+// An optional (low, high) range as a record's entry, a list of two numbers or none, and
+// back from the record's entry `key`.
 c10::IValue range_entry(const std::optional<std::pair<double, double>>& range);
-std::optional<std::pair<double, double>> range_of(const c10::IValue& entry, const std::string& name);
+std::optional<std::pair<double, double>> range_of(const ModelSpec& spec, const std::string& key);
 
 struct ExportedModel {
   std::string source;                  // "exported model 'PATH'", for messages

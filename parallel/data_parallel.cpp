@@ -103,17 +103,18 @@ void DataParallel::make_replicas() {
   }
   params_.clear();
   state_.clear();
-  module_lists_ = {plain_->module().modules()};  // listed once a fit, not at every forward
+  plain_modules_ = plain_->module().modules();  // listed once a fit, not at every forward
+  replica_modules_.clear();
   std::vector<std::shared_ptr<torch::nn::Module>> modules;
   for (auto& replica : replicas_) {
     params_.push_back(replica.module().parameters());
     state_.push_back(tensors_by_dtype(replica.module()));
     modules.push_back(replica.ptr());
-    module_lists_.push_back(replica.module().modules());
+    replica_modules_.push_back(replica.module().modules());
   }
-  for (const auto& list : module_lists_)
-    if (list.size() != module_lists_[0].size()) {
-      const auto sizes = std::to_string(list.size()) + " modules, the model " + std::to_string(module_lists_[0].size());
+  for (const auto& list : replica_modules_)
+    if (list.size() != plain_modules_.size()) {
+      const auto sizes = std::to_string(list.size()) + " modules, the model " + std::to_string(plain_modules_.size());
       restore();
       throw Error("to_parallel: a replica has " + sizes);
     }
@@ -177,7 +178,7 @@ torch::Tensor DataParallel::forward(const torch::Tensor& x) {
   // The Learner switches train/eval on its plain model, which the replicas' SyncBatchNorm
   // layers (and replicas 1.. entirely) are not part of.
   for (size_t r = 0; r < replicas_.size(); ++r)
-    if (&replicas_[r].module() != &plain_->module()) follow_modes(module_lists_[0], module_lists_[r + 1]);
+    if (&replicas_[r].module() != &plain_->module()) follow_modes(plain_modules_, replica_modules_[r]);
   follow_trainable();
   copy_to_replicas();
   group_.start_step(replicas);
@@ -242,7 +243,8 @@ void DataParallel::restore() {
   replicas_.clear();
   params_.clear();
   state_.clear();
-  module_lists_.clear();
+  plain_modules_.clear();
+  replica_modules_.clear();
   streams_.clear();
 }
 

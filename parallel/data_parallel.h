@@ -62,8 +62,9 @@ class DataParallel : public DevicePlacement {
   std::optional<Model> plain_;  // the Learner's model before the fit
   std::vector<Model> replicas_;  // [0]: the Learner's model (its BatchNorm synchronized)
   std::vector<std::vector<torch::Tensor>> params_;  // per replica, in the same order
-  // The plain model's modules in pre-order, then each replica's: twins at the same place.
-  std::vector<std::vector<std::shared_ptr<torch::nn::Module>>> module_lists_;
+  // The plain model's modules in pre-order, and each replica's: twins at the same place.
+  std::vector<std::shared_ptr<torch::nn::Module>> plain_modules_;
+  std::vector<std::vector<std::shared_ptr<torch::nn::Module>>> replica_modules_;
   // Per replica: its parameters and buffers, one list per dtype (what each forward copies).
   std::vector<std::vector<std::vector<torch::Tensor>>> state_;
   std::vector<std::optional<c10::Stream>> streams_;  // a replica's own CUDA stream where it shares a GPU

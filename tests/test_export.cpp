@@ -163,7 +163,7 @@ TEST_SUITE("export") {
     const auto path = temp_path("export_range.pt");
     learn.export_learner(path);
     const auto spec = read_exported(path).spec;
-    CHECK(range_of(spec.at("y_range"), "y_range") == std::pair{-1.0, 3.0});
+    CHECK(range_of(spec, "y_range") == std::pair{-1.0, 3.0});
     const auto predictor = vision::load_learner(path, {.device = torch::kCPU});
     CHECK(torch::allclose(predictor.predict(valid.get(0).x).probs, output, 1e-5, 1e-6));
     CHECK(error_of([] { vision::SigmoidRange(3, -1); }) == "SigmoidRange: low must be below high, got (3, -1)");

@@ -79,10 +79,15 @@ std::string values_of(const torch::Tensor& target) {
   return text;
 }
 
-// What a target says: classes by name, or values where its targets are floats of a
-// single-label (regression) loader.
+// Whether targets name classes (indices, or a multi-label loader's 0/1 rows) rather than
+// hold a regression's values (floats of a single-label loader).
+bool names_classes(const torch::Tensor& targets, bool multi_label) {
+  return multi_label || !targets.is_floating_point();
+}
+
+// What a target says: classes by name, or its values.
 std::string caption_of(const torch::Tensor& target, const std::vector<std::string>& vocab, bool multi_label) {
-  return multi_label || !target.is_floating_point() ? labels_of(target, vocab) : values_of(target);
+  return names_classes(target, multi_label) ? labels_of(target, vocab) : values_of(target);
 }
 
 // A grid of labelled images: text[i] above image i, in red where wrong[i].
@@ -230,7 +235,7 @@ void show_results(Learner& learn, const std::string& path, ShowOptions o) {
 
 ResultCaptions result_captions(const torch::Tensor& targets, const torch::Tensor& outputs,
                                const std::vector<std::string>& vocab, bool multi_label) {
-  const bool classes = multi_label || !targets.is_floating_point();
+  const bool classes = names_classes(targets, multi_label);
   const bool same_shape = multi_label || !classes;  // a class index against a row of scores otherwise
   if (targets.size(0) != outputs.size(0) ||
       (same_shape && targets.numel() != outputs.numel()) || (multi_label && targets.sizes() != outputs.sizes()))

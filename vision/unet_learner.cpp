@@ -86,7 +86,7 @@ DynamicUnet create_unet_model(const ModelSpec& spec, const std::string& source) 
     o.self_attention = entry("self_attention").toBool();
     o.last_cross = entry("last_cross").toBool();
     o.bottle = entry("bottle").toBool();
-    o.y_range = range_of(entry("y_range"), "y_range");
+    o.y_range = range_of(spec, "y_range");
     return create_unet_model(arch, n_out, img_size, o);
   } catch (const c10::Error& e) {
     throw Error(source + ": an entry of its architecture record has the wrong type (" +

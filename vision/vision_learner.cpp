@@ -77,7 +77,7 @@ torch::nn::Sequential create_vision_model(const ModelSpec& spec, const std::stri
     o.ps = entry("ps").toDouble();
     o.concat_pool = entry("concat_pool").toBool();
     o.bn_final = entry("bn_final").toBool();
-    if (spec.count("y_range")) o.y_range = range_of(entry("y_range"), "y_range");  // none in exports made before it
+    if (spec.count("y_range")) o.y_range = range_of(spec, "y_range");  // none in exports made before it
   } catch (const c10::Error& e) {
     throw Error(source + ": an entry of its architecture record has the wrong type (" +
                 std::string(e.what_without_backtrace()).substr(0, 200) + ")");
