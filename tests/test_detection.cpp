@@ -244,6 +244,21 @@ TEST_SUITE("detection") {
     CHECK(torch::equal(first.labels, torch::tensor({0, 2}, torch::kLong)));
     CHECK(torch::equal(first.boxes, torch::tensor({{1.0f, 2.0f, 3.0f, 4.0f}, {5.0f, 6.0f, 7.0f, 8.0f}})));
     CHECK(vision::image_boxes(targets, 1).boxes.size(0) == 0);
+    // Crowd regions after the boxes, as rows of label crowd_label(class) = -2 - class.
+    const auto with_crowds = vision::box_targets(
+        {{torch::tensor({{1.0, 2.0, 3.0, 4.0}}), torch::tensor({1}), torch::tensor({{0.0, 0.0, 9.0, 9.0}}),
+          torch::tensor({2})},
+         {torch::zeros({0, 4}), torch::zeros({0}, torch::kLong)}});
+    CHECK(torch::equal(with_crowds[0],
+                       torch::tensor({{1.0f, 2.0f, 3.0f, 4.0f, 1.0f}, {0.0f, 0.0f, 9.0f, 9.0f, -4.0f}})));
+    CHECK(torch::equal(with_crowds[1], torch::full({2, 5}, -1.0f)));
+    const auto crowded = vision::image_boxes(with_crowds, 0);
+    CHECK(torch::equal(crowded.labels, torch::tensor({1}, torch::kLong)));
+    CHECK(torch::equal(crowded.crowd_boxes, torch::tensor({{0.0f, 0.0f, 9.0f, 9.0f}})));
+    CHECK(torch::equal(crowded.crowd_labels, torch::tensor({2}, torch::kLong)));
+    CHECK(error_of([] {
+            vision::box_targets({{torch::zeros({0, 4}), torch::zeros({0}, torch::kLong), {}, torch::tensor({2})}});
+          }) == "box_targets: image 0 has crowd boxes none for 1 labels");
     CHECK(error_of([] { vision::retinanet_losses(torch::zeros({2, 5, 3}), torch::zeros({2, 1, 5})); }) ==
           "retinanet_loss: expected a detector's output [images, anchors, 12 + logits], got Float [2, 5, 3]");
     CHECK(error_of([] { vision::retinanet_losses(torch::zeros({2, 5, 15}), torch::zeros({2, 1, 4})); }) ==
@@ -283,8 +298,15 @@ TEST_SUITE("detection") {
           "retinanet_loss: image 1's box 1 has label 1.5, not a class of the model's 3 (0 to 2)");
     CHECK(error_of([&] { vision::retinanet_losses(output, with_box({8, 8, 30, 40, NAN})); }) ==
           "retinanet_loss: image 1's box 1 has label nan, not a class of the model's 3 (0 to 2)");
-    CHECK(error_of([&] { vision::retinanet_losses(output, with_box({8, 8, 30, 40, -2})); }) ==
-          "retinanet_loss: image 1's box 1 has label -2, not a class of the model's 3 (0 to 2)");
+    CHECK(error_of([&] { vision::retinanet_losses(output, with_box({8, 8, 30, 40, -5})); }) ==
+          "retinanet_loss: image 1's box 1 has label -5: a crowd region of class 3, not one of the model's 3 (0 to 2)");
+    CHECK(error_of([&] { vision::retinanet_losses(output, with_box({8, 8, 30, 40, -1.5})); }) ==
+          "retinanet_loss: image 1's box 1 has label -1.5, not a class of the model's 3 (0 to 2)");
+    // A crowd region (label -2 - class) is not trained on: the losses are those without it.
+    const auto without = vision::retinanet_losses(output, with_box({-1, -1, -1, -1, -1}));
+    const auto with_crowd = vision::retinanet_losses(output, with_box({8, 8, 30, 40, -4}));
+    CHECK(torch::equal(with_crowd.classification, without.classification));
+    CHECK(torch::equal(with_crowd.box_regression, without.box_regression));
     CHECK(error_of([&] { vision::retinanet_detections(output, {.candidates = -1}); }) ==
           "PostprocessOptions: detections_per_image and candidates must be >= 0, got 300 and -1");
   }
@@ -429,6 +451,31 @@ TEST_SUITE("detection") {
     for (int k = 0; k < 3; ++k) CHECK(ap.per_class[k] == doctest::Approx(per_class[k].item<double>()).epsilon(1e-6));
     CHECK(ap.per_class[1] == -1);  // no ground truth of class 1
     CHECK(ap.ap > 0.1);
+    const auto ar = entry(f, "ar");
+    CHECK(ap.ar1 == doctest::Approx(ar[0].item<double>()).epsilon(1e-6));
+    CHECK(ap.ar10 == doctest::Approx(ar[1].item<double>()).epsilon(1e-6));
+    CHECK(ap.ar100 == doctest::Approx(ar[2].item<double>()).epsilon(1e-6));
+    CHECK(ap.ar1 < ap.ar10);  // the fixture has images with several boxes of a class
+    // With crowd regions: detections inside them are neither right nor wrong.
+    vision::CocoEvaluator with_crowds(3);
+    for (int i = 0; i < 12; ++i) {
+      const auto key = std::to_string(i);
+      with_crowds.add(
+          {entry(f, "dt." + key + ".boxes"), entry(f, "dt." + key + ".scores"), entry(f, "dt." + key + ".labels")},
+          {entry(f, "gt." + key + ".boxes"), entry(f, "gt." + key + ".labels"),
+           entry(f, "crowd." + key + ".boxes"), entry(f, "crowd." + key + ".labels")});
+    }
+    const auto crowd_ap = with_crowds.evaluate();
+    CHECK(crowd_ap.ap == doctest::Approx(entry(f, "crowd.ap").item<double>()).epsilon(1e-6));
+    CHECK(crowd_ap.ap50 == doctest::Approx(entry(f, "crowd.ap50").item<double>()).epsilon(1e-6));
+    CHECK(crowd_ap.ap75 == doctest::Approx(entry(f, "crowd.ap75").item<double>()).epsilon(1e-6));
+    for (int k = 0; k < 3; ++k)
+      CHECK(crowd_ap.per_class[k] == doctest::Approx(entry(f, "crowd.per_class")[k].item<double>()).epsilon(1e-6));
+    for (int m = 0; m < 3; ++m)
+      CHECK(std::array{crowd_ap.ar1, crowd_ap.ar10, crowd_ap.ar100}[m] ==
+            doctest::Approx(entry(f, "crowd.ar")[m].item<double>()).epsilon(1e-6));
+    CHECK(crowd_ap.per_class[1] == -1);  // crowd regions of class 1 are not its ground truth
+    CHECK(crowd_ap.ap > ap.ap + 0.002);   // the fixture's crowds take false positives away
     // Detections equal to the ground truth, scored: AP 1.
     vision::CocoEvaluator perfect(3);
     const auto truth = entry(f, "gt.1.boxes"), labels = entry(f, "gt.1.labels");
@@ -442,6 +489,10 @@ TEST_SUITE("detection") {
               std::to_string(truth.size(0) + 1) + "] and [" + n + "]");
     CHECK(error_of([&] { perfect.add({truth, torch::ones({truth.size(0)}), labels}, {truth[0], labels}); }) ==
           "CocoEvaluator::add: image 1's ground truth are not boxes [n, 4] and labels [n]: got [4] and [" + n + "]");
+    CHECK(error_of([&] {
+            perfect.add({truth, torch::ones({truth.size(0)}), labels}, {truth, labels, truth, torch::tensor({0})});
+          }) == "CocoEvaluator::add: image 1's crowd regions are not boxes [n, 4] and labels [n]: got [" + n +
+                    ", 4] and [1]");
     CHECK(error_of([] { vision::CocoEvaluator(3, 0); }) == "CocoEvaluator: max_detections must be positive, got 0");
   }
 

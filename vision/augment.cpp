@@ -148,8 +148,8 @@ torch::Tensor from_normalized(const torch::Tensor& u, int64_t n, bool align_corn
 }
 
 // Box targets [n, M, 5] (x1 y1 x2 y2 label, rows of label -1 padding) through each item's
-// map: the output boxes bounding the moved corners, clipped to the output; a box left
-// without area becomes padding.
+// map: the output boxes bounding the moved corners, clipped to the output; a box (or crowd
+// region) left without area becomes padding.
 torch::Tensor move_boxes(const torch::Tensor& y, const std::vector<Mat3>& maps, int64_t h, int64_t w, int64_t out_h,
                          int64_t out_w, bool align_corners) {
   const int64_t n = y.size(0);
@@ -177,7 +177,8 @@ torch::Tensor move_boxes(const torch::Tensor& y, const std::vector<Mat3>& maps, 
   const auto oy = from_normalized(coordinate(1) / z, out_h, align_corners).clamp(0, double(out_h));
   auto moved = torch::stack({std::get<0>(ox.min(2)), std::get<0>(oy.min(2)), std::get<0>(ox.max(2)), std::get<0>(oy.max(2))}, 2)
                    .to(y.scalar_type());
-  const auto kept = (label >= 0) & (moved.select(2, 2) > moved.select(2, 0)) & (moved.select(2, 3) > moved.select(2, 1));
+  const auto has_area = (moved.select(2, 2) > moved.select(2, 0)) & (moved.select(2, 3) > moved.select(2, 1));
+  const auto kept = (label != -1) & has_area;
   return torch::where(kept.unsqueeze(2), torch::cat({moved, label.unsqueeze(2)}, 2), torch::full_like(y, -1));
 }
 

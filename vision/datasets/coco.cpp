@@ -74,8 +74,8 @@ CocoDetections read_coco(const std::string& json_path, const std::string& images
     size_t index;
     std::string file;
     double width, height;
-    std::vector<float> boxes;
-    std::vector<int64_t> labels;
+    std::vector<float> boxes, crowd_boxes;
+    std::vector<int64_t> labels, crowd_labels;
   };
   std::map<int64_t, Image> by_id;
   for (const auto& image : images) {
@@ -84,7 +84,7 @@ CocoDetections read_coco(const std::string& json_path, const std::string& images
     if (by_id.count(id)) throw Error("'" + json_path + "': image id " + std::to_string(id) + " is listed twice");
     const auto width = field<double>(image, "width", where), height = field<double>(image, "height", where);
     if (!(width > 0 && height > 0)) throw Error(where + " has no size (width and height must be > 0)");
-    by_id[id] = {coco.image_ids.size(), field<std::string>(image, "file_name", where), width, height, {}, {}};
+    by_id[id] = {coco.image_ids.size(), field<std::string>(image, "file_name", where), width, height, {}, {}, {}, {}};
     coco.image_ids.push_back(id);
   }
 
@@ -107,19 +107,21 @@ CocoDetections read_coco(const std::string& json_path, const std::string& images
     // Cut to the image, as torchvision's COCO reader: exported sets have boxes a few pixels over.
     const double x1 = std::clamp(x, 0.0, target.width), x2 = std::clamp(x + w, 0.0, target.width);
     const double y1 = std::clamp(y, 0.0, target.height), y2 = std::clamp(y + h, 0.0, target.height);
+    if (x2 <= x1 || y2 <= y1) continue;  // nothing left of the box
     const bool crowd = annotation.value("iscrowd", 0) == 1;
-    if (crowd || x2 <= x1 || y2 <= y1) continue;  // crowds are not trained on; nothing left of the box
-    target.boxes.insert(target.boxes.end(), {float(x1), float(y1), float(x2), float(y2)});
-    target.labels.push_back(label->second);
+    auto& corners = crowd ? target.crowd_boxes : target.boxes;
+    corners.insert(corners.end(), {float(x1), float(y1), float(x2), float(y2)});
+    (crowd ? target.crowd_labels : target.labels).push_back(label->second);
   }
 
   coco.images.resize(by_id.size());
-  for (auto& [id, image] : by_id) {
-    const auto n = static_cast<int64_t>(image.labels.size());
-    coco.images[image.index] = {(std::filesystem::path(images_dir) / image.file).string(),
-                                torch::tensor(image.boxes, torch::kFloat).reshape({n, 4}),
-                                torch::tensor(image.labels, torch::kLong).reshape({n})};
-  }
+  const auto boxes = [](const std::vector<float>& corners) {
+    return torch::tensor(corners, torch::kFloat).reshape({static_cast<int64_t>(corners.size() / 4), 4});
+  };
+  for (auto& [id, image] : by_id)
+    coco.images[image.index] = {(std::filesystem::path(images_dir) / image.file).string(), boxes(image.boxes),
+                                torch::tensor(image.labels, torch::kLong), boxes(image.crowd_boxes),
+                                torch::tensor(image.crowd_labels, torch::kLong)};
   return coco;
 }
 

@@ -2,9 +2,11 @@
 // COCO's object-detection annotations (an "instances" JSON file: images, annotations with
 // bbox [x, y, width, height] and category_id, categories), read with nlohmann's JSON.
 // Categories become classes 0 ... K-1 in the order of their ids; boxes are cut to their
-// image, and crowd annotations (iscrowd 1) and boxes without area (width or height 0, or
-// nothing left inside the image) are left out, as torchvision's detection references do.
-// Images without boxes are kept (background only).
+// image, and boxes without area (width or height 0, or nothing left inside the image) are
+// left out, as torchvision's detection references do. Crowd annotations (iscrowd 1) become
+// the images' crowd regions: not trained on, and where detections are neither right nor
+// wrong for the COCO evaluation, as for pycocotools. Images without boxes are kept
+// (background only).
 //
 // Errors name the file and the annotation: not JSON, not COCO's layout, an annotation of
 // an image or a category the file does not list, a negative width or height, an image

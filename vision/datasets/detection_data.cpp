@@ -72,14 +72,24 @@ DetectionDataset::DetectionDataset(std::vector<BoxedImage> images, std::vector<s
                                    DetectionDataOptions options)
     : images_(std::move(images)), classes_(std::move(classes)), options_(std::move(options)) {
   if (classes_.empty()) throw Error("DetectionDataset: no classes");
-  for (const auto& item : images_) {
-    const auto n = item.labels.numel();
-    if (item.boxes.dim() != 2 || item.boxes.size(0) != n || item.boxes.size(1) != 4)
-      throw Error("DetectionDataset: image '" + item.image + "' has boxes " + c10::str(item.boxes.sizes()) + " for " +
-                  std::to_string(n) + " labels");
-    if (n && (item.labels.min().item<int64_t>() < 0 || item.labels.max().item<int64_t>() >= int64_t(classes_.size())))
-      throw Error("DetectionDataset: image '" + item.image + "' has a label outside [0, " +
-                  std::to_string(classes_.size()) + ")");
+  for (auto& item : images_) {
+    if (item.crowd_boxes.defined() != item.crowd_labels.defined())
+      throw Error("DetectionDataset: image '" + item.image + "' has crowd " +
+                  (item.crowd_boxes.defined() ? "boxes without labels" : "labels without boxes"));
+    if (!item.crowd_boxes.defined()) {
+      item.crowd_boxes = torch::empty({0, 4});
+      item.crowd_labels = torch::empty({0}, torch::kLong);
+    }
+    for (const auto& [boxes, labels, what] : {std::tuple{item.boxes, item.labels, "boxes"},
+                                              std::tuple{item.crowd_boxes, item.crowd_labels, "crowd boxes"}}) {
+      const auto n = labels.numel();
+      if (boxes.dim() != 2 || boxes.size(0) != n || boxes.size(1) != 4)
+        throw Error("DetectionDataset: image '" + item.image + "' has " + what + " " + c10::str(boxes.sizes()) +
+                    " for " + std::to_string(n) + " labels");
+      if (n && (labels.min().item<int64_t>() < 0 || labels.max().item<int64_t>() >= int64_t(classes_.size())))
+        throw Error("DetectionDataset: image '" + item.image + "' has a label outside [0, " +
+                    std::to_string(classes_.size()) + ")");
+    }
   }
   check_box_areas();
 }
@@ -87,7 +97,7 @@ DetectionDataset::DetectionDataset(std::vector<BoxedImage> images, std::vector<s
 // All images' boxes at once (a few operations for COCO's 118k images, not a few per image).
 void DetectionDataset::check_box_areas() const {
   std::vector<torch::Tensor> all;
-  for (const auto& item : images_) all.push_back(item.boxes.to(torch::kDouble));
+  for (const auto& item : images_) all.push_back(torch::cat({item.boxes, item.crowd_boxes}).to(torch::kDouble));
   if (all.empty()) return;
   const auto b = torch::cat(all);
   const auto bad =
@@ -96,10 +106,12 @@ void DetectionDataset::check_box_areas() const {
   const int64_t first_bad = bad.nonzero()[0][0].item<int64_t>();
   std::string corners;
   for (int64_t c = 0; c < 4; ++c) corners += (c ? ", " : "") + spec_text::number(b[first_bad][c].item<double>());
-  int64_t row = first_bad;  // of its image's boxes
+  int64_t row = first_bad;  // of its image's boxes, then crowd boxes
   size_t image = 0;
-  while (row >= images_[image].boxes.size(0)) row -= images_[image++].boxes.size(0);
-  throw Error("DetectionDataset: image '" + images_[image].image + "' has box " + std::to_string(row) + " [" + corners +
+  while (row >= all[image].size(0)) row -= all[image++].size(0);
+  const auto objects = images_[image].boxes.size(0);
+  throw Error("DetectionDataset: image '" + images_[image].image + "' has " + (row < objects ? "box " : "crowd box ") +
+              std::to_string(row < objects ? row : row - objects) + " [" + corners +
               "] with no area or a corner that is not finite (boxes are x1 y1 x2 y2, x2 > x1 and y2 > y1)");
 }
 
@@ -111,16 +123,18 @@ Example DetectionDataset::get(size_t index) const {
 Example DetectionDataset::get(size_t index, Rng& rng) const {
   const auto& item = images_.at(index);
   cv::Mat image = read_image(item.image, {.channels = options_.channels});
-  const auto moved = transform_boxes(options_.item_tfms, item.boxes, image.size(), rng, options_.train);
+  const auto boxes = torch::cat({item.boxes.to(torch::kFloat), item.crowd_boxes.to(torch::kFloat)});
+  const auto labels = torch::cat({item.labels, crowd_label(0) - item.crowd_labels});
+  const auto moved = transform_boxes(options_.item_tfms, boxes, image.size(), rng, options_.train);
   for (const auto& tfm : options_.item_tfms) image = tfm(image, rng, options_.train);
-  auto y = torch::cat({moved.boxes, item.labels.index({moved.kept}).to(torch::kFloat).unsqueeze(1)}, 1);
+  auto y = torch::cat({moved.boxes, labels.index({moved.kept}).to(torch::kFloat).unsqueeze(1)}, 1);
   return {image_to_tensor(image), y};
 }
 
 Batch DetectionDataset::collate_items(const std::vector<Example>& examples) const {
   if (examples.empty()) throw Error("collate: empty batch");
   std::vector<torch::Tensor> xs;
-  std::vector<ImageBoxes> boxes;
+  std::vector<ImageBoxes> boxes;  // each item's rows as they are: crowd regions keep their crowd labels
   for (const auto& example : examples) {
     xs.push_back(example.x);
     boxes.push_back({example.y.narrow(1, 0, 4), example.y.select(1, 4).to(torch::kLong)});

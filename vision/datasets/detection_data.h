@@ -4,9 +4,9 @@
 // the result and drop those left without area. On the loader's workers, so batches are
 // bitwise the same with any number of them.
 //
-// Items: the image as uint8 CHW and its boxes as [n, 5] (x1 y1 x2 y2 label, pixels);
-// batches pad the box lists to the most boxes an image has with rows of label -1: the
-// targets of the detectors (vision/detection/detector_output.h).
+// Items: the image as uint8 CHW and its boxes as [n, 5] (x1 y1 x2 y2 label, pixels), crowd
+// regions after them; batches pad the box lists to the most rows an image has with rows of
+// label -1: the targets of the detectors (vision/detection/detector_output.h).
 //
 //   auto dls = vision::DetectionDataLoaders::from_coco("annotations.json", "images/",
 //                                                     {.bs = 8, .item_tfms = {vision::Resize(320, vision::ResizeMethod::Squish)}});
@@ -31,6 +31,10 @@ struct BoxedImage {
   std::string image;
   torch::Tensor boxes;   // [n, 4] float, x1 y1 x2 y2 in the image's pixels
   torch::Tensor labels;  // [n] int64, class indices
+  // Regions of many objects of a class (COCO's iscrowd), [c, 4] and [c]; undefined: none.
+  // Moved with the image, they reach the targets as rows of label crowd_label(class): the
+  // losses leave them out, the COCO evaluation ignores detections inside them.
+  torch::Tensor crowd_boxes = {}, crowd_labels = {};
 };
 
 // Boxes [n, 4] moved by `tfms` from an image of `size`, drawing what the transforms draw on
@@ -56,7 +60,8 @@ struct DetectionDataOptions {
 class DetectionDataset : public Dataset {
  public:
   // Refuses a label outside the classes and a box without area (x2 <= x1 or y2 <= y1: often
-  // x y w h given for corners) or with a corner that is not finite, naming the image.
+  // x y w h given for corners) or with a corner that is not finite, naming the image (crowd
+  // regions' too).
   DetectionDataset(std::vector<BoxedImage> images, std::vector<std::string> classes, DetectionDataOptions options = {});
   using Dataset::get;
   size_t size() const override { return images_.size(); }

@@ -39,15 +39,19 @@ std::vector<T> values_of(const torch::Tensor& t, torch::ScalarType type) {
   return std::vector<T>(c.data_ptr<T>(), c.data_ptr<T>() + c.numel());
 }
 
-// pycocotools' bbIou for a non-crowd box.
-double iou(const std::array<double, 4>& d, const std::array<double, 4>& g) {
+// pycocotools' bbIou: for a crowd region, the part of the detection inside it.
+double iou(const std::array<double, 4>& d, const std::array<double, 4>& g, bool crowd) {
   const double w = std::min(d[0] + d[2], g[0] + g[2]) - std::max(d[0], g[0]);
   if (w <= 0) return 0;
   const double h = std::min(d[1] + d[3], g[1] + g[3]) - std::max(d[1], g[1]);
   if (h <= 0) return 0;
   const double inter = w * h;
-  return inter / (d[2] * d[3] + g[2] * g[3] - inter);
+  return inter / (crowd ? d[2] * d[3] : d[2] * d[3] + g[2] * g[3] - inter);
 }
+
+// What a detection is at one IoU threshold; one inside a crowd region counts as neither
+// right nor wrong.
+enum class Outcome : uint8_t { wrong, right, in_crowd };
 
 // The mean of the entries above -1 (pycocotools' summarize); -1 where there are none.
 double mean_counted(const std::vector<double>& values) {
@@ -84,9 +88,15 @@ void CocoEvaluator::add(const Detections& found, const ImageBoxes& truth) {
   };
   check("detections", found.boxes, found.labels, &found.scores);
   check("ground truth", truth.boxes, truth.labels, nullptr);
-  Image image{coco_boxes(found.boxes), coco_boxes(truth.boxes), values_of<double>(found.scores, torch::kDouble),
-              values_of<int64_t>(found.labels, torch::kLong), values_of<int64_t>(truth.labels, torch::kLong)};
-  for (const auto labels : {&image.found_labels, &image.truth_labels})
+  const bool crowds = truth.crowd_boxes.defined() || truth.crowd_labels.defined();
+  if (crowds) check("crowd regions", truth.crowd_boxes, truth.crowd_labels, nullptr);
+  Image image{coco_boxes(found.boxes), coco_boxes(truth.boxes), {}, values_of<double>(found.scores, torch::kDouble),
+              values_of<int64_t>(found.labels, torch::kLong), values_of<int64_t>(truth.labels, torch::kLong), {}};
+  if (crowds) {
+    image.crowds = coco_boxes(truth.crowd_boxes);
+    image.crowd_labels = values_of<int64_t>(truth.crowd_labels, torch::kLong);
+  }
+  for (const auto labels : {&image.found_labels, &image.truth_labels, &image.crowd_labels})
     for (const auto label : *labels)
       if (label < 0 || label >= num_classes_)
         throw Error("CocoEvaluator: label " + std::to_string(label) + " outside [0, " + std::to_string(num_classes_) + ")");
@@ -97,50 +107,71 @@ CocoAP CocoEvaluator::evaluate() const {
   const auto thresholds = linspace(0.5, 0.95, kThresholds), recall_points = linspace(0.0, 1.0, kRecallPoints);
   // precision[t][r] of each class; -1 for a class without ground truth
   std::vector<std::vector<double>> precision(num_classes_, std::vector<double>(kThresholds * kRecallPoints, -1));
+  // the recall of every class with ground truth at every threshold, each image's detections
+  // cut to its best 1, 10 and max_detections
+  const std::array<int64_t, 3> most_detections{1, 10, max_detections_};
+  std::array<std::vector<double>, 3> recalls;
   for (int64_t k = 0; k < num_classes_; ++k) {
     struct Scored {
       double score;
-      std::array<bool, kThresholds> matched;
+      size_t rank;  // in its image's detections of the class
+      std::array<Outcome, kThresholds> outcome;
     };
     std::vector<Scored> detections;  // image by image, each image's by decreasing score
     int64_t truths = 0;
     for (const auto& image : images_) {
-      std::vector<size_t> found, truth;
+      std::vector<size_t> found;
+      std::vector<const std::array<double, 4>*> truth;  // the objects, then the crowd regions
       for (size_t i = 0; i < image.found_labels.size(); ++i)
         if (image.found_labels[i] == k) found.push_back(i);
       for (size_t i = 0; i < image.truth_labels.size(); ++i)
-        if (image.truth_labels[i] == k) truth.push_back(i);
+        if (image.truth_labels[i] == k) truth.push_back(&image.truth[i]);
+      const auto objects = truth.size();
+      for (size_t i = 0; i < image.crowd_labels.size(); ++i)
+        if (image.crowd_labels[i] == k) truth.push_back(&image.crowds[i]);
       std::stable_sort(found.begin(), found.end(), [&](size_t a, size_t b) { return image.scores[a] > image.scores[b]; });
       if (static_cast<int64_t>(found.size()) > max_detections_) found.resize(max_detections_);
-      truths += static_cast<int64_t>(truth.size());
-      std::vector<std::array<bool, kThresholds>> matched(found.size());
+      truths += static_cast<int64_t>(objects);
+      std::vector<std::array<Outcome, kThresholds>> outcomes(found.size());
       for (int t = 0; t < kThresholds; ++t) {
-        std::vector<bool> taken(truth.size(), false);
+        std::vector<bool> taken(objects, false);
         for (size_t d = 0; d < found.size(); ++d) {
-          // the best IoU at or above the threshold among the untaken; on ties the later
+          // The best IoU at or above the threshold among the untaken objects (on ties the
+          // later); a crowd region only when no object matches, and any number of times.
           double best = std::min(thresholds[t], 1 - 1e-10);
           int64_t match = -1;
           for (size_t g = 0; g < truth.size(); ++g) {
-            if (taken[g]) continue;
-            const double overlap = iou(image.found[found[d]], image.truth[truth[g]]);
+            const bool crowd = g >= objects;
+            if (crowd && match >= 0 && size_t(match) < objects) break;
+            if (!crowd && taken[g]) continue;
+            const double overlap = iou(image.found[found[d]], *truth[g], crowd);
             if (overlap < best) continue;
             best = overlap;
             match = static_cast<int64_t>(g);
           }
-          matched[d][t] = match >= 0;
-          if (match >= 0) taken[match] = true;
+          outcomes[d][t] = match < 0 ? Outcome::wrong : size_t(match) >= objects ? Outcome::in_crowd : Outcome::right;
+          if (outcomes[d][t] == Outcome::right) taken[match] = true;
         }
       }
-      for (size_t d = 0; d < found.size(); ++d) detections.push_back({image.scores[found[d]], matched[d]});
+      for (size_t d = 0; d < found.size(); ++d) detections.push_back({image.scores[found[d]], d, outcomes[d]});
     }
     if (truths == 0) continue;
+    for (size_t m = 0; m < most_detections.size(); ++m)
+      for (int t = 0; t < kThresholds; ++t) {
+        const auto found = std::count_if(detections.begin(), detections.end(), [&](const Scored& d) {
+          return static_cast<int64_t>(d.rank) < most_detections[m] && d.outcome[t] == Outcome::right;
+        });
+        recalls[m].push_back(static_cast<double>(found) / truths);
+      }
     std::stable_sort(detections.begin(), detections.end(), [](const Scored& a, const Scored& b) { return a.score > b.score; });
     const auto n = detections.size();
     for (int t = 0; t < kThresholds; ++t) {
       std::vector<double> recall(n), prec(n);
       double tp = 0, fp = 0;
       for (size_t i = 0; i < n; ++i) {
-        (detections[i].matched[t] ? tp : fp) += 1;
+        // one in a crowd region keeps its row (as pycocotools): the same precision as the row before
+        const auto outcome = detections[i].outcome[t];
+        if (outcome != Outcome::in_crowd) (outcome == Outcome::right ? tp : fp) += 1;
         recall[i] = tp / truths;
         prec[i] = tp / (fp + tp + 2.220446049250313e-16);  // numpy's spacing(1)
       }
@@ -163,6 +194,9 @@ CocoAP CocoEvaluator::evaluate() const {
   result.ap = mean_counted(all);
   result.ap50 = mean_counted(at50);
   result.ap75 = mean_counted(at75);
+  result.ar1 = mean_counted(recalls[0]);
+  result.ar10 = mean_counted(recalls[1]);
+  result.ar100 = mean_counted(recalls[2]);
   return result;
 }
 

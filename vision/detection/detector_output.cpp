@@ -55,8 +55,10 @@ void check_box_targets(const torch::Tensor& targets, const DetectorOutput& outpu
                 ", boxes, 5] (x1 y1 x2 y2 label), got " + c10::str(targets.sizes()));
   const auto labels = targets.select(2, 4);
   const auto x1 = targets.select(2, 0), y1 = targets.select(2, 1), x2 = targets.select(2, 2), y2 = targets.select(2, 3);
-  // -1 marks padding; any other label must be a class (NaN is not: it differs from its floor)
-  const auto bad_label = (labels != -1) & ((labels < 0) | (labels >= num_classes) | (labels != labels.floor()));
+  // -1 marks padding; any other label must be a class or a crowd region's (NaN is neither: it
+  // differs from its floor)
+  const auto classes = torch::where(labels >= 0, labels, crowd_label(0) - labels);
+  const auto bad_label = (labels != -1) & ((classes < 0) | (classes >= num_classes) | (labels != labels.floor()));
   const auto no_area = (x2 <= x1) | (y2 <= y1) | targets.narrow(2, 0, 4).isfinite().logical_not().any(2);
   // A box wholly off the image overlaps no anchor: the matching would give every anchor to it.
   const auto as_double = targets.options().dtype(torch::kDouble);
@@ -71,9 +73,14 @@ void check_box_targets(const torch::Tensor& targets, const DetectorOutput& outpu
   const auto row = targets[image][box].to(torch::kCPU, torch::kDouble);
   const auto value = [&](int64_t k) { return spec_text::number(row[k].item<double>()); };
   const auto where = std::string(who) + ": image " + std::to_string(image) + "'s box " + std::to_string(box) + " ";
+  const auto model_classes =
+      "the model's " + std::to_string(num_classes) + " (0 to " + std::to_string(num_classes - 1) + ")";
+  const double label = row[4].item<double>();
+  if (bad_label[image][box].item<bool>() && label < -1 && label == std::floor(label))
+    throw Error(where + "has label " + value(4) + ": a crowd region of class " +
+                spec_text::number(crowd_label(0) - label) + ", not one of " + model_classes);
   if (bad_label[image][box].item<bool>())
-    throw Error(where + "has label " + value(4) + ", not a class of the model's " + std::to_string(num_classes) +
-                " (0 to " + std::to_string(num_classes - 1) + ")");
+    throw Error(where + "has label " + value(4) + ", not a class of " + model_classes);
   const auto corners = "[" + value(0) + ", " + value(1) + ", " + value(2) + ", " + value(3) + "]";
   if (off_image[image][box].item<bool>())
     throw Error(where + corners + " lies outside the image (" + std::to_string(output.image_width()) + " x " +
@@ -85,22 +92,33 @@ ImageBoxes image_boxes(const torch::Tensor& targets, int64_t i) {
   if (targets.dim() != 3 || targets.size(2) != 5)
     throw Error("detection targets: expected [images, boxes, 5] (x1 y1 x2 y2 label), got " + c10::str(targets.sizes()));
   const auto rows = targets[i];
-  const auto present = rows.select(1, 4) >= 0;
-  const auto kept = rows.index({present});
-  return {kept.narrow(1, 0, 4), kept.select(1, 4).to(torch::kLong)};
+  const auto objects = rows.index({rows.select(1, 4) >= 0});
+  const auto crowds = rows.index({rows.select(1, 4) <= crowd_label(0)});
+  return {objects.narrow(1, 0, 4), objects.select(1, 4).to(torch::kLong), crowds.narrow(1, 0, 4),
+          (crowd_label(0) - crowds.select(1, 4)).to(torch::kLong)};
 }
 
 torch::Tensor box_targets(const std::vector<ImageBoxes>& images) {
+  const auto crowds_of = [](const ImageBoxes& image) {
+    return image.crowd_labels.defined() ? image.crowd_labels.size(0) : int64_t{0};
+  };
   int64_t most = 0;
-  for (const auto& image : images) most = std::max(most, image.labels.size(0));
+  for (const auto& image : images) most = std::max(most, image.labels.size(0) + crowds_of(image));
   auto targets = torch::full({static_cast<int64_t>(images.size()), most, 5}, -1.0);
   for (size_t i = 0; i < images.size(); ++i) {
-    const auto n = images[i].labels.size(0);
-    if (images[i].boxes.dim() != 2 || images[i].boxes.size(0) != n || images[i].boxes.size(1) != 4)
-      throw Error("box_targets: image " + std::to_string(i) + " has boxes " + c10::str(images[i].boxes.sizes()) +
-                  " for " + std::to_string(n) + " labels");
-    targets[i].narrow(0, 0, n).narrow(1, 0, 4).copy_(images[i].boxes);
-    targets[i].narrow(0, 0, n).select(1, 4).copy_(images[i].labels);
+    int64_t row = 0;
+    const auto put = [&](const torch::Tensor& boxes, const torch::Tensor& labels, const char* what) {
+      const auto n = labels.size(0);
+      if (!boxes.defined() || boxes.dim() != 2 || boxes.size(0) != n || boxes.size(1) != 4)
+        throw Error("box_targets: image " + std::to_string(i) + " has " + what + " " +
+                    (boxes.defined() ? c10::str(boxes.sizes()) : "none") +
+                    " for " + std::to_string(n) + " labels");
+      targets[i].narrow(0, row, n).narrow(1, 0, 4).copy_(boxes);
+      targets[i].narrow(0, row, n).select(1, 4).copy_(labels);
+      row += n;
+    };
+    put(images[i].boxes, images[i].labels, "boxes");
+    if (crowds_of(images[i])) put(images[i].crowd_boxes, crowd_label(0) - images[i].crowd_labels, "crowd boxes");
   }
   return targets;
 }

@@ -90,16 +90,24 @@ class AnchorColumns {
 
 // Throws a fastcpp::Error naming `who` unless targets are [images, boxes, 5] whose boxes
 // (the rows with a label >= 0) have finite corners, x2 > x1 and y2 > y1, overlap the image,
-// and a whole label below `output`'s classes: the one check where a box without area or off
-// the image would otherwise match every anchor (and give an infinite loss), and a label too
-// large assert on a GPU.
+// and a whole label below `output`'s classes (crowd regions' too): the one check where a box
+// without area or off the image would otherwise match every anchor (and give an infinite
+// loss), and a label too large assert on a GPU.
 void check_box_targets(const torch::Tensor& targets, const DetectorOutput& output, const char* who);
-// Image i's ground truth out of targets [N, M, 5]: boxes [n, 4] and labels [n] (int64).
+
+// One image's ground truth: boxes [n, 4] (x1 y1 x2 y2) and labels [n] (int64), and its crowd
+// regions (COCO's iscrowd: one box around many objects of a class, [c, 4] and [c];
+// undefined: none). Nothing trains on a crowd region; the COCO evaluation counts a detection
+// inside one as neither right nor wrong.
 struct ImageBoxes {
   torch::Tensor boxes, labels;
+  torch::Tensor crowd_boxes = {}, crowd_labels = {};
 };
+// In targets a row's label is its class, -1 for padding, or crowd_label(class) for a crowd region.
+constexpr int64_t crowd_label(int64_t k) { return -2 - k; }
+// Image i's ground truth out of targets [N, M, 5] (crowd regions always defined).
 ImageBoxes image_boxes(const torch::Tensor& targets, int64_t i);
-// Targets [N, most boxes, 5] from each image's boxes [n, 4] and labels [n].
+// Targets [N, most rows, 5] from each image's boxes and crowd regions, padded with label -1.
 torch::Tensor box_targets(const std::vector<ImageBoxes>& images);
 
 }  // namespace fastcpp::vision
