@@ -8,6 +8,7 @@
 #include "core/autocast.h"
 #include "core/device.h"
 #include "core/error.h"
+#include "callbacks/lr_finder.h"
 #include "learner/learner.h"
 
 namespace fastcpp {
@@ -32,6 +33,7 @@ void MixedPrecision::before_fit() {
   }
   skipped_in_row_ = 0;
   diverged_.clear();
+  finding_lr_ = l.get_cb<LRFinder>() != nullptr;
 }
 
 void MixedPrecision::autocast(bool enabled) { set_autocast(device_type_, enabled, options_.dtype); }
@@ -76,11 +78,13 @@ void MixedPrecision::before_step() {
   }
   ++skipped_in_row_;
   // A loss that is itself nan/inf: the step is skipped, and the fit stops at the next batch unless
-  // a callback ends it first (lr_find, which then restores the weights; TerminateOnNaN).
-  if (!torch::isfinite(l.loss).all().item<bool>())
-    diverged_ = "fp16: the loss is nan/inf at " + l.position() +
+  // a callback ends it first (TerminateOnNaN) or lr_find runs, which goes on past it as without
+  // loss scaling (fastai's: it stops there only with stop_div) and then restores the weights.
+  if (!torch::isfinite(l.loss).all().item<bool>()) {
+    if (!finding_lr_)
+      diverged_ = "fp16: the loss is nan/inf at " + l.position() +
                 ": the model diverged (this is not a loss-scale overflow); " + scale_history();
-  else if (skipped_in_row_ >= options_.max_skipped_in_row)
+  } else if (skipped_in_row_ >= options_.max_skipped_in_row)
     throw Error("fp16: gradients overflowed " + std::to_string(skipped_in_row_) + " steps in a row, up to " +
                 l.position() + "; " + scale_history());
   throw CancelStepException();

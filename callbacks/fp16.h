@@ -57,6 +57,7 @@ class MixedPrecision : public Callback {
   c10::DeviceType device_type_ = c10::DeviceType::CPU;
   int skipped_in_row_ = 0;
   std::string diverged_;  // the error for a nan/inf loss, thrown at the next batch
+  bool finding_lr_ = false;  // lr_find's fit: a nan/inf loss is no error
 };
 
 // ChannelsLast (order -1): the model's 4-d weights and each input batch in NHWC

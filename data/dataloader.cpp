@@ -106,6 +106,9 @@ DataLoader::Iterator DataLoader::end() { return Iterator(); }
 DataLoader::Iterator::Iterator(std::shared_ptr<const DataLoader> loader, int64_t epoch)
     : loader_(loader), epoch_(epoch), done_(false) {
   auto order = std::make_shared<const std::vector<int64_t>>(loader->order(epoch));
+  if (order->size() != loader->n_items())  // the batches are cut by size(), from indices()
+    throw Error("DataLoader: the sampler's indices() gave " + std::to_string(order->size()) +
+                " indices where its size() says " + std::to_string(loader->n_items()));
   // Batches cut from resident data are a kernel launch each: the consumer's thread does it.
   const int workers = loader->resident() ? 0 : loader->options().workers;
   const size_t depth = static_cast<size_t>(std::max(workers, 1) * std::max(loader->options().prefetch, 1));

@@ -494,7 +494,7 @@ void Learner::create_opt() {
   opt = options_.opt_func(std::move(groups));
   if (options_.wd) opt->set_hyper("wd", *options_.wd);
   opt->set_hyper("lr", options_.lr.for_groups(opt->n_groups()));
-  apply_freeze();
+  apply_freeze(/*thaw_the_rest=*/false);
 }
 
 size_t Learner::n_param_groups() const {
@@ -506,16 +506,17 @@ void Learner::freeze_to(int n) {
   if (!opt) create_opt();
   const int n_groups = static_cast<int>(opt->n_groups());
   frozen_groups_ = n >= 0 ? std::min(n, n_groups) : std::max(n_groups + n, 0);
-  apply_freeze();
+  apply_freeze(/*thaw_the_rest=*/true);
   opt->clear_state();
 }
 
-void Learner::apply_freeze() {
+void Learner::apply_freeze(bool thaw_the_rest) {
   const auto norms = options_.train_bn ? norm_params(model.module()) : ParamSet{};
   auto& groups = opt->param_groups();
   for (size_t g = 0; g < groups.size(); ++g) {
     const bool frozen = static_cast<int>(g) < frozen_groups_;
-    for (auto& param : groups[g].params) param.set_requires_grad(!frozen || contains(norms, param));
+    for (auto& param : groups[g].params)
+      if (frozen || thaw_the_rest) param.set_requires_grad(!frozen || contains(norms, param));
   }
 }
 

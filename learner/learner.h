@@ -268,7 +268,10 @@ class Learner {
   void one_batch(size_t i, const Batch& batch);
   void do_one_batch();
   void do_grad_opt();
-  void apply_freeze();
+  // requires_grad off in the frozen groups (on for their norm layers with train_bn); with
+  // thaw_the_rest (freeze_to, as fastai's) on everywhere else, without it (a new optimizer)
+  // left as it is: a parameter the program froze itself stays frozen.
+  void apply_freeze(bool thaw_the_rest);
   // The lr of each parameter group for `lr` (the default when not given).
   std::vector<double> group_lrs(const Lrs& lr);
   // fit with a ParamScheduler of `scheds` added.

@@ -38,7 +38,7 @@ void GradScaler::place_on(const torch::Device& device) {
 
 torch::Tensor GradScaler::scale(const torch::Tensor& loss) {
   place_on(loss.device());
-  return loss * scale_;
+  return loss * scale_.reshape({});  // a 0-dim loss stays 0-dim, as PyTorch's (the scale is [1])
 }
 
 bool GradScaler::unscale_(Optimizer& opt) {
@@ -58,7 +58,13 @@ void GradScaler::unscale_grads(Optimizer& opt) {
   std::map<std::pair<std::string, c10::ScalarType>, std::vector<torch::Tensor>> grads;
   for (auto& group : opt.param_groups())
     for (auto& param : group.params)
-      if (auto grad = param.grad(); grad.defined()) grads[{grad.device().str(), grad.scalar_type()}].push_back(grad);
+      if (auto grad = param.grad(); grad.defined()) {
+        // PyTorch refuses too: unscaled in Half, small gradients flush to zero
+        if (grad.scalar_type() == torch::kHalf)
+          throw Error("GradScaler: a parameter's gradient is Half: under loss scaling the parameters stay float "
+                      "(autocast runs the layers in Half; leave the model's dtype float)");
+        grads[{grad.device().str(), grad.scalar_type()}].push_back(grad);
+      }
   if (!grads.empty()) place_on(grads.begin()->second.front().device());
   // PyTorch computes the inverse in double and applies it as float32.
   const auto inv_scale = scale_.to(torch::kDouble).reciprocal().to(torch::kFloat);

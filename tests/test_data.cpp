@@ -270,6 +270,15 @@ TEST_SUITE("data") {
     CHECK(first_error(std::make_shared<UnevenDataset>(threes, none, -1, 1), {.bs = 2, .workers = 2}) ==
           "item 1: no pixel at (9, 9) (batch 0 of epoch 0)");
     CHECK(first_error(std::make_shared<FailingBatches>(), {.bs = 2}) == "disk on fire (batch 0 of epoch 0)");
+    // A sampler whose indices() disagree with its size(): the batches are cut by size().
+    struct ShortSampler : Sampler {
+      std::vector<int64_t> indices(int64_t) const override { return {0, 1, 2, 3}; }
+      size_t size() const override { return 10; }
+    };
+    DataLoader short_loader(synthetic_dataset(10), {.bs = 2});
+    short_loader.set_sampler(std::make_shared<ShortSampler>());
+    CHECK(error_of([&] { short_loader.begin(); }) ==
+          "DataLoader: the sampler's indices() gave 4 indices where its size() says 10");
   }
 
   TEST_CASE("TensorDataset::on: one copy per device, shared while held, let go with its last holder") {

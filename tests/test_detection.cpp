@@ -476,6 +476,24 @@ TEST_SUITE("detection") {
             doctest::Approx(entry(f, "crowd.ar")[m].item<double>()).epsilon(1e-6));
     CHECK(crowd_ap.per_class[1] == -1);  // crowd regions of class 1 are not its ground truth
     CHECK(crowd_ap.ap > ap.ap + 0.002);   // the fixture's crowds take false positives away
+    // A crowd region takes any number of detections; each image's detections of a class are
+    // cut to max_detections before matching.
+    for (const int most : {100, 12}) {
+      vision::CocoEvaluator capped(1, most);
+      const auto found = entry(f, "cap.dt.boxes"), objects = entry(f, "cap.gt.boxes");
+      capped.add({found, entry(f, "cap.dt.scores"), torch::zeros({found.size(0)}, torch::kLong)},
+                 {objects, torch::zeros({2}, torch::kLong), entry(f, "cap.crowd.boxes"),
+                  torch::zeros({1}, torch::kLong)});
+      const auto result = capped.evaluate();
+      const auto key = "cap." + std::to_string(most) + ".";
+      CHECK(result.ap == doctest::Approx(entry(f, key + "ap").item<double>()).epsilon(1e-6));
+      CHECK(result.ap50 == doctest::Approx(entry(f, key + "ap50").item<double>()).epsilon(1e-6));
+      for (int m = 0; m < 3; ++m)
+        CHECK(std::array{result.ar1, result.ar10, result.ar100}[m] ==
+              doctest::Approx(entry(f, key + "ar")[m].item<double>()).epsilon(1e-6));
+    }
+    CHECK(entry(f, "cap.100.ap").item<double>() == doctest::Approx(1.0 / 7));  // 2 right after 12 wrong
+    CHECK(entry(f, "cap.12.ap").item<double>() == 0);
     // Detections equal to the ground truth, scored: AP 1.
     vision::CocoEvaluator perfect(3);
     const auto truth = entry(f, "gt.1.boxes"), labels = entry(f, "gt.1.labels");

@@ -127,7 +127,7 @@ TEST_SUITE("detection") {
       "annotations": [
         {"id": 1, "image_id": 7, "category_id": 18, "bbox": [10, 10, 20, 20], "iscrowd": 0},
         {"id": 2, "image_id": 7, "category_id": 1, "bbox": [30.5, 5, 10, 12.5]},
-        {"id": 3, "image_id": 7, "category_id": 1, "bbox": [0, 0, 32, 48], "iscrowd": 1},
+        {"id": 3, "image_id": 7, "category_id": 18, "bbox": [0, 0, 32, 48], "iscrowd": 1},
         {"id": 4, "image_id": 3, "category_id": 1, "bbox": [2, 3, 0, 5]},
         {"id": 5, "image_id": 3, "category_id": 18, "bbox": [20, 30, 20, 20]},
         {"id": 6, "image_id": 3, "category_id": 18, "bbox": [40, 1, 5, 5]}]})");
@@ -140,7 +140,7 @@ TEST_SUITE("detection") {
     CHECK(torch::equal(coco.images[0].boxes, torch::tensor({{10.0f, 10.0f, 30.0f, 30.0f}, {30.5f, 5.0f, 40.5f, 17.5f}})));
     CHECK(torch::equal(coco.images[0].labels, torch::tensor({1, 0}, torch::kLong)));
     CHECK(torch::equal(coco.images[0].crowd_boxes, torch::tensor({{0.0f, 0.0f, 32.0f, 48.0f}})));
-    CHECK(torch::equal(coco.images[0].crowd_labels, torch::tensor({0}, torch::kLong)));
+    CHECK(torch::equal(coco.images[0].crowd_labels, torch::tensor({1}, torch::kLong)));
     // Boxes are cut to their image (b.png is 32 x 40): one without width, or wholly outside, is left out.
     CHECK(torch::equal(coco.images[1].boxes, torch::tensor({{20.0f, 30.0f, 32.0f, 40.0f}})));
     CHECK(coco.images[1].crowd_boxes.sizes() == torch::IntArrayRef{0, 4});
@@ -154,16 +154,16 @@ TEST_SUITE("detection") {
     CHECK(batch.x.sizes() == torch::IntArrayRef{2, 3, 32, 32});
     REQUIRE(batch.y.sizes() == torch::IntArrayRef{2, 3, 5});
     // a.png squished from 64 x 48 to 32 x 32: x halves, y times 2/3; its crowd region of
-    // class 0 after its boxes, as label crowd_label(0) = -2
+    // class 1 after its boxes, as label crowd_label(1) = -3
     CHECK(torch::allclose(batch.y[0], torch::tensor({{5.0f, 20.0f / 3, 15.0f, 20.0f, 1.0f},
                                                      {15.25f, 10.0f / 3, 20.25f, 35.0f / 3, 0.0f},
-                                                     {0.0f, 0.0f, 16.0f, 32.0f, -2.0f}})));
+                                                     {0.0f, 0.0f, 16.0f, 32.0f, -3.0f}})));
     CHECK(torch::allclose(batch.y[1][0], torch::tensor({20.0f, 24.0f, 32.0f, 32.0f, 1.0f})));  // y times 32/40
     CHECK(torch::equal(batch.y[1].narrow(0, 1, 2), torch::full({2, 5}, -1.0f)));
     const auto truth = vision::image_boxes(batch.y, 0);
     CHECK(torch::equal(truth.labels, torch::tensor({1, 0}, torch::kLong)));
     CHECK(torch::equal(truth.crowd_boxes, torch::tensor({{0.0f, 0.0f, 16.0f, 32.0f}})));
-    CHECK(torch::equal(truth.crowd_labels, torch::tensor({0}, torch::kLong)));
+    CHECK(torch::equal(truth.crowd_labels, torch::tensor({1}, torch::kLong)));
     CHECK(vision::image_boxes(batch.y, 1).crowd_labels.size(0) == 0);
     // The training batches' flips move crowd regions with their images.
     auto train = vision::DetectionDataLoaders::from_coco(
@@ -175,10 +175,10 @@ TEST_SUITE("detection") {
     std::set<float> lefts;
     for (int epoch = 0; epoch < 10; ++epoch)
       for (const auto& b : train.train) {
-        const auto crowds = b.y.index({b.y.select(2, 4) == -2});
+        const auto crowds = b.y.index({b.y.select(2, 4) == -3});
         REQUIRE(crowds.size(0) == 1);
         const float left = crowds[0][0].item<float>();
-        CHECK(torch::allclose(crowds[0], torch::tensor({left, 0.0f, left + 16, 32.0f, -2.0f}), 1e-4, 1e-3));
+        CHECK(torch::allclose(crowds[0], torch::tensor({left, 0.0f, left + 16, 32.0f, -3.0f}), 1e-4, 1e-3));
         lefts.insert(std::round(left));
       }
     CHECK(lefts == std::set<float>{0, 16});  // as it was, and flipped
@@ -228,7 +228,7 @@ TEST_SUITE("detection") {
           "(boxes are x1 y1 x2 y2, x2 > x1 and y2 > y1)");
     crowded.crowd_labels = torch::tensor({0, 1}, torch::kLong);
     CHECK(error_of([&] { vision::DetectionDataset({crowded}, {"dog"}); }) ==
-          "DetectionDataset: image 'a.png' has a label outside [0, 1)");
+          "DetectionDataset: image 'a.png' has a crowd label outside [0, 1)");
     crowded.crowd_labels = torch::Tensor();
     CHECK(error_of([&] { vision::DetectionDataset({crowded}, {"dog"}); }) ==
           "DetectionDataset: image 'a.png' has crowd boxes without labels");

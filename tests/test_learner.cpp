@@ -553,6 +553,17 @@ TEST_SUITE("learner") {
     learn.unfreeze();
     learn.fit(1, 1e-2);
     CHECK(!torch::equal(body[0], body_before));
+    // A parameter the program froze itself stays frozen through a new optimizer (as fastai:
+    // only freeze_to and unfreeze set requires_grad).
+    Learner own(synthetic_dls(), tiny_model(), CrossEntropyLoss(), {}, quiet());
+    silence(own);
+    auto weight = own.model.module().parameters()[0];
+    weight.set_requires_grad(false);
+    const auto weight_before = weight.detach().clone();
+    own.fit(1, 1e-2);
+    own.fit(1, 1e-2, {.reset_opt = true});
+    CHECK_FALSE(weight.requires_grad());
+    CHECK(torch::equal(weight.detach(), weight_before));
   }
 
   TEST_CASE("get_preds on a loader that shuffles and drops its last batch: every item, in the dataset's order") {

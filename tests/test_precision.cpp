@@ -69,6 +69,14 @@ TEST_SUITE("precision") {
     }
     CHECK(count.stop()["aten::_local_scalar_dense"] == 5);
     CHECK(scaler.history() == std::vector<double>{1024, 2048, 2048, 4096, 4096});
+    CHECK(scaler.scale(torch::tensor(2.0f)).dim() == 0);  // as PyTorch's
+    // Half gradients are refused, as PyTorch's unscale_ does ("Attempting to unscale FP16 gradients").
+    auto half = torch::ones({4}, torch::kHalf).requires_grad_(true);
+    auto half_opt = sgd()({ParamGroup{{half}, {}, {}}});
+    half.mutable_grad() = torch::ones({4}, torch::kHalf);
+    CHECK(error_of([&] { scaler.unscale_(*half_opt); }) ==
+          "GradScaler: a parameter's gradient is Half: under loss scaling the parameters stay float (autocast runs "
+          "the layers in Half; leave the model's dtype float)");
   }
 
   TEST_CASE("fp16 on the CPU is an error that suggests bf16") {
@@ -186,6 +194,21 @@ TEST_SUITE("precision") {
     learn.fit(1, 1e-2, {.cbs = {std::make_shared<TerminateOnNaN>()}});  // ends the fit at batch 0, no error
     REQUIRE(!lines.empty());
     CHECK(lines.back().find("training batch 0 of epoch 0") != std::string::npos);
+    // lr_find without stop_div goes on past nan losses, as without loss scaling, and suggests.
+    auto calls = std::make_shared<int>(0);
+    Loss nan_later([calls](const torch::Tensor& pred, const torch::Tensor& target) {
+      const auto loss = torch::nn::functional::cross_entropy(pred, target);
+      return ++*calls > 20 ? loss * std::nan("") : loss;
+    });
+    Learner finder(synthetic_dls(64, 4, 2), tiny_model(), nan_later, {},
+                   quiet({.cbs = {std::make_shared<MixedPrecision>(
+                       MixedPrecisionOptions{.dtype = torch::kBFloat16, .loss_scale = true})}}));
+    silence(finder);
+    const auto before = snapshot(finder.model.module());
+    const auto found = finder.lr_find({.num_it = 30, .stop_div = false, .plot = ""});
+    CHECK(*calls == 30);
+    CHECK(std::isfinite(found.valley));
+    CHECK(all_equal(snapshot(finder.model.module()), before));
   }
 
   TEST_CASE("a checkpoint restores the loss scaler") {

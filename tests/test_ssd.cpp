@@ -54,6 +54,12 @@ TEST_SUITE("detection") {
     const auto losses = vision::ssd_losses(output, targets);
     CHECK(torch::allclose(losses.classification, entry(f, "loss.classification"), 1e-5, 1e-5));
     CHECK(torch::allclose(losses.box_regression, entry(f, "loss.bbox_regression"), 1e-5, 1e-5));
+    {  // a crowd region (a row of label -2 - class) is not trained on
+      const auto crowd = torch::tensor({{{10.0f, 10.0f, 200.0f, 200.0f, -3.0f}}}).expand({targets.size(0), 1, 5});
+      const auto with_crowd = vision::ssd_losses(output.detach(), torch::cat({targets, crowd}, 1));
+      CHECK(torch::allclose(with_crowd.classification, losses.classification));
+      CHECK(torch::allclose(with_crowd.box_regression, losses.box_regression));
+    }
     (losses.classification + losses.box_regression).backward();
     const auto params = model->named_parameters();
     CHECK(torch::allclose(params["head.classification_head.module_list.0.weight"].grad(), entry(f, "grad.cls0"), 1e-4, 1e-5));

@@ -295,6 +295,7 @@ TEST_SUITE("vision") {
     CHECK(error_of([&] { vision::read_image(dir + "/empty.png"); }) ==
           "cannot decode image '" + dir + "/empty.png': the file is empty");
     CHECK(error_of([&] { vision::read_image(dir + "/missing.png"); }) == "cannot open image '" + dir + "/missing.png'");
+    CHECK(error_of([&] { vision::read_image(dir); }) == "cannot read image '" + dir + "': it is a directory");
     fs::remove_all(dir);
   }
 
@@ -337,6 +338,22 @@ TEST_SUITE("vision") {
     auto flipped = always.apply(image, rng, true);
     CHECK((flipped.at<cv::Vec3b>(3, 0) == image.at<cv::Vec3b>(3, 31)));
     CHECK((always.apply(image, rng, false).at<cv::Vec3b>(3, 0) == image.at<cv::Vec3b>(3, 0)));  // not on valid
+    CHECK(error_of([] { vision::CenterCrop(0); }) == "CenterCrop: size must be positive, got 0");
+    CHECK(error_of([] { vision::RandomCrop(-3); }) == "RandomCrop: size must be positive, got -3");
+    CHECK(error_of([] { vision::RandomCrop(8, -1); }) == "RandomCrop: padding must be >= 0, got -1");
+    CHECK(error_of([] { vision::item_transform_from_spec("CenterCrop -3"); }) ==
+          "CenterCrop: size must be positive, got -3");
+    // copy_image_to writes 8-bit images of the tensor's shape only (cv::split would write elsewhere)
+    auto slot = torch::zeros({3, 32, 32}, torch::kByte);
+    cv::Mat as_float;
+    image.convertTo(as_float, CV_32F);
+    CHECK(error_of([&] { vision::copy_image_to(as_float, slot); }) ==
+          "copy_image_to: a CV_32FC3 image of 32x32 into a Byte tensor [3, 32, 32] (it takes 8-bit images into uint8 "
+          "[channels, height, width])");
+    auto small = torch::zeros({3, 16, 32}, torch::kByte);
+    CHECK(error_of([&] { vision::copy_image_to(image, small); }) ==
+          "copy_image_to: a CV_8UC3 image of 32x32 into a Byte tensor [3, 16, 32] (it takes 8-bit images into uint8 "
+          "[channels, height, width])");
   }
 
   TEST_CASE("Resize's pad method: fastai's pad modes; centred for validation, placed at random for training") {
@@ -530,6 +547,10 @@ TEST_SUITE("vision") {
     auto split = vision::ImageDataLoaders::from_folder(root + "/train", {.valid_pct = 0.34, .bs = 2, .workers = 0, .item_tfms = {vision::Resize(8)}});
     CHECK(split.train.n_items() == 6);
     CHECK(split.valid.n_items() == 3);
+    // As fastai's: a random split of every image under root, however deep, labelled by its folder.
+    auto nested = vision::ImageDataLoaders::from_folder(root, {.valid_pct = 0.5, .bs = 2, .workers = 0});
+    CHECK(nested.vocab == dls.vocab);
+    CHECK(nested.train.n_items() + nested.valid.n_items() == 18);
     fs::remove_all(root);
   }
 
@@ -551,6 +572,27 @@ TEST_SUITE("vision") {
     CHECK(error_of([&] {
             for (const auto& b : loader) (void)b;
           }) == "item 4: cannot decode image '" + root + "/dog/broken.png': not a JPEG, PNG, BMP, TIFF, WebP or PNM image (batch 0 of epoch 0)");
+    // A transform of the program's own: any error it throws names the item and its image; a
+    // batch takes only 8-bit pixels of one channel count.
+    struct Throwing : vision::ImageTransform {
+      cv::Mat apply(const cv::Mat&, Rng&, bool) const override { throw std::runtime_error("boom"); }
+    };
+    struct ToFloat : vision::ImageTransform {
+      cv::Mat apply(const cv::Mat& image, Rng&, bool) const override {
+        cv::Mat out;
+        image.convertTo(out, CV_32F);
+        return out;
+      }
+    };
+    const auto first_error = [&](std::vector<vision::ItemTransform> tfms) {
+      DataLoader strange(std::make_shared<vision::ImageFolder>(strict.with_options({.item_tfms = std::move(tfms)})),
+                         {.bs = 2, .workers = 0});
+      return error_of([&] { strange.begin(); });
+    };
+    CHECK(first_error({Throwing{}}) == "item 0: boom (image '" + root + "/cat/0.png') (batch 0 of epoch 0)");
+    CHECK(first_error({vision::Resize(8), ToFloat{}}) ==
+          "item 0: image '" + root + "/cat/0.png' is CV_32FC3 after its item transforms, where the batch takes CV_8UC3 "
+          "(8-bit, the channels of '" + root + "/cat/0.png') (batch 0 of epoch 0)");
     auto lenient = vision::ImageFolder::scan(root, {.skip_bad = true});
     CHECK(lenient.size() == 4);
     fs::create_directories(root + "/empty_class");

@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <cctype>
+#include <filesystem>
 #include <fstream>
 #include <initializer_list>
 #include <opencv2/imgproc.hpp>
@@ -111,9 +112,13 @@ cv::Mat decode_image(const std::vector<uint8_t>& bytes, const std::string& path,
 }
 
 std::vector<uint8_t> read_image_bytes(const std::string& path) {
+  std::error_code error;
+  if (std::filesystem::is_directory(path, error)) throw Error("cannot read image '" + path + "': it is a directory");
   std::ifstream in(path, std::ios::binary | std::ios::ate);
   if (!in) throw Error("cannot open image '" + path + "'");
-  std::vector<uint8_t> bytes(static_cast<size_t>(in.tellg()));
+  const auto size = in.tellg();
+  if (size < 0) throw Error("cannot read image '" + path + "'");
+  std::vector<uint8_t> bytes(static_cast<size_t>(size));
   in.seekg(0);
   if (!in.read(reinterpret_cast<char*>(bytes.data()), static_cast<std::streamsize>(bytes.size())))
     throw Error("cannot read image '" + path + "'");
@@ -138,6 +143,12 @@ void write_png(const std::string& path, const cv::Mat& image, bool bgr) {
 
 void copy_image_to(const cv::Mat& image, torch::Tensor& chw, bool reverse_channels) {
   const int h = image.rows, w = image.cols, channels = image.channels();
+  // cv::split would reallocate planes of another size or depth and leave the tensor as it was
+  if (image.depth() != CV_8U || chw.scalar_type() != torch::kByte || !chw.is_contiguous() ||
+      chw.sizes() != torch::IntArrayRef{channels, h, w})
+    throw Error("copy_image_to: a " + cv::typeToString(image.type()) + " image of " + std::to_string(w) + "x" +
+                std::to_string(h) + " into a " + std::string(c10::toString(chw.scalar_type())) + " tensor " +
+                c10::str(chw.sizes()) + " (it takes 8-bit images into uint8 [channels, height, width])");
   auto* out = chw.data_ptr<uint8_t>();
   std::vector<cv::Mat> planes;  // views of the tensor's channel planes: split writes straight into them
   for (int c = 0; c < channels; ++c) {

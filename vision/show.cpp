@@ -158,7 +158,7 @@ void write_box_panels(const std::string& path, const torch::Tensor& images, cons
 std::vector<ShownBoxes> truth_of(const torch::Tensor& targets) {
   std::vector<ShownBoxes> shown;
   for (int64_t i = 0; i < targets.size(0); ++i) {
-    const auto truth = image_boxes(targets, i);
+    const auto truth = image_boxes(targets, i, /*crowds=*/false);  // the objects only
     shown.push_back({truth.boxes, truth.labels, {}});
   }
   return shown;

@@ -154,6 +154,13 @@ cv::Mat RandomResizedCrop::transform(const cv::Mat& image, Rng& rng, bool train,
   return resize_to(image(crop), {size_, size_}, sampling);
 }
 
+CenterCrop::CenterCrop(int size) : size_(size) { check_size(size, "CenterCrop"); }
+
+RandomCrop::RandomCrop(int size, int padding) : size_(size), padding_(padding) {
+  check_size(size, "RandomCrop");
+  if (padding < 0) throw Error("RandomCrop: padding must be >= 0, got " + std::to_string(padding));
+}
+
 cv::Mat CenterCrop::transform(const cv::Mat& image, Rng&, bool, const Sampling& sampling) const {
   return window(image, (image.cols - size_) / 2, (image.rows - size_) / 2, size_, sampling);
 }

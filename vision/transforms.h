@@ -167,7 +167,7 @@ class RandomResizedCrop : public GeometricTransform {
 
 class CenterCrop : public GeometricTransform {
  public:
-  explicit CenterCrop(int size) : size_(size) {}
+  explicit CenterCrop(int size);
   cv::Mat transform(const cv::Mat& pixels, Rng& rng, bool train, const Sampling& sampling) const override;
   std::optional<BoxMap> box_map(cv::Size size, Rng& rng, bool train) const override;
   std::string spec() const override;
@@ -178,7 +178,7 @@ class CenterCrop : public GeometricTransform {
 
 class RandomCrop : public GeometricTransform {
  public:
-  explicit RandomCrop(int size, int padding = 0) : size_(size), padding_(padding) {}
+  explicit RandomCrop(int size, int padding = 0);
   cv::Mat transform(const cv::Mat& pixels, Rng& rng, bool train, const Sampling& sampling) const override;
   std::optional<BoxMap> box_map(cv::Size size, Rng& rng, bool train) const override;
   std::string spec() const override;

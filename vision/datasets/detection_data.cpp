@@ -80,14 +80,15 @@ DetectionDataset::DetectionDataset(std::vector<BoxedImage> images, std::vector<s
       item.crowd_boxes = torch::empty({0, 4});
       item.crowd_labels = torch::empty({0}, torch::kLong);
     }
-    for (const auto& [boxes, labels, what] : {std::tuple{item.boxes, item.labels, "boxes"},
-                                              std::tuple{item.crowd_boxes, item.crowd_labels, "crowd boxes"}}) {
+    for (const auto& [boxes, labels, what, label] : {std::tuple{item.boxes, item.labels, "boxes", "label"},
+                                                     std::tuple{item.crowd_boxes, item.crowd_labels, "crowd boxes",
+                                                                "crowd label"}}) {
       const auto n = labels.numel();
       if (boxes.dim() != 2 || boxes.size(0) != n || boxes.size(1) != 4)
         throw Error("DetectionDataset: image '" + item.image + "' has " + what + " " + c10::str(boxes.sizes()) +
                     " for " + std::to_string(n) + " labels");
       if (n && (labels.min().item<int64_t>() < 0 || labels.max().item<int64_t>() >= int64_t(classes_.size())))
-        throw Error("DetectionDataset: image '" + item.image + "' has a label outside [0, " +
+        throw Error("DetectionDataset: image '" + item.image + "' has a " + label + " outside [0, " +
                     std::to_string(classes_.size()) + ")");
     }
   }

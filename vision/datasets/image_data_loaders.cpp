@@ -1,5 +1,6 @@
 #include "vision/datasets/image_data_loaders.h"
 
+#include <algorithm>
 #include <filesystem>
 
 namespace fastcpp::vision {
@@ -31,7 +32,16 @@ DataLoaders ImageDataLoaders::from_folder(const std::string& root, FromFolderOpt
   ImageFolderOptions valid_options{o.channels, o.item_tfms, /*train=*/false, o.skip_bad, o.decode};
   std::shared_ptr<ImageFolder> train, valid;
   if (o.valid_pct > 0) {
-    auto all = ImageFolder::scan(root, train_options);
+    // fastai's: every image under root, however deep (root/train/<class>/ too), labelled by its folder
+    const auto files = get_image_files(root);
+    std::vector<std::string> vocab;
+    for (const auto& file : files) vocab.push_back(parent_label(file));
+    std::sort(vocab.begin(), vocab.end());
+    vocab.erase(std::unique(vocab.begin(), vocab.end()), vocab.end());
+    std::vector<int64_t> labels;
+    for (const auto& file : files)
+      labels.push_back(std::lower_bound(vocab.begin(), vocab.end(), parent_label(file)) - vocab.begin());
+    const ImageFolder all(files, std::move(labels), std::move(vocab), train_options);
     const auto split = RandomSplitter{o.valid_pct, o.seed}.split(all.size());
     train = std::make_shared<ImageFolder>(all.subset(split.train));
     valid = std::make_shared<ImageFolder>(all.subset(split.valid).with_options(valid_options));

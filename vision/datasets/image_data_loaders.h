@@ -29,7 +29,9 @@ namespace fastcpp::vision {
 struct FromFolderOptions {
   std::string train = "train";
   std::string valid = "valid";
-  double valid_pct = 0;  // > 0: split root itself randomly instead of train/valid folders
+  // > 0: a random split of every image under root (its folders' names the labels, as
+  // fastai's) instead of train/valid folders
+  double valid_pct = 0;
   uint64_t seed = 42;
   int64_t bs = 64;
   int64_t val_bs = 0;    // 0: bs

@@ -10,6 +10,7 @@
 
 #include "data/buffer_pool.h"
 #include "core/error.h"
+#include "core/exception_text.h"
 #if FASTCPP_HAS_DIRECT_DECODERS
 #include "vision/decoders.h"
 #endif
@@ -209,6 +210,14 @@ Example ImageFolder::get(size_t index) const {
 
 namespace {
 
+// An item's error, whatever threw it (a transform's OpenCV or libtorch error too), naming
+// the item and its image.
+Error item_error(size_t index, const std::string& path, const std::exception& e) {
+  auto text = exception_text(e);
+  if (text.find(path) == std::string::npos) text += " (image '" + path + "')";
+  return Error("item " + std::to_string(index) + ": " + text);
+}
+
 // The message of both paths for a batch whose items differ in size.
 Error size_mismatch(const std::string& path, cv::Size size, const std::string& first_path, cv::Size first) {
   return Error("items of one batch differ in size: '" + path + "' is " + std::to_string(size.width) + "x" +
@@ -241,8 +250,8 @@ Batch ImageFolder::get_batch_on_device(const std::vector<int64_t>& indices, uint
         item.ready = image_to_tensor(load(index, rng), /*reverse_channels=*/true);
         item.plan.out = {int(item.ready.size(2)), int(item.ready.size(1))};
       }
-    } catch (const Error& e) {
-      throw Error("item " + std::to_string(index) + ": " + e.what());
+    } catch (const std::exception& e) {
+      throw item_error(index, item.path, e);
     }
     if (k == 0) out = item.plan.out;
     if (item.plan.out != out) throw size_mismatch(item.path, item.plan.out, items[0].path, out);
@@ -259,11 +268,16 @@ Batch ImageFolder::get_batch(const std::vector<int64_t>& indices, uint64_t seed)
     const auto index = static_cast<size_t>(indices[k]);
     try {
       images.push_back(load(index, rng));
-    } catch (const Error& e) {
-      throw Error("item " + std::to_string(index) + ": " + e.what());
+    } catch (const std::exception& e) {
+      throw item_error(index, index < size() ? paths_[index] : "", e);
     }
+    const auto& first_path = paths_[static_cast<size_t>(indices[0])];
     if (images[k].size() != images[0].size())
-      throw size_mismatch(paths_[index], images[k].size(), paths_[static_cast<size_t>(indices[0])], images[0].size());
+      throw size_mismatch(paths_[index], images[k].size(), first_path, images[0].size());
+    if (images[k].type() != CV_8UC(images[0].channels()))  // a transform of the program's own
+      throw Error("item " + std::to_string(index) + ": image '" + paths_[index] + "' is " +
+                  cv::typeToString(images[k].type()) + " after its item transforms, where the batch takes " +
+                  cv::typeToString(CV_8UC(images[0].channels())) + " (8-bit, the channels of '" + first_path + "')");
   }
   const auto& first = images.front();
   auto x = pooled_empty({static_cast<int64_t>(images.size()), first.channels(), first.rows, first.cols}, torch::kUInt8);

@@ -7,7 +7,10 @@
 // (the `detection` suite, to 1e-6). A crowd region of the ground truth (ImageBoxes's
 // crowd_boxes: COCO's iscrowd annotations, which from_coco's loaders carry) is matched only
 // by a detection that matches no object of its class, with the part of the detection inside
-// it as the IoU, and such a detection counts as neither right nor wrong.
+// it as the IoU, and such a detection counts as neither right nor wrong. Detections of equal
+// score in different images count in the order the images were added (pycocotools: by
+// image id). As a metric it evaluates the validation items' boxes: after their item
+// transforms, and as the loaders read them (cut to the image, those without area left out).
 //
 //   vision::CocoEvaluator eval(num_classes);
 //   eval.add(detections_of_image, truth_of_image);   // image by image

@@ -88,14 +88,18 @@ void check_box_targets(const torch::Tensor& targets, const DetectorOutput& outpu
   throw Error(where + corners + " has no area (x2 <= x1 or y2 <= y1) or a corner that is not finite");
 }
 
-ImageBoxes image_boxes(const torch::Tensor& targets, int64_t i) {
+ImageBoxes image_boxes(const torch::Tensor& targets, int64_t i, bool crowds) {
   if (targets.dim() != 3 || targets.size(2) != 5)
     throw Error("detection targets: expected [images, boxes, 5] (x1 y1 x2 y2 label), got " + c10::str(targets.sizes()));
   const auto rows = targets[i];
   const auto objects = rows.index({rows.select(1, 4) >= 0});
-  const auto crowds = rows.index({rows.select(1, 4) <= crowd_label(0)});
-  return {objects.narrow(1, 0, 4), objects.select(1, 4).to(torch::kLong), crowds.narrow(1, 0, 4),
-          (crowd_label(0) - crowds.select(1, 4)).to(torch::kLong)};
+  ImageBoxes image{objects.narrow(1, 0, 4), objects.select(1, 4).to(torch::kLong)};
+  if (crowds) {
+    const auto regions = rows.index({rows.select(1, 4) <= crowd_label(0)});
+    image.crowd_boxes = regions.narrow(1, 0, 4);
+    image.crowd_labels = (crowd_label(0) - regions.select(1, 4)).to(torch::kLong);
+  }
+  return image;
 }
 
 torch::Tensor box_targets(const std::vector<ImageBoxes>& images) {

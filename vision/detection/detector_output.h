@@ -105,8 +105,9 @@ struct ImageBoxes {
 };
 // In targets a row's label is its class, -1 for padding, or crowd_label(class) for a crowd region.
 constexpr int64_t crowd_label(int64_t k) { return -2 - k; }
-// Image i's ground truth out of targets [N, M, 5] (crowd regions always defined).
-ImageBoxes image_boxes(const torch::Tensor& targets, int64_t i);
+// Image i's ground truth out of targets [N, M, 5]: with `crowds` its crowd regions too
+// (always defined); without (the losses), one selection fewer: a device sync on a GPU.
+ImageBoxes image_boxes(const torch::Tensor& targets, int64_t i, bool crowds = true);
 // Targets [N, most rows, 5] from each image's boxes and crowd regions, padded with label -1.
 torch::Tensor box_targets(const std::vector<ImageBoxes>& images);
 

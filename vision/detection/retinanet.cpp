@@ -132,7 +132,7 @@ RetinaNetLosses retinanet_losses(const torch::Tensor& output, const torch::Tenso
   const auto all_targets = targets.to(output.device());
   torch::Tensor classification, box_regression;
   for (int64_t i = 0; i < n; ++i) {
-    const auto truth = image_boxes(all_targets, i);
+    const auto truth = image_boxes(all_targets, i, /*crowds=*/false);
     const auto anchors = all_anchors[i], codes = all_codes[i], logits = all_logits[i];
     const auto matched = options.matcher.match(truth.boxes, anchors);
     const auto foreground = torch::nonzero(matched >= 0).squeeze(1);

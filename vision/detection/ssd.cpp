@@ -184,7 +184,7 @@ SsdLosses ssd_losses(const torch::Tensor& output, const torch::Tensor& targets, 
   torch::Tensor box_regression;
   int64_t matched_anchors = 0;
   for (int64_t i = 0; i < n; ++i) {
-    const auto truth = image_boxes(all_targets, i);
+    const auto truth = image_boxes(all_targets, i, /*crowds=*/false);
     const auto anchors = all_anchors[i];
     const auto matched = options.matcher.match(truth.boxes, anchors);
     const auto foreground = torch::nonzero(matched >= 0).squeeze(1);
