@@ -108,7 +108,9 @@ void EventFileWriter::scalar(const std::string& tag, int64_t step, double value)
 }
 
 void EventFileWriter::histogram(const std::string& tag, int64_t step, const torch::Tensor& values, int buckets) {
-  const auto v = values.detach().to(torch::kCPU, torch::kDouble).flatten();
+  // The finite values: a diverged weight's inf or nan has no bucket (histc refuses such a range).
+  const auto all = values.detach().to(torch::kCPU, torch::kDouble).flatten();
+  const auto v = all.masked_select(all.isfinite());
   const double lo = v.numel() ? v.min().item<double>() : 0.0, hi = v.numel() ? v.max().item<double>() : 0.0;
   // HistogramProto { min = 1; max = 2; num = 3; sum = 4; sum_squares = 5; bucket_limit = 6; bucket = 7 }
   std::string histo;

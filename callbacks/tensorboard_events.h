@@ -19,7 +19,8 @@ class EventFileWriter {
   // Makes `log_dir` if needed and starts a new event file in it.
   explicit EventFileWriter(const std::string& log_dir);
   void scalar(const std::string& tag, int64_t step, double value);
-  // A histogram of `values` in `buckets` equal-width buckets between their min and max.
+  // A histogram of `values` in `buckets` equal-width buckets between their min and max
+  // (of the finite values: inf and nan are left out).
   void histogram(const std::string& tag, int64_t step, const torch::Tensor& values, int buckets = 30);
   void flush() { file_.flush(); }
   const std::string& path() const { return path_; }

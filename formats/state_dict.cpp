@@ -9,6 +9,7 @@
 #include "formats/file_io.h"
 #include "core/error.h"
 #include "formats/torch_file.h"
+#include "formats/torch_save.h"
 
 namespace fastcpp {
 namespace {
@@ -39,7 +40,7 @@ std::vector<torch::Tensor> match_state(const NamedTensors& entries, const c10::i
     names.insert(name);
     auto it = saved.find(c10::IValue(name));
     if (it == saved.end() || skipped(name, options.skip)) {
-      missing.push_back(quoted(name));
+      if (!skipped(name, options.skip)) missing.push_back(quoted(name));  // a skipped one keeps the model's values
       matched.emplace_back();
       continue;
     }
@@ -105,7 +106,7 @@ void load_state_dict(torch::nn::Module& module, const c10::impl::GenericDict& st
 void save_state_dict(const torch::nn::Module& module, const std::string& path) {
   c10::Dict<std::string, torch::Tensor> dict;
   for (const auto& [name, tensor] : named_state(module)) dict.insert(name, tensor.detach().to(torch::kCPU));
-  write_atomically(path, torch::pickle_save(dict), "weights");
+  write_atomically(path, torch_save_bytes(dict), "weights");
 }
 
 c10::IValue typed_entry(const c10::impl::GenericDict& dict, const std::string& key, bool (c10::IValue::*is)() const,

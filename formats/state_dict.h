@@ -24,7 +24,9 @@ NamedTensors named_state(const torch::nn::Module& module);
 
 struct LoadStateOptions {
   bool strict = true;               // false: missing and unexpected keys are allowed (shapes still must match)
-  std::vector<std::string> skip;    // keys of the file starting with one of these are ignored (e.g. "fc.")
+  // Keys starting with one of these are ignored, in the file and the model, which keeps its
+  // own values there (e.g. "fc.": a new head).
+  std::vector<std::string> skip;
 };
 
 // The tensors of `saved` for each entry of `entries`, in order (undefined where

@@ -11,6 +11,7 @@
 #include "learner/learner.h"
 #include "formats/state_dict.h"
 #include "formats/torch_file.h"
+#include "formats/torch_save.h"
 
 namespace fastcpp::checkpoint {
 
@@ -35,7 +36,7 @@ std::vector<char> encode(const Learner& learn, bool with_opt, const Extras& extr
     }
     root.insert("extras", entries);
   }
-  return torch::pickle_save(root);
+  return torch_save_bytes(root);
 }
 
 namespace {

@@ -10,6 +10,7 @@
 #include "optim/optimizer.h"
 #include "formats/state_dict.h"
 #include "formats/torch_file.h"
+#include "formats/torch_save.h"
 
 namespace fastcpp {
 
@@ -96,7 +97,7 @@ std::vector<char> encode(const Learner& learn, const ModelSpec& spec) {
   root.insert("aug_tfms", to_list(batch_augment_specs(learn.dls.valid)));
   root.insert("batch_tfms", to_list(batch_transform_specs(learn.dls.valid)));
   root.insert("activation", learn.loss_func.activation_name());
-  return torch::pickle_save(root);
+  return torch_save_bytes(root);
 }
 
 c10::ScalarType dtype_named(const std::string& name, const std::string& source) {

@@ -7,6 +7,7 @@
 #include <set>
 #include <sstream>
 
+#include "callbacks/tensorboard_events.h"
 #include "core/autocast.h"
 #include "helpers.h"
 #include "learner/train_eval.h"
@@ -557,6 +558,20 @@ TEST_SUITE("callbacks") {
     CHECK(histograms["weights/0.weight"][1] == doctest::Approx(weight.to(torch::kDouble).sum().item<double>()));
     CHECK(histograms["weights/0.weight"][2] == weight.min().item<float>());
     CHECK(histograms["weights/0.weight"][4] == 30);
+    {  // a diverged weight: its histogram is of the finite values
+      EventFileWriter diverged(dir + "/diverged");
+      diverged.histogram("w", 0, torch::tensor({1.0f, 2.0f, INFINITY, NAN, 4.0f}));
+      diverged.flush();
+      std::istringstream line(output_of(std::string(FASTCPP_PYTHON) + " " + FASTCPP_FIXTURES +
+                                        "/read_tensorboard.py " + diverged.path()));
+      std::string kind, tag;
+      int64_t step = -1;
+      std::vector<double> fields(5);
+      line >> kind >> tag >> step;
+      for (auto& f : fields) line >> f;
+      CHECK(kind == "histogram");
+      CHECK(fields == std::vector<double>{3, 7, 1, 4, 30});
+    }
     std::filesystem::remove_all(dir);
   }
 

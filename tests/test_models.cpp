@@ -131,6 +131,20 @@ TEST_SUITE("models") {
     CHECK(torch::equal(reloaded->named_parameters()["conv1.weight"], -model->named_parameters()["conv1.weight"]));
     CHECK(torch::equal(reloaded->named_buffers()["layer4.1.bn2.running_var"], model->named_buffers()["layer4.1.bn2.running_var"]));
     CHECK(torch::equal(reloaded->fc->weight, model->fc->weight));
+
+    // A Learner's checkpoint (optimizer state, extras) and its export load with torch.load's
+    // defaults too (weights_only): no TorchScript type tags in them.
+    torch::AutoGradMode training(true);  // past the no_grad above
+    Learner learn(image_dls(), vision::resnet18({.num_classes = 3, .width = 8}), CrossEntropyLoss(), {}, quiet());
+    silence(learn);
+    learn.fit(1, 1e-3);
+    const auto checkpoint = temp_path("checkpoint.pt"), exported = temp_path("export.pt");
+    learn.save(checkpoint);
+    learn.export_learner(exported);
+    const std::string load = std::string(FASTCPP_PYTHON) +
+                             " -c \"import sys, torch; [torch.load(p) for p in sys.argv[1:]]\" " + checkpoint + " " +
+                             exported;
+    CHECK(std::system(load.c_str()) == 0);
     std::filesystem::remove(ours);
     std::filesystem::remove(back);
   }
@@ -157,6 +171,9 @@ TEST_SUITE("models") {
           "weights '" + r18 + "' does not fit the model: shape differs: 'fc.weight' is [1000, 512] in the file but [10, 512] "
           "in the model, 'fc.bias' is [1000] in the file but [10] in the model");
     CHECK_NOTHROW(load_state_dict(*model, r18, {.strict = false, .skip = {"fc."}}));
+    const auto head = model->fc->weight.detach().clone();
+    CHECK_NOTHROW(load_state_dict(*model, r18, {.skip = {"fc."}}));  // strict: the skipped keys are not missing
+    CHECK(torch::equal(model->fc->weight, head));
 
     const auto truncated = temp_path("truncated.pth");
     std::filesystem::copy_file(r18, truncated, std::filesystem::copy_options::overwrite_existing);

@@ -677,6 +677,36 @@ TEST_SUITE("vision") {
     CHECK(valid.images() == std::vector<std::string>{root + "/images/1.png", root + "/images/4.png"});
     CHECK(declared.valid.bs() == 3);
     CHECK(declared.train.dataset().size() == 4);
+
+    // Batch augmentation pads masks with the data's mask_fill, as the item transforms do.
+    auto zoomed_out = vision::SegmentationDataLoaders::from_folders(
+        root + "/images", root + "/masks", codes,
+        {.bs = 2, .workers = 0, .channels = 1, .item_tfms = {vision::Resize(16, vision::ResizeMethod::Squish)},
+         .void_index = 255, .mask_fill = 255,
+         .aug_tfms = {vision::aug_transforms({.do_flip = false, .max_rotate = 0, .min_zoom = 0.5, .max_zoom = 0.5,
+                                              .max_lighting = 0, .max_warp = 0, .p_affine = 1,
+                                              .pad_mode = vision::PadMode::Zeros})}});
+    const auto zoomed_batch = *zoomed_out.train.begin();
+    CHECK((zoomed_batch.y.index({torch::indexing::Slice(), 0, 0}) == 255).all().item<bool>());
+    CHECK((zoomed_batch.y.index({torch::indexing::Slice(), 8, 8}) < 3).all().item<bool>());  // the image's own classes
+
+    // A mask value neither a class nor ignored is named (torch's: a bare index error, or a device assert).
+    auto void_mask = torch::zeros({2, 2, 2}, torch::kLong);
+    void_mask[1][1][0] = 255;
+    const auto pred = torch::zeros({2, 3, 2, 2});
+    CHECK(error_of([&] { vision::CrossEntropyLossFlat()(pred, void_mask); }) ==
+          "CrossEntropyLossFlat: mask value 255 (image 1 of the batch) is not a class of the model's 3 outputs nor the "
+          "ignore_index (-100): a void value is the loaders' void_index, or the loss's ignore_index");
+    CHECK(error_of([&] { vision::FocalLossFlat()(pred, void_mask); }).rfind("FocalLossFlat: mask value 255 (image 1",
+                                                                             0) == 0);
+    CHECK(std::isfinite(vision::CrossEntropyLossFlat({.ignore_index = 255})(pred, void_mask).item<double>()));
+    CHECK(error_of([&] {
+            vision::SegmentationDataLoaders::from_label_func({root + "/images/0.png"},
+                                                             [](const std::string&) -> std::string {
+                                                               throw std::out_of_range("map::at");
+                                                             },
+                                                             codes);
+          }) == "SegmentationDataLoaders: label_func failed on '" + root + "/images/0.png': map::at");
     fs::remove_all(root);
   }
 

@@ -360,10 +360,10 @@ Batch AugTransforms::apply_draws(Batch batch, const std::vector<AugDraw>& draws)
                                           .recompute_scale_factor(true));
     x = F::grid_sample(images, grid,
                        F::GridSampleFuncOptions().mode(torch::kBilinear).padding_mode(padding(o.pad_mode)).align_corners(o.align_corners));
-    if (masks) {
-      const auto moved = F::grid_sample(batch.y.unsqueeze(1).to(x.scalar_type()), grid,
+    if (masks) {  // less mask_fill, so that zeros padding leaves mask_fill (nearest: exact)
+      const auto moved = F::grid_sample(batch.y.unsqueeze(1).to(x.scalar_type()) - o.mask_fill, grid,
                                         F::GridSampleFuncOptions().mode(torch::kNearest).padding_mode(padding(o.pad_mode)).align_corners(o.align_corners));
-      batch.y = moved.squeeze(1).to(batch.y.scalar_type());
+      batch.y = (moved.squeeze(1) + o.mask_fill).to(batch.y.scalar_type());
     }
     if (boxes) batch.y = move_boxes(batch.y, maps, h, w, out_h, out_w, o.align_corners);
   }

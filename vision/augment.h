@@ -40,6 +40,7 @@ struct AugOptions {
   double p_lighting = 0.75;
   std::optional<std::pair<int64_t, int64_t>> size;  // output height and width; default: the input's
   PadMode pad_mode = PadMode::Reflection;
+  int mask_fill = 0;            // masks' value where PadMode::Zeros pads (the segmentation loaders set theirs)
   bool align_corners = true;
   bool batch = false;           // one draw for the whole batch
 };

@@ -9,6 +9,7 @@
 #include <set>
 #include <thread>
 
+#include "vision/augment.h"
 #include "vision/datasets/segmentation_data.h"
 
 namespace fastcpp::vision {
@@ -138,7 +139,7 @@ ImageDatasets mask_datasets(const LabelledImages& items, const MaskBlock& block,
   options.train = false;
   return {std::make_shared<SegmentationDataset>(all.subset(items.split.train)),
           std::make_shared<SegmentationDataset>(all.subset(items.split.valid).with_options(options)), block.codes, false,
-          block.void_index};
+          block.void_index, block.mask_fill};
 }
 
 }  // namespace
@@ -163,10 +164,18 @@ DataLoaders image_dataloaders(const ImageDatasets& datasets, const std::vector<B
   // Batches arrive as uint8: Normalize reads them as x/255 itself; with no batch
   // transforms they just become float.
   const auto tfms = batch_tfms.empty() ? std::vector<BatchTransform>{IntToFloat()} : batch_tfms;
+  // Masks padded by the batch augmentation as by the item transforms: with the data's mask_fill.
+  auto augments = aug_tfms;
+  for (auto& augment : augments)
+    if (const auto* aug = dynamic_cast<const AugTransforms*>(augment.get()); aug && datasets.mask_fill) {
+      auto options = aug->options();
+      options.mask_fill = datasets.mask_fill;
+      augment = aug_transforms(options);
+    }
   return {DataLoader(datasets.train, {.bs = o.bs, .shuffle = true, .drop_last = true, .workers = workers, .seed = o.seed,
-                                      .batch_tfms = tfms, .aug_tfms = aug_tfms}),
+                                      .batch_tfms = tfms, .aug_tfms = augments}),
           DataLoader(datasets.valid, {.bs = o.val_bs > 0 ? o.val_bs : o.bs, .workers = workers, .seed = o.seed, .batch_tfms = tfms,
-                                      .aug_tfms = validation_forms(aug_tfms)}),
+                                      .aug_tfms = validation_forms(augments)}),
           datasets.vocab, datasets.multi_label, datasets.void_index};
 }
 

@@ -78,6 +78,7 @@ struct ImageDatasets {
   std::vector<std::string> vocab;
   bool multi_label = false;
   std::optional<int64_t> void_index;  // of masks
+  int mask_fill = 0;                  // what masks are padded with, batch augmentation too
 };
 
 struct LoadOptions {

@@ -6,6 +6,7 @@
 #include <string>
 #include <tuple>
 
+#include "core/device_check.h"
 #include "core/error.h"
 #include "learner/learner.h"
 
@@ -19,6 +20,38 @@ void check_masks(const std::string& who, const torch::Tensor& pred, const torch:
       target.sizes().slice(1) != pred.sizes().slice(2))
     throw Error(who + ": expected outputs [N, C, H, W] and masks [N, H, W], got " + c10::str(pred.sizes()) + " and " +
                 c10::str(target.sizes()));
+}
+
+// The masks as class indices the kernel may read: a value that is neither a class of the
+// output nor ignore_index is an Error naming it (on a GPU read later, the kernel meanwhile
+// seeing it as ignored: torch's is a device-side assert, the end of the CUDA context).
+torch::Tensor checked_classes(const std::string& who, const torch::Tensor& pred, const torch::Tensor& target,
+                              int64_t ignore_index, DeviceCheck& checks) {
+  check_masks(who, pred, target);
+  const int64_t classes = pred.size(1);
+  const auto labels = target.to(torch::kLong).contiguous();
+  const auto message = [who, classes, ignore_index, shape = target.sizes().vec()](int64_t value, int64_t position) {
+    int64_t pixels = 1;
+    for (size_t d = 1; d < shape.size(); ++d) pixels *= shape[d];
+    return who + ": mask value " + std::to_string(value) + " (image " + std::to_string(position / pixels) +
+           " of the batch) is not a class of the model's " + std::to_string(classes) +
+           " outputs nor the ignore_index (" + std::to_string(ignore_index) +
+           "): a void value is the loaders' void_index, or the loss's ignore_index";
+  };
+  if (labels.numel() == 0) return labels;
+  if (labels.is_cpu()) {
+    const auto* value = labels.data_ptr<int64_t>();
+    for (int64_t i = 0; i < labels.numel(); ++i)
+      if ((value[i] < 0 || value[i] >= classes) && value[i] != ignore_index) throw Error(message(value[i], i));
+    return labels;
+  }
+  torch::NoGradGuard no_grad;
+  const auto bad = (labels < 0).logical_or_(labels >= classes).logical_and_(labels != ignore_index).reshape(-1);
+  const auto position = bad.to(torch::kByte).argmax().reshape({1});
+  const auto found = torch::cat(
+      {bad.any().to(torch::kLong).reshape({1}), position, labels.reshape(-1).index_select(0, position)});
+  checks.post(found, [message](const std::vector<int64_t>& values) { return message(values[2], values[1]); });
+  return labels.masked_fill(bad.view(labels.sizes()), ignore_index);
 }
 
 Loss::Activation softmax_over_classes() {
@@ -118,9 +151,11 @@ class OverlapMetric : public Metric {
 }  // namespace
 
 Loss CrossEntropyLossFlat(FlatLossOptions options) {
-  const auto ce = [options](const torch::Tensor& pred, const torch::Tensor& target, F::CrossEntropyFuncOptions::reduction_t reduction) {
-    check_masks("CrossEntropyLossFlat", pred, target);
-    return F::cross_entropy(pred, target.to(torch::kLong),
+  auto checks = std::make_shared<DeviceCheck>();
+  const auto ce = [options, checks](const torch::Tensor& pred, const torch::Tensor& target,
+                                    F::CrossEntropyFuncOptions::reduction_t reduction) {
+    const auto classes = checked_classes("CrossEntropyLossFlat", pred, target, options.ignore_index, *checks);
+    return F::cross_entropy(pred, classes,
                             F::CrossEntropyFuncOptions().ignore_index(options.ignore_index).reduction(reduction));
   };
   return Loss([ce](const torch::Tensor& pred, const torch::Tensor& target) { return ce(pred, target, torch::kMean); },
@@ -130,20 +165,22 @@ Loss CrossEntropyLossFlat(FlatLossOptions options) {
               [ce](const torch::Tensor& pred, const torch::Tensor& target) {
                 return ce(pred, target, torch::kNone).reshape({pred.size(0), -1}).mean(1);
               },
-              "softmax_classes");
+              "softmax_classes")
+      .share_checks(checks);
 }
 
 Loss FocalLossFlat(double gamma, FlatLossOptions options) {
+  auto checks = std::make_shared<DeviceCheck>();
   return Loss(
-      [gamma, options](const torch::Tensor& pred, const torch::Tensor& target) {
-        check_masks("FocalLossFlat", pred, target);
-        const auto classes = target.to(torch::kLong);
+      [gamma, options, checks](const torch::Tensor& pred, const torch::Tensor& target) {
+        const auto classes = checked_classes("FocalLossFlat", pred, target, options.ignore_index, *checks);
         const auto ce = F::cross_entropy(
             pred, classes, F::CrossEntropyFuncOptions().ignore_index(options.ignore_index).reduction(torch::kNone));
         // An ignored pixel's ce is 0: it adds nothing, and is not counted.
         return ((1 - torch::exp(-ce)).pow(gamma) * ce).sum() / classes.ne(options.ignore_index).sum();
       },
-      softmax_over_classes(), nullptr, "softmax_classes");
+      softmax_over_classes(), nullptr, "softmax_classes")
+      .share_checks(checks);
 }
 
 Loss DiceLoss(DiceLossOptions options) {

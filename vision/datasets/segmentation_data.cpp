@@ -6,6 +6,7 @@
 #include <filesystem>
 
 #include "core/error.h"
+#include "core/exception_text.h"
 #include "formats/png_samples.h"
 #include "vision/data_block.h"
 #include "vision/datasets/image_folder.h"
@@ -139,7 +140,13 @@ DataLoaders SegmentationDataLoaders::from_label_func(const std::vector<std::stri
                                                      std::vector<std::string> codes, SegmentationLoadersOptions o) {
   if (images.empty()) throw Error("SegmentationDataLoaders: no images");
   std::vector<std::string> masks;
-  for (const auto& image : images) masks.push_back(label_func(image));
+  for (const auto& image : images) {
+    try {
+      masks.push_back(label_func(image));
+    } catch (const std::exception& e) {
+      throw Error("SegmentationDataLoaders: label_func failed on '" + image + "': " + exception_text(e));
+    }
+  }
   SegmentationOptions train_options{o.channels, o.item_tfms, /*train=*/true, o.void_index, o.mask_fill};
   auto valid_options = train_options;
   valid_options.train = false;
@@ -149,7 +156,7 @@ DataLoaders SegmentationDataLoaders::from_label_func(const std::vector<std::stri
   if (split.train.empty()) throw Error("SegmentationDataLoaders: the split left no training images");
   auto train = std::make_shared<SegmentationDataset>(all.subset(split.train));
   auto valid = std::make_shared<SegmentationDataset>(all.subset(split.valid).with_options(valid_options));
-  return image_dataloaders({train, valid, std::move(codes), false, o.void_index}, o.batch_tfms, o.aug_tfms,
+  return image_dataloaders({train, valid, std::move(codes), false, o.void_index, o.mask_fill}, o.batch_tfms, o.aug_tfms,
                            {.bs = o.bs, .workers = o.workers, .seed = o.seed, .val_bs = o.val_bs});
 }
 

@@ -61,7 +61,7 @@ class SegmentationDataset : public Dataset {
 struct SegmentationLoadersOptions {
   double valid_pct = 0.2;  // a random split, reproducible from seed
   uint64_t seed = 42;
-  int64_t bs = 8;
+  int64_t bs = 8;          // fastai's factory: 64 (segmentation batches are large)
   int64_t val_bs = 0;      // 0: bs
   int workers = -1;        // -1: one per core
   int channels = 3;
