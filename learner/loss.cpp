@@ -5,6 +5,7 @@
 #include <sstream>
 
 #include "core/error.h"
+#include "learner/class_indices.h"
 #include "learner/few_class_cross_entropy.h"
 
 namespace fastcpp {
@@ -28,25 +29,10 @@ torch::Tensor check_class_targets(const torch::Tensor& pred, const torch::Tensor
     throw Error(std::string("CrossEntropyLoss: targets must be integer class indices, got ") +
                 c10::toString(target.scalar_type()));
   const int64_t n_classes = pred.size(1);
-  const auto labels = target.to(torch::kLong);
-  if (labels.numel() == 0) return labels;  // nothing to check (argmax below needs an element)
-  if (labels.is_cpu()) {  // read in place: no operator dispatched per batch
-    const auto contiguous = labels.contiguous();
-    const auto* label = contiguous.data_ptr<int64_t>();
-    for (int64_t position = 0; position < contiguous.numel(); ++position)
-      if (label[position] < 0 || label[position] >= n_classes)
-        throw Error(label_error(label[position], position, "the batch", n_classes));
-    return contiguous;  // the kernels read them so: copied once, if at all
-  }
-  const auto bad = (labels < 0).logical_or_(labels >= n_classes);
-  // On the device: the first bad label and its position, read later; meanwhile the
-  // kernel sees labels in range (a bad one would be a device-side assert, the end of
-  // the CUDA context).
-  torch::NoGradGuard no_grad;
-  const auto position = bad.to(torch::kByte).argmax().reshape({1});
-  checks.post(torch::cat({bad.any().to(torch::kLong).reshape({1}), position, labels.index_select(0, position)}),
-              [n_classes](const std::vector<int64_t>& found) { return label_error(found[2], found[1], "a batch", n_classes); });
-  return labels.clamp(0, n_classes - 1);
+  return checked_class_indices(target, n_classes, std::nullopt, checks,
+                               [n_classes](int64_t label, int64_t position, const char* batch) {
+                                 return label_error(label, position, batch, n_classes);
+                               });
 }
 
 void check_same_shape(const torch::Tensor& pred, const torch::Tensor& target, const char* loss = "MSELoss") {

@@ -2,12 +2,13 @@
 
 #include <torch/torch.h>
 
+#include <algorithm>
 #include <cmath>
 #include <string>
 #include <tuple>
 
-#include "core/device_check.h"
 #include "core/error.h"
+#include "learner/class_indices.h"
 #include "learner/learner.h"
 
 namespace fastcpp::vision {
@@ -23,35 +24,19 @@ void check_masks(const std::string& who, const torch::Tensor& pred, const torch:
 }
 
 // The masks as class indices the kernel may read: a value that is neither a class of the
-// output nor ignore_index is an Error naming it (on a GPU read later, the kernel meanwhile
-// seeing it as ignored: torch's is a device-side assert, the end of the CUDA context).
+// output nor ignore_index is an Error naming it.
 torch::Tensor checked_classes(const std::string& who, const torch::Tensor& pred, const torch::Tensor& target,
                               int64_t ignore_index, DeviceCheck& checks) {
   check_masks(who, pred, target);
   const int64_t classes = pred.size(1);
-  const auto labels = target.to(torch::kLong).contiguous();
-  const auto message = [who, classes, ignore_index, shape = target.sizes().vec()](int64_t value, int64_t position) {
-    int64_t pixels = 1;
-    for (size_t d = 1; d < shape.size(); ++d) pixels *= shape[d];
-    return who + ": mask value " + std::to_string(value) + " (image " + std::to_string(position / pixels) +
-           " of the batch) is not a class of the model's " + std::to_string(classes) +
-           " outputs nor the ignore_index (" + std::to_string(ignore_index) +
-           "): a void value is the loaders' void_index, or the loss's ignore_index";
-  };
-  if (labels.numel() == 0) return labels;
-  if (labels.is_cpu()) {
-    const auto* value = labels.data_ptr<int64_t>();
-    for (int64_t i = 0; i < labels.numel(); ++i)
-      if ((value[i] < 0 || value[i] >= classes) && value[i] != ignore_index) throw Error(message(value[i], i));
-    return labels;
-  }
-  torch::NoGradGuard no_grad;
-  const auto bad = (labels < 0).logical_or_(labels >= classes).logical_and_(labels != ignore_index).reshape(-1);
-  const auto position = bad.to(torch::kByte).argmax().reshape({1});
-  const auto found = torch::cat(
-      {bad.any().to(torch::kLong).reshape({1}), position, labels.reshape(-1).index_select(0, position)});
-  checks.post(found, [message](const std::vector<int64_t>& values) { return message(values[2], values[1]); });
-  return labels.masked_fill(bad.view(labels.sizes()), ignore_index);
+  const int64_t pixels = std::max<int64_t>(target.numel() / std::max<int64_t>(target.size(0), 1), 1);  // an image's
+  return checked_class_indices(
+      target, classes, ignore_index, checks, [=](int64_t value, int64_t position, const char*) {
+        return who + ": mask value " + std::to_string(value) + " (image " + std::to_string(position / pixels) +
+               " of the batch) is not a class of the model's " + std::to_string(classes) +
+               " outputs nor the ignore_index (" + std::to_string(ignore_index) +
+               "): a void value is the loaders' void_index, or the loss's ignore_index";
+      });
 }
 
 Loss::Activation softmax_over_classes() {

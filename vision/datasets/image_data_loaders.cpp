@@ -34,13 +34,13 @@ DataLoaders ImageDataLoaders::from_folder(const std::string& root, FromFolderOpt
   if (o.valid_pct > 0) {
     // fastai's: every image under root, however deep (root/train/<class>/ too), labelled by its folder
     const auto files = get_image_files(root);
-    std::vector<std::string> vocab;
-    for (const auto& file : files) vocab.push_back(parent_label(file));
+    std::vector<std::string> names;
+    for (const auto& file : files) names.push_back(parent_label(file));
+    auto vocab = names;
     std::sort(vocab.begin(), vocab.end());
     vocab.erase(std::unique(vocab.begin(), vocab.end()), vocab.end());
     std::vector<int64_t> labels;
-    for (const auto& file : files)
-      labels.push_back(std::lower_bound(vocab.begin(), vocab.end(), parent_label(file)) - vocab.begin());
+    for (const auto& name : names) labels.push_back(std::lower_bound(vocab.begin(), vocab.end(), name) - vocab.begin());
     const ImageFolder all(files, std::move(labels), std::move(vocab), train_options);
     const auto split = RandomSplitter{o.valid_pct, o.seed}.split(all.size());
     train = std::make_shared<ImageFolder>(all.subset(split.train));
