@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <cstdlib>
+#include <span>
 
 #include "core/error.h"
 
@@ -22,11 +23,11 @@ uint8_t paeth(int left, int up, int corner) {
 
 // Undoes each row's filter in place: rows of a filter byte and row_bytes bytes; `step`
 // is the bytes of one pixel (at least 1), which the filters look back by.
-void unfilter(std::vector<uint8_t>& rows, size_t height, size_t row_bytes, size_t step, const Error& damaged) {
+void unfilter(uint8_t* rows, size_t height, size_t row_bytes, size_t step, const Error& damaged) {
   const std::vector<uint8_t> zeros(row_bytes, 0);
   const uint8_t* previous = zeros.data();
   for (size_t y = 0; y < height; ++y) {
-    uint8_t* row = rows.data() + y * (row_bytes + 1) + 1;
+    uint8_t* row = rows + y * (row_bytes + 1) + 1;
     const uint8_t filter = row[-1];
     if (filter > 4) throw damaged;
     for (size_t i = 0; i < row_bytes; ++i) {
@@ -54,6 +55,19 @@ std::vector<uint8_t> inflate_exactly(const std::vector<uint8_t>& compressed, siz
   if ((status != Z_STREAM_END && status != Z_BUF_ERROR) || inflated != size) throw damaged;
   return out;
 }
+
+// The pixels a pass of the image data holds: from (x0, y0), every dx-th of every dy-th row.
+struct Pass {
+  size_t x0, y0, dx, dy;
+  size_t width(size_t full) const { return full > x0 ? (full - x0 + dx - 1) / dx : 0; }
+  size_t height(size_t full) const { return full > y0 ? (full - y0 + dy - 1) / dy : 0; }
+};
+constexpr Pass kWhole[] = {{0, 0, 1, 1}};
+// Adam7 interlacing: seven passes, each a small image of its own rows (none when empty).
+constexpr Pass kAdam7[] = {{0, 0, 8, 8}, {4, 0, 8, 8}, {0, 4, 4, 8}, {2, 0, 4, 4},
+                           {0, 2, 2, 4}, {1, 0, 2, 2}, {0, 1, 1, 2}};
+
+size_t row_bytes(size_t width, int depth) { return (width * size_t(depth) + 7) / 8; }
 
 }  // namespace
 
@@ -88,29 +102,40 @@ std::optional<PngSamples> decode_png_samples(const std::vector<uint8_t>& bytes, 
     interlace = data[12];
   }
   if (colour_type < 0) throw damaged("no header chunk");
-  if ((colour_type != 0 && colour_type != 3) || interlace != 0) return std::nullopt;
+  if ((colour_type != 0 && colour_type != 3) || interlace > 1) return std::nullopt;
   png.palette = colour_type == 3;
   const int depth = png.bit_depth;
   if (depth != 1 && depth != 2 && depth != 4 && depth != 8 && !(depth == 16 && !png.palette))
     throw damaged("a bit depth of " + std::to_string(depth) + (png.palette ? " for a palette" : " for grey"));
-  const size_t width = size_t(png.width), height = size_t(png.height), row_bytes = (width * size_t(depth) + 7) / 8;
+  const size_t width = size_t(png.width), height = size_t(png.height);
+  const auto passes = interlace ? std::span<const Pass>(kAdam7) : std::span<const Pass>(kWhole);
+  size_t size = 0;  // of the rows of all passes, each row after its filter byte
+  for (const auto& pass : passes)
+    if (const size_t w = pass.width(width); w > 0) size += pass.height(height) * (row_bytes(w, depth) + 1);
   const auto corrupt = damaged("its image data are corrupt or shorter than its size");
   // Deflate shrinks at most about 1032 times: a few bytes cannot hold gigabytes of rows.
-  if (compressed.size() * 1032 + 1024 < height * (row_bytes + 1)) throw corrupt;
-  auto rows = inflate_exactly(compressed, height * (row_bytes + 1), corrupt);
-  unfilter(rows, height, row_bytes, depth == 16 ? 2 : 1, corrupt);
+  if (compressed.size() * 1032 + 1024 < size) throw corrupt;
+  auto rows = inflate_exactly(compressed, size, corrupt);
   png.samples.resize(width * height);
-  for (size_t y = 0; y < height; ++y) {
-    const uint8_t* row = rows.data() + y * (row_bytes + 1) + 1;
-    uint16_t* out = png.samples.data() + y * width;
-    for (size_t x = 0; x < width; ++x) {
-      if (depth == 16) {
-        out[x] = static_cast<uint16_t>(row[2 * x] << 8 | row[2 * x + 1]);
-      } else {  // the leftmost pixel in the highest bits
-        const size_t bit = x * size_t(depth);
-        out[x] = static_cast<uint16_t>((row[bit / 8] >> (8 - depth - bit % 8)) & ((1 << depth) - 1));
+  uint8_t* pass_rows = rows.data();
+  for (const auto& pass : passes) {
+    const size_t w = pass.width(width), h = pass.height(height), bytes_per_row = row_bytes(w, depth);
+    if (w == 0 || h == 0) continue;
+    unfilter(pass_rows, h, bytes_per_row, depth == 16 ? 2 : 1, corrupt);
+    for (size_t y = 0; y < h; ++y) {
+      const uint8_t* row = pass_rows + y * (bytes_per_row + 1) + 1;
+      uint16_t* out = png.samples.data() + (pass.y0 + y * pass.dy) * width + pass.x0;
+      for (size_t x = 0; x < w; ++x) {
+        uint16_t& sample = out[x * pass.dx];
+        if (depth == 16) {
+          sample = static_cast<uint16_t>(row[2 * x] << 8 | row[2 * x + 1]);
+        } else {  // the leftmost pixel in the highest bits
+          const size_t bit = x * size_t(depth);
+          sample = static_cast<uint16_t>((row[bit / 8] >> (8 - depth - bit % 8)) & ((1 << depth) - 1));
+        }
       }
     }
+    pass_rows += h * (bytes_per_row + 1);
   }
   return png;
 }

@@ -18,8 +18,8 @@ struct PngSamples {
   std::vector<uint16_t> samples;  // row-major, width * height
 };
 
-// nullopt for a PNG of colour, with alpha, or interlaced (and for bytes that are no PNG):
-// the image decoders read those. Damaged data is an Error naming `source`.
+// nullopt for a PNG of colour or with alpha (and for bytes that are no PNG): the image
+// decoders read those. Interlaced (Adam7) PNGs are read too. Damaged data is an Error naming `source`.
 std::optional<PngSamples> decode_png_samples(const std::vector<uint8_t>& bytes, const std::string& source);
 
 }  // namespace fastcpp

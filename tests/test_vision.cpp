@@ -1,6 +1,7 @@
 // Image decoding, item transforms, ImageFolder and segmentation pairs, on images the
 // test writes itself.
 #include <algorithm>
+#include <array>
 #include <filesystem>
 #include <fstream>
 #include <numeric>
@@ -82,7 +83,7 @@ std::string make_segmentation_folder(const std::string& name, int n) {
 // A PNG of the given bit depth and colour type from its raw rows (what OpenCV cannot
 // write: palettes, 1-bit grey, grey with alpha).
 std::vector<uint8_t> raw_png(int w, int h, int depth, int colour, const std::vector<std::vector<uint8_t>>& rows,
-                             const std::vector<uint8_t>& palette = {}) {
+                             const std::vector<uint8_t>& palette = {}, bool interlaced = false) {
   std::vector<uint8_t> png{0x89, 'P', 'N', 'G', '\r', '\n', 0x1a, '\n'};
   auto put32 = [](std::vector<uint8_t>& out, uint32_t v) {
     for (int shift = 24; shift >= 0; shift -= 8) out.push_back(uint8_t(v >> shift));
@@ -97,7 +98,7 @@ std::vector<uint8_t> raw_png(int w, int h, int depth, int colour, const std::vec
   std::vector<uint8_t> header;
   put32(header, uint32_t(w));
   put32(header, uint32_t(h));
-  header.insert(header.end(), {uint8_t(depth), uint8_t(colour), 0, 0, 0});
+  header.insert(header.end(), {uint8_t(depth), uint8_t(colour), 0, 0, uint8_t(interlaced)});
   std::vector<uint8_t> raw;
   for (const auto& row : rows) {
     raw.push_back(0);
@@ -980,6 +981,38 @@ TEST_SUITE("vision") {
     CHECK(torch::equal(mask_of(save("1.png", raw_png(36, 30, 1, 0, packed(odd, 1)))), expected % 2));  // not x255
     const std::vector<uint8_t> palette{0, 0, 0, 128, 0, 0, 0, 128, 0};  // VOC's first colours
     CHECK(torch::equal(mask_of(save("p.png", raw_png(36, 30, 4, 3, packed(classes, 4), palette))), expected));
+    // Interlaced (Adam7): the rows of seven passes, each a small image of every dx-th pixel
+    // of every dy-th row from (x0, y0); a pass with no pixels has no rows.
+    auto adam7 = [&](const cv::Mat& mask, int depth) {
+      const std::array<std::array<int, 4>, 7> passes{
+          {{0, 0, 8, 8}, {4, 0, 8, 8}, {0, 4, 4, 8}, {2, 0, 4, 4}, {0, 2, 2, 4}, {1, 0, 2, 2}, {0, 1, 1, 2}}};
+      std::vector<std::vector<uint8_t>> rows;
+      for (const auto& [x0, y0, dx, dy] : passes) {
+        if (mask.cols <= x0 || mask.rows <= y0) continue;
+        cv::Mat pass((mask.rows - y0 + dy - 1) / dy, (mask.cols - x0 + dx - 1) / dx, CV_8UC1);
+        for (int y = 0; y < pass.rows; ++y)
+          for (int x = 0; x < pass.cols; ++x) pass.at<uint8_t>(y, x) = mask.at<uint8_t>(y0 + y * dy, x0 + x * dx);
+        const auto pass_rows = packed(pass, depth);
+        rows.insert(rows.end(), pass_rows.begin(), pass_rows.end());
+      }
+      return rows;
+    };
+    cv::Mat ramp(30, 36, CV_8UC1);  // a value per pixel: a pass out of place shows
+    for (int y = 0; y < ramp.rows; ++y)
+      for (int x = 0; x < ramp.cols; ++x) ramp.at<uint8_t>(y, x) = uint8_t(y * 7 + x);
+    const auto interlaced_ramp = raw_png(36, 30, 8, 0, adam7(ramp, 8), {}, /*interlaced=*/true);
+    const cv::Mat decoded = cv::imdecode(interlaced_ramp, cv::IMREAD_UNCHANGED);  // libpng's reading of the file
+    REQUIRE(decoded.size() == ramp.size());
+    CHECK(cv::countNonZero(decoded != ramp) == 0);
+    const auto ramp_samples = decode_png_samples(interlaced_ramp, "ramp.png");
+    REQUIRE(ramp_samples.has_value());
+    CHECK(std::equal(ramp_samples->samples.begin(), ramp_samples->samples.end(), ramp.begin<uint8_t>()));
+    CHECK(torch::equal(mask_of(save("pi.png", raw_png(36, 30, 4, 3, adam7(classes, 4), palette, true))), expected));
+    const cv::Mat corner = odd(cv::Rect(0, 0, 5, 3)).clone();  // pass 3 starts below its rows; pass 2 has 1 pixel
+    const auto small = decode_png_samples(raw_png(5, 3, 1, 0, adam7(corner, 1), {}, true), "small.png");
+    REQUIRE(small.has_value());
+    CHECK(std::vector<int>(small->samples.begin(), small->samples.end()) ==
+          std::vector<int>(corner.begin<uint8_t>(), corner.end<uint8_t>()));
     sixteen.at<uint16_t>(4, 7) = 300;
     write(root + "/300.png", sixteen);
     CHECK(error_of([&] { mask_of(root + "/300.png"); }) ==
@@ -1019,31 +1052,43 @@ TEST_SUITE("vision") {
     fs::remove_all(root);
   }
 
-  TEST_CASE("a mask of a JPEG's stored size turns with its image's EXIF quarter turn; one of the shown size stays") {
+  TEST_CASE("a mask turns with its image's EXIF orientation where it fits only the stored pixels or mask_frame says so") {
     const auto root = temp_dir("seg_exif");
-    // Stored: 36 wide, 30 high; dark on the left (class 0), bright on the right (class 1).
-    cv::Mat stored(30, 36, CV_8UC1, cv::Scalar(0)), mask(30, 36, CV_8UC1, cv::Scalar(0));
-    stored.colRange(18, 36).setTo(255);
-    mask.colRange(18, 36).setTo(1);
-    write(root + "/mask.png", mask);
-    std::vector<uint8_t> jpeg;
-    REQUIRE(cv::imencode(".jpg", stored, jpeg));
-    auto item_of = [&](int orientation) {
-      const auto path = root + "/" + std::to_string(orientation) + ".jpg";
-      const auto bytes = with_orientation(jpeg, orientation);
-      std::ofstream(path, std::ios::binary).write(reinterpret_cast<const char*>(bytes.data()),
-                                                  static_cast<std::streamsize>(bytes.size()));
-      return vision::SegmentationDataset({path}, {root + "/mask.png"}, {"a", "b"}, {.channels = 1}).get(0);
+    // Stored: dark on the left (class 0), bright on the right (class 1).
+    auto item_of = [&](int orientation, int width, int height, vision::MaskFrame frame) {
+      cv::Mat stored(height, width, CV_8UC1, cv::Scalar(0)), mask(height, width, CV_8UC1, cv::Scalar(0));
+      stored.colRange(width / 2, width).setTo(255);
+      mask.colRange(width / 2, width).setTo(1);
+      const auto name = root + "/" + std::to_string(orientation) + "_" + std::to_string(width);
+      write(name + ".png", mask);
+      std::vector<uint8_t> jpeg;
+      REQUIRE(cv::imencode(".jpg", stored, jpeg));
+      jpeg = with_orientation(jpeg, orientation);
+      std::ofstream(name + ".jpg", std::ios::binary)
+          .write(reinterpret_cast<const char*>(jpeg.data()), static_cast<std::streamsize>(jpeg.size()));
+      return vision::SegmentationDataset({name + ".jpg"}, {name + ".png"}, {"a", "b"}, {.channels = 1, .mask_frame = frame})
+          .get(0);
     };
-    for (const int orientation : {6, 8}) {  // a quarter turn either way: the mask's size tells its frame
-      CAPTURE(orientation);
-      const auto item = item_of(orientation);
-      CHECK(item.y.sizes() == torch::IntArrayRef{36, 30});
-      CHECK(torch::equal(item.x[0].gt(128).to(torch::kLong), item.y));
+    const auto image_class = [](const Example& item) { return item.x[0].gt(128).to(torch::kLong); };
+    for (const auto frame : {vision::MaskFrame::stored, vision::MaskFrame::shown}) {
+      CAPTURE(frame == vision::MaskFrame::stored);
+      for (const int orientation : {6, 8}) {  // a quarter turn of a 36x30 image: only the stored size fits
+        CAPTURE(orientation);
+        const auto item = item_of(orientation, 36, 30, frame);
+        CHECK(item.y.sizes() == torch::IntArrayRef{36, 30});
+        CHECK(torch::equal(image_class(item), item.y));
+      }
     }
-    // Half a turn: both frames have the mask's size; it is taken as drawn on the picture shown.
-    const auto turned = item_of(3);
-    CHECK(torch::equal(turned.x[0].gt(128).to(torch::kLong), turned.y.flip({0, 1})));
+    // Both frames fit: half a turn, and a quarter turn of a square.
+    for (const int orientation : {3, 6}) {
+      CAPTURE(orientation);
+      const auto stored = item_of(orientation, 32, 32, vision::MaskFrame::stored);
+      CHECK(torch::equal(image_class(stored), stored.y));
+      const auto shown = item_of(orientation, 32, 32, vision::MaskFrame::shown);
+      const auto drawn_on_stored = orientation == 3 ? shown.y.flip({0, 1}) : shown.y.t().flip({1});
+      CHECK(torch::equal(image_class(shown), drawn_on_stored));
+      CHECK_FALSE(torch::equal(image_class(shown), shown.y));
+    }
     fs::remove_all(root);
   }
 

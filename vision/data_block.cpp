@@ -134,7 +134,7 @@ ImageDatasets multi_category_datasets(const LabelledImages& items, const MultiCa
 ImageDatasets mask_datasets(const LabelledImages& items, const MaskBlock& block, const ImageFolderOptions& image_options) {
   if (block.codes.empty()) throw Error("MaskBlock: codes are empty (name each class of the masks' values)");
   SegmentationOptions options{image_options.channels, image_options.item_tfms, /*train=*/true, block.void_index,
-                              block.mask_fill};
+                              block.mask_fill, block.mask_frame};
   const SegmentationDataset all(items.images, items.labels, block.codes, options);
   options.train = false;
   return {std::make_shared<SegmentationDataset>(all.subset(items.split.train)),

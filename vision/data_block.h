@@ -31,6 +31,7 @@
 #include "data/dataloader.h"
 #include "data/splitters.h"
 #include "vision/datasets/image_folder.h"
+#include "vision/datasets/segmentation_data.h"
 #include "vision/transforms.h"
 
 namespace fastcpp::vision {
@@ -55,6 +56,7 @@ struct MaskBlock {
   std::vector<std::string> codes;     // the class of each mask value
   std::optional<int64_t> void_index;  // a mask value that marks pixels to leave out (DataLoaders::void_index)
   int mask_fill = 0;                  // what masks are padded with
+  MaskFrame mask_frame = MaskFrame::stored;  // where a JPEG's EXIF orientation leaves it open (segmentation_data.h)
 };
 using TargetBlock = std::variant<CategoryBlock, MultiCategoryBlock, MaskBlock>;
 

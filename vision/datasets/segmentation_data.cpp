@@ -90,13 +90,14 @@ Example SegmentationDataset::get(size_t index, Rng& rng) const {
   const auto image_bytes = read_image_bytes(image_path);
   cv::Mat image = decode_image(image_bytes, image_path, {.channels = options_.channels});
   cv::Mat mask = read_mask(mask_path);
-  // The decoder turned a JPEG as its EXIF orientation says. A mask of the stored size where
-  // a quarter turn made the shown one differ was drawn on the stored pixels (as fastai and
-  // torchvision read them) and turns with the image; one of the shown size is taken as
-  // drawn on the picture as shown (as labelme does), the frame of the boxes of detection data.
+  // The decoder turned a JPEG as its EXIF orientation says. A mask that fits only the
+  // stored pixels turns with it; one that fits only the picture shown stays; one that fits
+  // both is in options_.mask_frame.
   if (is_jpeg(image_bytes)) {
     const auto header = read_jpeg_header(image_bytes);
-    if (mask.size() == header.size && mask.size() != image.size()) apply_orientation(mask, header.orientation);
+    const bool fits_stored = mask.size() == header.size, fits_shown = mask.size() == image.size();
+    if (fits_stored && (!fits_shown || options_.mask_frame == MaskFrame::stored))
+      apply_orientation(mask, header.orientation);
   }
   if (mask.size() != image.size())
     throw Error("mask '" + mask_path + "' is " + size_text(mask) + " but its image '" + image_path + "' is " + size_text(image));
@@ -147,7 +148,7 @@ DataLoaders SegmentationDataLoaders::from_label_func(const std::vector<std::stri
       throw Error("SegmentationDataLoaders: label_func failed on '" + image + "': " + exception_text(e));
     }
   }
-  SegmentationOptions train_options{o.channels, o.item_tfms, /*train=*/true, o.void_index, o.mask_fill};
+  SegmentationOptions train_options{o.channels, o.item_tfms, /*train=*/true, o.void_index, o.mask_fill, o.mask_frame};
   auto valid_options = train_options;
   valid_options.train = false;
   const SegmentationDataset all(images, std::move(masks), codes, train_options);

@@ -27,12 +27,21 @@
 
 namespace fastcpp::vision {
 
+// The pixels a mask was drawn on, where a JPEG's EXIF orientation turns its image (the
+// decoder shows it turned) and the mask would fit either frame: a square turned a
+// quarter, or any image flipped or turned half. Elsewhere the mask's size tells.
+enum class MaskFrame {
+  stored,  // the pixels as stored: the mask turns with its image (fastai and torchvision read them so)
+  shown,   // the picture as shown (as labelme draws, and as detection boxes are read): the mask stays
+};
+
 struct SegmentationOptions {
   int channels = 3;                    // of the images: 3 (RGB) or 1
   std::vector<ItemTransform> item_tfms;
   bool train = true;                   // random transforms act; false: their deterministic version
   std::optional<int64_t> void_index;   // a mask value that marks pixels to leave out (e.g. 255)
   int mask_fill = 0;                   // what a mask is padded with: the background, or the void index
+  MaskFrame mask_frame = MaskFrame::stored;
 };
 
 class SegmentationDataset : public Dataset {
@@ -69,6 +78,7 @@ struct SegmentationLoadersOptions {
   std::vector<BatchTransform> batch_tfms;  // default: IntToFloat
   std::optional<int64_t> void_index;      // the loaders' (DataLoaders::void_index)
   int mask_fill = 0;
+  MaskFrame mask_frame = MaskFrame::stored;
   std::vector<BatchAugmentPtr> aug_tfms;  // the training batches' (aug_transforms), masks moved with their images
   DataSplitter<std::string> splitter;     // of the image paths; default: RandomSplitter{valid_pct, seed}
 };
