@@ -8,6 +8,7 @@
 
 #include "callbacks/lr_finder.h"
 #include "callbacks/tracker.h"
+#include "core/error.h"
 #include "data/random.h"
 #include "formats/file_io.h"
 #include "learner/checkpoint.h"
@@ -57,14 +58,22 @@ void ResumeFromCheckpoint::before_fit() {
   const bool saved = std::filesystem::exists(path_);
   const auto bytes = saved ? read_file(path_) : std::vector<char>{};
   const auto extras = saved ? checkpoint::extras_of(bytes, source) : checkpoint::Extras{};
-  const int saved_fit = extras.count("fit") ? static_cast<int>(extras.at("fit").toInt()) : 1;
+  const auto integer = [&](const std::string& key, int64_t fallback) {
+    if (!extras.count(key)) return fallback;
+    if (!extras.at(key).isInt()) throw Error("cannot read " + source + ": its extra '" + key + "' is not an integer");
+    return extras.at(key).toInt();
+  };
+  const auto fit_entry = integer("fit", 1);
+  if (fit_entry < 1 || fit_entry > std::numeric_limits<int>::max())
+    throw Error("cannot read " + source + ": its extra 'fit' is " + std::to_string(fit_entry) + ", not a fit's number");
+  const int saved_fit = static_cast<int>(fit_entry);
   if (!saved || saved_fit < fit_) {  // nothing saved for this fit (an earlier fit's is overwritten)
     if (!seeded_) seed_ = static_cast<uint64_t>(torch::randint(std::numeric_limits<int64_t>::max(), {1},
                                                                torch::kLong).item<int64_t>());
     seeded_ = true;
     return;
   }
-  if (extras.count("seed")) seed_ = static_cast<uint64_t>(extras.at("seed").toInt());
+  if (extras.count("seed")) seed_ = static_cast<uint64_t>(integer("seed", 0));
   seeded_ = true;
   if (saved_fit > fit_) {
     skipped_ = true;
@@ -77,7 +86,8 @@ void ResumeFromCheckpoint::before_fit() {
   for (const auto& part : kept_states(l)) {
     std::map<std::string, double> state;
     for (const auto& [key, value] : extras)
-      if (key.rfind(part.prefix, 0) == 0) state[key.substr(part.prefix.size())] = value.toDouble();
+      if (key.rfind(part.prefix, 0) == 0)
+        state[key.substr(part.prefix.size())] = value.isInt() ? static_cast<double>(value.toInt()) : value.toDouble();
     part.load(state);
   }
   first_epoch_ = l.epoch + 1;  // the checkpoint holds the last completed epoch

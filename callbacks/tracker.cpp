@@ -30,7 +30,7 @@ TrackerCallback::TrackerCallback(TrackerOptions options)
 void TrackerCallback::before_fit() {
   run = !learn().get_cb<LRFinder>();  // its epochs neither validate nor keep their weights
   trained_ = false;
-  best_ = lower_is_better_ ? std::numeric_limits<double>::infinity() : -std::numeric_limits<double>::infinity();
+  best_ = worst();
   wait_ = 0;
 }
 
@@ -40,7 +40,11 @@ std::map<std::string, double> TrackerCallback::state() const {
 
 void TrackerCallback::load_state(const std::map<std::string, double>& state) {
   if (const auto best = state.find("best"); best != state.end()) best_ = best->second;
-  if (const auto wait = state.find("wait"); wait != state.end()) wait_ = static_cast<int>(wait->second);
+  if (const auto wait = state.find("wait"); wait != state.end()) {
+    if (!(wait->second >= 0 && wait->second <= std::numeric_limits<int>::max()))  // NaN too
+      throw Error("TrackerCallback: a saved 'wait' of " + std::to_string(wait->second) + " epochs");
+    wait_ = static_cast<int>(wait->second);
+  }
 }
 
 void TrackerCallback::before_train() {
@@ -100,7 +104,7 @@ void SaveModel::after_fit() {
   auto& l = learn();
   if (save_options_.at_end)
     l.save(path(), save_options_.with_opt);
-  else if (!save_options_.every_epoch && std::isfinite(best()))  // this fit (or the one it resumes) saved it
+  else if (!save_options_.every_epoch && best() != worst())  // this fit (or the one it resumes) saved it
     l.load(path(), save_options_.with_opt);
 }
 

@@ -12,6 +12,7 @@
 //   without improvement, never below min_lr.
 // A fit resumed by ResumeFromCheckpoint goes on with each tracker's best value and epochs
 // without improvement as they were when its checkpoint was saved.
+#include <limits>
 #include <map>
 #include <string>
 
@@ -38,6 +39,10 @@ class TrackerCallback : public Callback {
   void after_epoch() override;
 
   double best() const { return best_; }
+  // What best() is before any value: +inf where lower is better, else -inf (the other infinity can be best).
+  double worst() const {
+    return lower_is_better_ ? std::numeric_limits<double>::infinity() : -std::numeric_limits<double>::infinity();
+  }
   // The best value and the epochs since it ("best", "wait"), as a restarted fit needs them.
   std::map<std::string, double> state() const;
   void load_state(const std::map<std::string, double>& state);

@@ -81,6 +81,10 @@ c10::impl::GenericDict read_state_dict(const std::string& path) {
   } catch (const Error& e) {
     throw Error("cannot read " + source + ": the file is truncated or not written by torch.save (" + e.what() + ")");
   }
+  return state_dict_in(value, source);
+}
+
+c10::impl::GenericDict state_dict_in(const c10::IValue& value, const std::string& source) {
   if (!value.isGenericDict()) throw Error("cannot read " + source + ": it holds a " + value.tagKind() + ", not a state dict");
   auto dict = value.toGenericDict();
   for (const char* key : {"model", "state_dict"}) {

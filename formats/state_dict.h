@@ -37,6 +37,8 @@ std::vector<torch::Tensor> match_state(const NamedTensors& entries, const c10::i
 // A state dict from `path`: a plain torch.save(model.state_dict()) file, or a dict
 // holding one under "model" or "state_dict" (a fastcpp checkpoint, fastai's save).
 c10::impl::GenericDict read_state_dict(const std::string& path);
+// The same in a file's unpickled `value`; `source` names it in errors.
+c10::impl::GenericDict state_dict_in(const c10::IValue& value, const std::string& source);
 
 void load_state_dict(torch::nn::Module& module, const std::string& path, const LoadStateOptions& options = {});
 // The same from a dict already read; `source` names it in errors.

@@ -41,20 +41,24 @@ std::vector<char> encode(const Learner& learn, bool with_opt, const Extras& extr
 
 namespace {
 
-c10::impl::GenericDict checkpoint_root(const std::vector<char>& bytes, const std::string& source) {
-  const auto value = unpickle(bytes, source, "a checkpoint");
-  if (!value.isGenericDict()) throw Error("cannot read " + source + ": not a fastcpp checkpoint");
-  const auto root = value.toGenericDict();
-  auto format = root.find(c10::IValue(std::string("format")));
-  if (format == root.end() || !format->value().isString() || format->value().toStringRef() != kFormat)
+c10::impl::GenericDict checkpoint_root(const c10::IValue& file, const std::string& source) {
+  if (!file.isGenericDict()) throw Error("cannot read " + source + ": not a fastcpp checkpoint");
+  if (!is_checkpoint(file))
     throw Error("cannot read " + source + ": not a fastcpp checkpoint (no '" + kFormat + "' marker)");
-  return root;
+  return file.toGenericDict();
 }
 
 }  // namespace
 
+bool is_checkpoint(const c10::IValue& file) {
+  if (!file.isGenericDict()) return false;
+  const auto root = file.toGenericDict();
+  const auto format = root.find(c10::IValue(std::string("format")));
+  return format != root.end() && format->value().isString() && format->value().toStringRef() == kFormat;
+}
+
 Extras extras_of(const std::vector<char>& bytes, const std::string& source) {
-  const auto root = checkpoint_root(bytes, source);
+  const auto root = checkpoint_root(unpickle(bytes, source, "a checkpoint"), source);
   Extras extras;
   if (root.find(c10::IValue(std::string("extras"))) == root.end()) return extras;
   for (const auto& entry : typed_entry(root, "extras", &c10::IValue::isGenericDict, source).toGenericDict()) {
@@ -65,8 +69,12 @@ Extras extras_of(const std::vector<char>& bytes, const std::string& source) {
   return extras;
 }
 
-void decode_into(Learner& learn, const std::vector<char>& bytes, bool with_opt, const std::string& source) {
-  const auto root = checkpoint_root(bytes, source);
+bool decode_into(Learner& learn, const std::vector<char>& bytes, bool with_opt, const std::string& source) {
+  return decode_into(learn, unpickle(bytes, source, "a checkpoint"), with_opt, source);
+}
+
+bool decode_into(Learner& learn, const c10::IValue& file, bool with_opt, const std::string& source) {
+  const auto root = checkpoint_root(file, source);
   auto optional_entry = [&](const std::string& key) -> std::optional<c10::impl::GenericDict> {
     if (!with_opt || root.find(c10::IValue(key)) == root.end()) return std::nullopt;
     return typed_entry(root, key, &c10::IValue::isGenericDict, source).toGenericDict();
@@ -109,6 +117,7 @@ void decode_into(Learner& learn, const std::vector<char>& bytes, bool with_opt, 
   for (size_t i = 0; i < entries.size(); ++i) entries[i].second.copy_(loaded[i]);
   learn.epoch = static_cast<int>(epoch);
   learn.epochs_before = epochs_before;
+  return opt.has_value();
 }
 
 }  // namespace fastcpp::checkpoint

@@ -24,7 +24,12 @@ namespace checkpoint {
 using Extras = std::map<std::string, c10::IValue>;
 
 std::vector<char> encode(const Learner& learn, bool with_opt, const Extras& extras = {});
-void decode_into(Learner& learn, const std::vector<char>& bytes, bool with_opt, const std::string& source);
+// Whether it loaded an optimizer state (with_opt, and the file holds one).
+bool decode_into(Learner& learn, const std::vector<char>& bytes, bool with_opt, const std::string& source);
+// The same from the file's unpickled value.
+bool decode_into(Learner& learn, const c10::IValue& file, bool with_opt, const std::string& source);
+// Whether a file's unpickled value is a fastcpp checkpoint (it holds the format marker).
+bool is_checkpoint(const c10::IValue& file);
 Extras extras_of(const std::vector<char>& bytes, const std::string& source);
 
 

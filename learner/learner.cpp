@@ -9,6 +9,8 @@
 #include "callbacks/progress.h"
 #include "callbacks/schedule.h"
 #include "formats/file_io.h"
+#include "formats/state_dict.h"
+#include "formats/torch_file.h"
 #include "learner/checkpoint.h"
 #include "core/device.h"
 #include "core/error.h"
@@ -425,15 +427,19 @@ LrFindResult Learner::lr_find(LrFindOptions o) {
 // ---------------------------------------------------------------- inference
 
 std::vector<double> Learner::validate(DataLoader* loader) {
+  struct ForgetLoader {  // which may be a caller's temporary, also when a batch throws
+    Learner& learn;
+    ~ForgetLoader() { learn.dl = nullptr; }
+  } forget{*this};
   do_epoch_validate(loader ? *loader : dls.valid);
-  dl = nullptr;
   return recorder->valid_values();
 }
 
 Preds Learner::get_preds(DataLoader* loader, bool with_loss) {
   // Every item once and in the dataset's order, also from a loader that shuffles or drops
   // its last batch (the training one): a copy without either, as fastai's dl.new(...).
-  auto in_order = loader ? loader->in_order() : std::nullopt;
+  if (!loader) loader = &dls.valid;
+  auto in_order = loader->in_order();
   if (in_order) loader = &*in_order;
   auto gather = std::make_shared<GatherPreds>(with_loss);
   AddedCallbacks added(*this, {gather});
@@ -465,7 +471,15 @@ void Learner::save(const std::string& path, bool with_opt, const checkpoint::Ext
 }
 
 void Learner::load(const std::string& path, bool with_opt) {
-  checkpoint::decode_into(*this, read_file(path), with_opt, "checkpoint '" + path + "'");
+  const auto source = "checkpoint '" + path + "'";
+  const auto file = unpickle(read_file(path), source, "a checkpoint");
+  if (!checkpoint::is_checkpoint(file)) {  // torch.save(model.state_dict()), fastai's learn.save
+    load_state_dict(model.module(), state_dict_in(file, source), source);
+    logger(source + " is a state dict, not a fastcpp checkpoint: the model's weights were loaded, nothing else");
+    return;
+  }
+  if (!checkpoint::decode_into(*this, file, with_opt, source) && with_opt)
+    logger(source + " holds no optimizer state (saved with with_opt = false): the optimizer keeps its own");
 }
 
 void Learner::to(torch::Device requested) {

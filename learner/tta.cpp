@@ -11,11 +11,10 @@ Preds Learner::tta(TtaOptions options) {
   if (options.beta < 0 || options.beta > 1) throw Error("tta: beta must be in [0, 1], got " + std::to_string(options.beta));
   // A target laid out over the image (a mask, boxes, points) would be compared with
   // predictions of flipped, cropped or warped copies, nothing mapping them back.
-  if (plain.dataset().size() > 0) {
-    if (const auto y = plain.dataset().get(0).y; y.dim() >= 2)
-      throw Error("tta: the targets have a place in the image (an item's is " + c10::str(y.sizes()) +
-                  "): averaged predictions of flipped or cropped copies would be out of place; use get_preds");
-  }
+  if (plain.n_items() == 0) throw Error("tta: the loader has no items");
+  if (const auto y = plain.dataset().get(0).y; y.dim() >= 2)
+    throw Error("tta: the targets have a place in the image (an item's is " + c10::str(y.sizes()) +
+                "): averaged predictions of flipped or cropped copies would be out of place; use get_preds");
   // As fastai's, which runs the loader in training mode: the items' training transforms
   // and the training batches' augmentation (flips, warps, lighting), where there are any.
   auto augmented_items = plain.dataset().augmented();

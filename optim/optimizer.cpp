@@ -156,6 +156,7 @@ c10::impl::GenericDict string_dict() { return c10::impl::GenericDict(c10::String
 
 c10::impl::GenericDict Optimizer::state_dict() const {
   auto dict = string_dict();
+  dict.insert("optimizer", name());
   dict.insert("n_groups", static_cast<int64_t>(groups_.size()));
   const auto counts = device_step_counts();
   for (size_t g = 0; g < groups_.size(); ++g) {
@@ -175,6 +176,11 @@ c10::impl::GenericDict Optimizer::state_dict() const {
 void Optimizer::load_state_dict(const c10::impl::GenericDict& dict, const std::string& source) {
   const auto what = source + " (optimizer state)";
   const auto refuse = [&](const std::string& why) { return Error("cannot read " + what + ": " + why); };
+  // Another kind's buffers would be taken for this one's (SGD's momentum as Adam's average).
+  if (dict.contains("optimizer")) {  // older files do not say
+    const auto saved_by = typed_entry(dict, "optimizer", &c10::IValue::isString, what).toStringRef();
+    if (saved_by != name()) throw refuse("it is " + saved_by + "'s, the learner's optimizer is " + name());
+  }
   const auto n_groups = typed_entry(dict, "n_groups", &c10::IValue::isInt, what).toInt();
   if (n_groups != static_cast<int64_t>(groups_.size()))
     throw refuse(std::to_string(n_groups) + " parameter groups, the learner has " + std::to_string(groups_.size()));

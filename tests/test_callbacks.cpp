@@ -152,6 +152,20 @@ TEST_SUITE("callbacks") {
     std::filesystem::remove_all(dir);
   }
 
+  TEST_CASE("a resume checkpoint whose extras are numbers of the wrong kind is an Error naming them") {
+    const auto path = temp_path("resume_extras.pt");
+    Tracked t({0.5}, {std::make_shared<ResumeFromCheckpoint>(path)});
+    t.learn.save(path, true, {{"fit", 1.5}});
+    const auto failed = "Exception occurred in `ResumeFromCheckpoint` when calling event `before_fit`:\n\tcannot read "
+                        "checkpoint '" + path + "': its extra 'fit' ";
+    CHECK(error_of([&] { t.learn.fit(1, 1e-2); }) == failed + "is not an integer");
+    t.learn.save(path, true, {{"fit", int64_t{0}}});
+    CHECK(error_of([&] { t.learn.fit(1, 1e-2); }) == failed + "is 0, not a fit's number");
+    SaveModel tracker;
+    CHECK(error_of([&] { tracker.load_state({{"wait", std::nan("")}}); }) == "TrackerCallback: a saved 'wait' of nan epochs");
+    std::filesystem::remove(path);
+  }
+
   TEST_CASE("ReduceLROnPlateau divides the lr by factor on each plateau") {
     Tracked t({0.5, 0.6, 0.4, 0.7, 0.8},
               {std::make_shared<ReduceLROnPlateau>(ReduceLROnPlateauOptions{.monitor = "scripted_loss", .patience = 1, .factor = 10})});
@@ -169,6 +183,18 @@ TEST_SUITE("callbacks") {
     CHECK(all_equal(snapshot(t.learn.model.module()), keep->per_epoch[1]));
     CHECK(t.lines == std::vector<std::string>{"Better model found at epoch 0 with scripted_loss value: 0.5.",
                                               "Better model found at epoch 1 with scripted_loss value: 0.3."});
+    std::filesystem::remove_all(dir);
+  }
+
+  TEST_CASE("SaveModel loads a best value of -inf where lower is better (a perfect fit's log loss)") {
+    const auto dir = temp_path("save_infinite");
+    std::filesystem::remove_all(dir);
+    auto keep = std::make_shared<KeepWeights>();
+    Tracked t({0.5, -std::numeric_limits<double>::infinity(), 0.4},
+              {std::make_shared<SaveModel>(SaveModelOptions{.monitor = "scripted_loss", .model_dir = dir}), keep});
+    t.learn.fit(3, 1e-2);
+    CHECK(all_equal(snapshot(t.learn.model.module()), keep->per_epoch[1]));
+    CHECK(t.lines.size() == 2);
     std::filesystem::remove_all(dir);
   }
 

@@ -74,6 +74,8 @@ void check_device_step_equals_host(const OptFunc& opt_func, const std::vector<in
       CHECK(torch::allclose(other.toTensor(), entry.value().toTensor(), 1e-5, 1e-6));
     else if (entry.value().isInt())
       CHECK(other.toInt() == entry.value().toInt());
+    else if (entry.value().isString())
+      CHECK(other.toStringRef() == entry.value().toStringRef());
     else
       CHECK(other.toDouble() == doctest::Approx(entry.value().toDouble()).epsilon(1e-12));
   }

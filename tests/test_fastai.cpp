@@ -211,6 +211,19 @@ TEST_SUITE("fastai") {
                          Error);
   }
 
+  TEST_CASE("Learner::load of what fastai's learn.save wrote: the model's weights, and a line saying so") {
+    Learner learn(synthetic_dls(8, 4, 4), tiny_model(), CrossEntropyLoss(), {}, quiet());
+    std::vector<std::string> said;
+    silence(learn, &said);
+    const auto path = kDir + "/fastai_save.pth";
+    learn.load(path);
+    auto expected = tiny_model();
+    load_state_dict(*expected, kDir + "/lr_find_init.pt");
+    CHECK(all_equal(snapshot(learn.model.module()), snapshot(*expected)));
+    CHECK(said == std::vector<std::string>{"checkpoint '" + path + "' is a state dict, not a fastcpp checkpoint: the "
+                                           "model's weights were loaded, nothing else"});
+  }
+
   TEST_CASE("lr_find on fastai's weights and data: the same lrs, losses, stop and suggestions") {
     const auto data = read_torch_file(read_file(kDir + "/lr_find_data.pt")).toGenericDict();
     auto x = data.at(c10::IValue(std::string("x"))).toTensor(), y = data.at(c10::IValue(std::string("y"))).toTensor();

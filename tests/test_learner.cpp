@@ -32,6 +32,7 @@ bool dicts_equal(const c10::impl::GenericDict& a, const c10::impl::GenericDict& 
     const auto& y = it->value();
     const bool same = x.isTensor() ? torch::equal(x.toTensor(), y.toTensor())
                       : x.isDouble() ? x.toDouble() == y.toDouble()
+                      : x.isString() ? x.toStringRef() == y.toStringRef()
                                      : x.toInt() == y.toInt();
     if (!same) {
       MESSAGE("differs: " << entry.key().toStringRef());
@@ -324,6 +325,29 @@ TEST_SUITE("learner") {
     std::filesystem::remove(path);
   }
 
+  TEST_CASE("an optimizer state of another kind is refused; a file without one is said when it was asked for") {
+    const auto path = temp_path("kind.pt");
+    Learner with_momentum(synthetic_dls(), tiny_model(4, 3, 1), CrossEntropyLoss(), {}, quiet({.opt_func = sgd({.mom = 0.9})}));
+    silence(with_momentum);
+    with_momentum.fit(1, 1e-2);
+    with_momentum.save(path);
+    Learner adam(synthetic_dls(), tiny_model(4, 3, 2), CrossEntropyLoss(), {}, quiet());
+    std::vector<std::string> said;
+    adam.logger = [&](const std::string& line) { said.push_back(line); };
+    adam.create_opt();
+    const auto weights = snapshot(adam.model.module());
+    CHECK(error_of([&] { adam.load(path); }) ==
+          "cannot read checkpoint '" + path + "' (optimizer state): it is SGD's, the learner's optimizer is Adam");
+    CHECK(all_equal(snapshot(adam.model.module()), weights));
+    adam.load(path, /*with_opt=*/false);
+    CHECK(said.empty());
+    with_momentum.save(path, /*with_opt=*/false);
+    adam.load(path);
+    CHECK(said == std::vector<std::string>{"checkpoint '" + path + "' holds no optimizer state (saved with with_opt = "
+                                           "false): the optimizer keeps its own"});
+    std::filesystem::remove(path);
+  }
+
   TEST_CASE("a corrupt or mismatched checkpoint names the file and the entry, and changes nothing") {
     const auto path = temp_path("model.pt");
     Learner a(synthetic_dls(), tiny_model(), CrossEntropyLoss(), {}, quiet());
@@ -579,6 +603,15 @@ TEST_SUITE("learner") {
     CHECK(shuffled.options().shuffle);  // the loader itself is as it was
   }
 
+  TEST_CASE("get_preds without a loader: every item of the valid one, also where it drops its last batch") {
+    auto dls = synthetic_dls(10, 6, 4);
+    dls.valid = DataLoader(dls.valid.dataset_ptr(), {.bs = 4, .drop_last = true});
+    Learner learn(dls, tiny_model(), CrossEntropyLoss(), {}, quiet());
+    silence(learn);
+    CHECK(learn.get_preds().preds.size(0) == 6);
+    CHECK(learn.dl == nullptr);  // not left pointing at the in-order copy
+  }
+
   TEST_CASE("get_preds returns activated predictions and targets; predict one item") {
     Learner learn(synthetic_dls(8, 6, 4), tiny_model(), CrossEntropyLoss(), {}, quiet());
     silence(learn);
@@ -723,6 +756,8 @@ TEST_SUITE("learner") {
                          "item_tfms) or the loaders batch augmentation (vision::aug_transforms)",
                          Error);
     CHECK_THROWS_WITH_AS(learn.tta({.n = 0}), "tta: n must be at least 1, got 0", Error);
+    DataLoader empty(std::make_shared<TensorDataset>(torch::zeros({0, 4}), torch::zeros({0}, torch::kLong)), {.bs = 2});
+    CHECK_THROWS_WITH_AS(learn.tta({.dl = &empty}), "tta: the loader has no items", Error);
     // Targets laid out over the image: predictions of flipped copies would be out of place.
     auto masks = std::make_shared<TensorDataset>(torch::randn({4, 1, 4, 4}), torch::zeros({4, 4, 4}, torch::kLong));
     Learner segmenter({DataLoader(masks, {.bs = 2}), DataLoader(masks, {.bs = 2})},

@@ -956,6 +956,15 @@ TEST_SUITE("models") {
                                                  {"cat", "dog", "fox"}, {probs, multi_hot, losses});
           }) == "ClassificationInterpretation: expected one class an item, got targets [5, 3] (several classes an item "
                 "have no confusion matrix)");
+    const auto interpret = [&](const torch::Tensor& y) {
+      vision::ClassificationInterpretation(DataLoader(std::make_shared<TensorDataset>(torch::zeros({5, 1}), y)),
+                                           {"cat", "dog", "fox"}, {probs, y, losses});
+    };
+    CHECK(error_of([&] { interpret(targets.to(torch::kFloat)); }) ==
+          "ClassificationInterpretation: targets must be class indices, got Float ones (a regression or single-logit "
+          "target has no confusion matrix)");
+    CHECK(error_of([&] { interpret(targets.index_put({torch::tensor({3})}, torch::tensor(3))); }) ==
+          "ClassificationInterpretation: the target of item 3 is 3, not a class index in [0, 3)");
 #if FASTCPP_HAS_OPENCV
     const auto cm = temp_path("cm.png"), tl = temp_path("tl.png");
     interp.plot_confusion_matrix(cm);

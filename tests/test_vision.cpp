@@ -829,6 +829,10 @@ TEST_SUITE("vision") {
     CHECK(torch::equal(decoded.select(3, 0), images.squeeze(1)));
     CHECK(torch::equal(decoded.select(3, 2), images.squeeze(1)));  // grey: R = G = B
     CHECK(torch::equal(vision::decode_images(IntToFloat()(images), {IntToFloat()}).select(3, 1), images.squeeze(1)));
+    // Two channels (a picture has one or three): the first, in grey, a [N, H, W, 3] to draw.
+    const auto two = vision::decode_images(torch::cat({images, 255 - images}, 1), {});
+    CHECK((two.sizes() == torch::IntArrayRef{12, 8, 8, 3}));
+    CHECK(torch::equal(two.select(3, 2), images.squeeze(1)));
 
     const auto dir = temp_dir("show");
     auto data = std::make_shared<TensorDataset>(images, torch::randint(0, 3, {12}, gen, torch::kLong));

@@ -21,7 +21,18 @@ ClassificationInterpretation::ClassificationInterpretation(DataLoader dl, std::v
     throw Error("ClassificationInterpretation: expected one class an item, got targets " +
                 c10::str(preds_.targets.sizes()) + " (several classes an item have no confusion matrix)");
   preds_.preds = preds_.preds.to(torch::kCPU, torch::kFloat);
-  preds_.targets = preds_.targets.to(torch::kCPU, torch::kLong);
+  const int64_t n = preds_.preds.size(1);
+  const auto targets = preds_.targets.to(torch::kCPU);
+  if (!c10::isIntegralType(targets.scalar_type(), /*includeBool=*/false))
+    throw Error("ClassificationInterpretation: targets must be class indices, got " +
+                std::string(c10::toString(targets.scalar_type())) + " ones (a regression or single-logit target has "
+                "no confusion matrix)");
+  if (const auto outside = targets.lt(0).logical_or(targets.ge(n)).nonzero(); outside.size(0) > 0) {
+    const auto item = outside[0][0].item<int64_t>();
+    throw Error("ClassificationInterpretation: the target of item " + std::to_string(item) + " is " +
+                std::to_string(targets[item].item<int64_t>()) + ", not a class index in [0, " + std::to_string(n) + ")");
+  }
+  preds_.targets = targets.to(torch::kLong);
   preds_.losses = preds_.losses.defined() ? preds_.losses.to(torch::kCPU, torch::kFloat) : torch::Tensor();
   decoded_ = preds_.preds.argmax(1);
   if (vocab_.empty())

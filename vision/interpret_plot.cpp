@@ -23,7 +23,10 @@ cv::Mat to_picture(torch::Tensor x, int size) {
     x = x.to(torch::kFloat);
     x = ((x - x.min()) / (x.max() - x.min()).clamp_min(1e-12) * 255).round().to(torch::kByte);
   }
-  x = (x.size(0) == 1 ? x.expand({3, x.size(1), x.size(2)}) : x.narrow(0, 0, 3).flip(0)).permute({1, 2, 0}).contiguous();
+  // Three channels or more: the first three (as BGR); fewer: the first, in grey.
+  x = (x.size(0) < 3 ? x.narrow(0, 0, 1).expand({3, x.size(1), x.size(2)}) : x.narrow(0, 0, 3).flip(0))
+          .permute({1, 2, 0})
+          .contiguous();
   cv::Mat image(static_cast<int>(x.size(0)), static_cast<int>(x.size(1)), CV_8UC3, x.data_ptr());
   cv::Mat resized;
   const int interpolation = image.rows < size ? cv::INTER_NEAREST : cv::INTER_AREA;

@@ -88,13 +88,13 @@ std::string Predictor::label(int64_t index) const {
 }
 
 Prediction Predictor::decode(const torch::Tensor& probs, std::string path) const {
-  if (probs.dim() >= 3)  // a class per pixel: [classes, H, W]
-    return {std::move(path), "", 0, probs, probs.argmax(0)};
-  if (probs.dim() == 2) {  // a detector's [anchors, 12 + logits]
+  if (is_detection_spec(exported_.spec)) {  // [anchors, 12 + logits]
     auto found = detections(probs.unsqueeze(0), postprocess_).front();
     const auto best = found.labels.numel() ? found.labels[0].item<int64_t>() : -1;
     return {std::move(path), best < 0 ? "" : label(best), best, probs, {}, std::move(found)};
   }
+  if (probs.dim() >= 3)  // a class per pixel: [classes, H, W]
+    return {std::move(path), "", 0, probs, probs.argmax(0)};
   const auto index = probs.flatten().argmax().item<int64_t>();
   if (exported_.activation == "sigmoid") {  // several classes an item: every one above 0.5
     std::string labels;

@@ -24,7 +24,8 @@ class EvalMode {
 }  // namespace
 
 SegmentationInterpretation SegmentationInterpretation::from_learner(Learner& learn, DataLoader* dl) {
-  DataLoader loader = dl ? dl->in_order().value_or(*dl) : learn.dls.valid;  // each item once, as fastai's
+  const DataLoader& source = dl ? *dl : learn.dls.valid;
+  DataLoader loader = source.in_order().value_or(source);  // each item once, as fastai's
   const auto items = loader.order(loader.epoch());  // iterating moves the loader to its next epoch
   torch::NoGradGuard no_grad;
   EvalMode eval(learn.model.module());
@@ -33,6 +34,7 @@ SegmentationInterpretation SegmentationInterpretation::from_learner(Learner& lea
     const auto pred = learn.model(batch.x.to(learn.device));
     losses.push_back(learn.loss_func.per_item(pred, batch.y.to(learn.device)).to(torch::kCPU, torch::kFloat));
   }
+  learn.loss_func.finish_checks();  // targets checked on the device: an out-of-range one is an error here
   if (losses.empty()) throw Error("SegmentationInterpretation: the loader has no items");
   return {learn, loader, torch::cat(losses), items};
 }

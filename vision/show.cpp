@@ -34,7 +34,8 @@ torch::Tensor decode_images(torch::Tensor x, const std::vector<BatchTransform>& 
       }
     x = (x * 255).round().clamp(0, 255).to(torch::kByte);
   }
-  x = x.size(1) == 1 ? x.expand({x.size(0), 3, x.size(2), x.size(3)}) : x.narrow(1, 0, std::min<int64_t>(3, x.size(1)));
+  // Three channels or more: the first three; fewer: the first, in grey.
+  x = x.size(1) < 3 ? x.narrow(1, 0, 1).expand({x.size(0), 3, x.size(2), x.size(3)}) : x.narrow(1, 0, 3);
   return x.permute({0, 2, 3, 1}).contiguous();
 }
 

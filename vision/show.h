@@ -36,7 +36,7 @@ struct ShowOptions {
 
 // A batch of images back as uint8 [N, H, W, 3] RGB: the batch transforms undone in
 // reverse order (Normalize: x * std + mean; IntToFloat: x * 255), any memory layout;
-// one channel becomes grey RGB.
+// three channels or more show their first three; fewer, their first as grey RGB.
 torch::Tensor decode_images(torch::Tensor x, const std::vector<BatchTransform>& batch_tfms);
 
 // The first batch of the training loader, with the labels named by dls.vocab.
