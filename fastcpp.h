@@ -40,6 +40,8 @@
 #include "learner/loss.h"
 #include "optim/lrs.h"
 #include "learner/metrics.h"
+#include "learner/classification_metrics.h"
+#include "learner/regression_metrics.h"
 #include "learner/model.h"
 #include "optim/optimizers.h"
 #include "learner/recorder.h"

@@ -134,6 +134,22 @@ torch::Tensor gather_padded(Communicator& comm, const torch::Tensor& tensor) {
                                                                 most.data_ptr<int64_t>() + most.numel()), -1));
 }
 
+// Each rank's predictions, stacked: [world, ...]. The ranks' must have one shape (a gather
+// of unequal ones would read past the smaller): an Error on every rank otherwise.
+torch::Tensor gather_same_shape(Communicator& comm, const torch::Tensor& pred) {
+  const auto sizes = comm.all_gather(torch::tensor(pred.sizes().vec(), torch::kLong).to(pred.device())).cpu();
+  const auto shape_of = [&](int64_t r) {
+    const auto row = sizes[r].contiguous();
+    return c10::str(c10::IntArrayRef(row.data_ptr<int64_t>(), static_cast<size_t>(row.numel())));
+  };
+  for (int64_t r = 1; r < sizes.size(0); ++r)
+    if (!torch::equal(sizes[r], sizes[0]))
+      throw Error("to_distributed: the ranks' validation predictions differ in shape (" + shape_of(0) + " on rank 0, " +
+                  shape_of(r) + " on rank " + std::to_string(r) + "); give the validation items one size (a Resize) "
+                  "to gather them");
+  return comm.all_gather(pred);
+}
+
 }  // namespace
 
 void DistributedTrainer::gather_validation_batch() {
@@ -142,7 +158,7 @@ void DistributedTrainer::gather_validation_batch() {
   const int64_t per_rank = static_cast<int64_t>(sampler.size());
   const int64_t n = static_cast<int64_t>(l.dls.valid.own_sampler()->size());  // the epoch before padding
   const int64_t first = static_cast<int64_t>(l.iter) * l.dls.valid.bs();
-  const auto preds = comm_->all_gather(l.pred.detach()), targets = gather_padded(*comm_, l.yb);
+  const auto preds = gather_same_shape(*comm_, l.pred.detach()), targets = gather_padded(*comm_, l.yb);
   std::vector<torch::Tensor> kept_preds, kept_targets;
   for (int r = 0; r < env_.world_size; ++r) {
     // Rank r's batch holds padded positions r*per_rank + first + j; positions >= n are padding.

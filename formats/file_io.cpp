@@ -1,11 +1,13 @@
 #include "formats/file_io.h"
 
 #include <fcntl.h>
+#include <signal.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
 #include <atomic>
 #include <cerrno>
+#include <chrono>
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
@@ -15,17 +17,55 @@
 namespace fastcpp {
 namespace {
 
+// This host's name, which the temporary files carry: their process ids mean something only here.
+std::string host_name() {
+  char name[256] = {};
+  if (::gethostname(name, sizeof name - 1) != 0) return "host";
+  return name;
+}
+
+// The prefix of the temporary files of `path` that `host`'s process `pid` writes.
+std::string temporary_prefix(const std::string& path, const std::string& host, const std::string& pid) {
+  return path + ".tmp." + host + "." + pid + ".";
+}
+
 // A new file beside `path`, made with O_EXCL: no other writer (another thread, process or
 // host sharing the folder) and no file already there can be taken for it. -1 and errno
 // when none can be made.
 int create_temporary(const std::string& path, std::string& temp) {
   static std::atomic<uint64_t> made{0};
+  static const std::string host = host_name();
   for (int attempt = 0; attempt < 100; ++attempt) {
-    temp = path + ".tmp." + std::to_string(::getpid()) + "." + std::to_string(made++);
+    temp = temporary_prefix(path, host, std::to_string(::getpid())) + std::to_string(made++);
     const int fd = ::open(temp.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
     if (fd >= 0 || errno != EEXIST) return fd;
   }
   return -1;  // errno: EEXIST
+}
+
+// Removes what writes of `path` that never finished left (a process killed mid-write, as a
+// preempted job's): a temporary file of a process of this host that has ended, or of any
+// host, untouched for a day. Best effort: a file another process removes first is fine.
+void remove_stale_temporaries(const std::filesystem::path& target) try {
+  namespace fs = std::filesystem;
+  const auto host = host_name(), name = target.filename().string() + ".tmp.";
+  const auto folder = target.has_parent_path() ? target.parent_path() : fs::path(".");
+  for (const auto& entry : fs::directory_iterator(folder)) {
+    const auto file = entry.path().filename().string();
+    if (file.rfind(name, 0) != 0) continue;
+    // <name><host>.<pid>.<n>: the host may hold dots, the pid and count do not.
+    const auto count_dot = file.rfind('.'), pid_dot = file.rfind('.', count_dot - 1);
+    if (pid_dot == std::string::npos || pid_dot < name.size()) continue;
+    const auto pid = file.substr(pid_dot + 1, count_dot - pid_dot - 1);
+    if (pid.empty() || pid.find_first_not_of("0123456789") != std::string::npos) continue;
+    const bool ours = file.substr(name.size(), pid_dot - name.size()) == host;
+    const bool ended = ours && ::kill(static_cast<pid_t>(std::stoll(pid)), 0) != 0 && errno == ESRCH;
+    std::error_code error;
+    const auto touched = fs::last_write_time(entry.path(), error);
+    const bool abandoned = !error && fs::file_time_type::clock::now() - touched > std::chrono::hours(24);
+    if (ended || abandoned) fs::remove(entry.path(), error);
+  }
+} catch (const std::exception&) {  // a folder that cannot be listed: the write itself succeeded
 }
 
 }  // namespace
@@ -61,6 +101,7 @@ void write_atomically(const std::string& path, const std::vector<char>& bytes, c
     ::unlink(temp.c_str());
     fail(std::strerror(error));
   }
+  remove_stale_temporaries(target);
   // The rename itself reaches the disk with its folder's entry.
   if (const int dir = ::open(folder.c_str(), O_RDONLY | O_DIRECTORY); dir >= 0) {
     ::fsync(dir);  // best effort: some file systems cannot sync a folder

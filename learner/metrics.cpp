@@ -12,11 +12,23 @@ void AvgMetric::reset() {
   count_ = 0;
 }
 
+namespace {
+
+// A metric's function gives one number.
+void check_one_number(const std::string& metric, const torch::Tensor& value, const char* over) {
+  if (value.numel() != 1)
+    throw Error("metric '" + metric + "' gave a tensor of " + c10::str(value.sizes()) + " for " + over +
+                ", not one number");
+}
+
+}  // namespace
+
 void AvgMetric::accumulate(const Learner& learn) {
   const int64_t bs = learn.yb.size(0);
   const auto batch_value = fn_(learn.pred, learn.yb).detach();
+  check_one_number(name_, batch_value, "a batch");
   if (!total_.defined()) total_ = torch::zeros({}, batch_value.options().dtype(torch::kDouble));
-  total_.add_(batch_value, static_cast<double>(bs));  // one operator a batch, summed in double
+  total_.add_(batch_value.reshape({}), static_cast<double>(bs));  // one operator a batch, summed in double
   count_ += bs;
 }
 
@@ -31,28 +43,26 @@ void AccumMetric::reset() {
 }
 
 void AccumMetric::accumulate(const Learner& learn) {
+  // On the CPU, as fastai's: a validation set of masks or boxes would fill the GPU.
   auto pred = learn.pred.detach();
-  preds_.push_back(activation_ ? learn.loss_func.activation(pred) : pred);
-  targets_.push_back(learn.yb.detach());
+  preds_.push_back((activation_ ? learn.loss_func.activation(pred) : pred).to(torch::kCPU));
+  targets_.push_back(learn.yb.detach().to(torch::kCPU));
 }
 
 double AccumMetric::value() const {
   if (preds_.empty()) return std::nan("");
-  return fn_(torch::cat(preds_), torch::cat(targets_)).item<double>();
+  const auto value = fn_(torch::cat(preds_), torch::cat(targets_));
+  check_one_number(name_, value, "the set");
+  return value.item<double>();
 }
 
 namespace metrics {
 
-namespace {
-
-// One target per row of scores, as fastai's flatten_check (a [N, 1] target would broadcast).
 void check_one_target_per_row(const char* metric, const torch::Tensor& pred, const torch::Tensor& target) {
   if (pred.dim() == 0 || target.numel() * pred.size(-1) != pred.numel())
     throw Error(std::string(metric) + ": predictions " + c10::str(pred.sizes()) + " and targets " +
                 c10::str(target.sizes()) + " differ in their number of items (one class index an item)");
 }
-
-}  // namespace
 
 torch::Tensor accuracy_fn(const torch::Tensor& pred, const torch::Tensor& target) {
   check_one_target_per_row("accuracy", pred, target);
@@ -94,6 +104,34 @@ MetricPtr top_k_accuracy(int64_t k) {
 }
 
 MetricPtr from_fn(std::string name, MetricFn fn) { return std::make_shared<AvgMetric>(std::move(name), std::move(fn)); }
+
+namespace {
+
+class Perplexity : public Metric {
+ public:
+  std::string name() const override { return "perplexity"; }
+  void reset() override {
+    total_ = torch::Tensor();
+    count_ = 0;
+  }
+  void accumulate(const Learner& learn) override {  // summed on the device: no sync a batch
+    const int64_t bs = learn.yb.size(0);
+    const auto loss = learn.loss.detach().to(torch::kDouble).mean();
+    total_ = total_.defined() ? total_ + loss * static_cast<double>(bs) : loss * static_cast<double>(bs);
+    count_ += bs;
+  }
+  double value() const override {
+    return count_ ? std::exp(total_.item<double>() / static_cast<double>(count_)) : std::nan("");
+  }
+
+ private:
+  torch::Tensor total_;
+  int64_t count_ = 0;
+};
+
+}  // namespace
+
+MetricPtr perplexity() { return std::make_shared<Perplexity>(); }
 
 }  // namespace metrics
 }  // namespace fastcpp

@@ -5,6 +5,8 @@
 //   AccumMetric  keeps every prediction and target, computes once at the end (for
 //                metrics that do not decompose over batches).
 // A user metric is a function (metrics::from_fn) or a class deriving from Metric.
+// More: learner/classification_metrics.h (F1, precision, recall, ROC AUC, MCC),
+// learner/regression_metrics.h (mse, rmse, mae, r2), vision/segmentation.h (Dice, IoU).
 #include <torch/types.h>
 
 #include <functional>
@@ -74,6 +76,13 @@ MetricPtr accuracy_multi(double thresh = 0.5, bool sigmoid = true);
 MetricPtr top_k_accuracy(int64_t k = 5);
 // A user-defined per-batch function, averaged over the set.
 MetricPtr from_fn(std::string name, MetricFn fn);
+// exp of the mean validation loss, batches weighted by their size (fastai's Perplexity,
+// for language models).
+MetricPtr perplexity();
+
+// One target per row of scores, as fastai's flatten_check (a [N, 1] target would
+// broadcast): an Error naming `metric` otherwise.
+void check_one_target_per_row(const char* metric, const torch::Tensor& pred, const torch::Tensor& target);
 
 }  // namespace metrics
 }  // namespace fastcpp

@@ -211,6 +211,86 @@ TEST_SUITE("fastai") {
                          Error);
   }
 
+  TEST_CASE("fastai's scikit-learn and regression metrics: the same values over the same two batches") {
+    const auto fx = fixture("metrics.txt");
+    Learner learn(synthetic_dls(), tiny_model(), CrossEntropyLoss(), {}, quiet());
+    auto measured = [&](const MetricPtr& metric, const std::string& data) {
+      const auto n = static_cast<int64_t>(fx.at(data + ".target").size());
+      const bool regression = data == "regression";
+      const auto pred = torch::tensor(fx.at(data + ".pred"), torch::kDouble).to(torch::kFloat).view({n, -1});
+      const auto target = torch::tensor(fx.at(data + ".target"), torch::kDouble).to(regression ? torch::kFloat : torch::kLong);
+      const auto first = static_cast<int64_t>(fx.at(data + ".first")[0]);
+      metric->reset();
+      for (const auto& [from, to] : {std::pair{int64_t{0}, first}, std::pair{first, n}}) {
+        learn.pred = regression ? pred.flatten().slice(0, from, to) : pred.slice(0, from, to);
+        learn.yb = target.slice(0, from, to);
+        metric->accumulate(learn);
+      }
+      return metric->value();
+    };
+    using metrics::Average;
+    const std::vector<std::tuple<std::string, std::string, MetricPtr>> cases{
+        {"multi", "f1_macro", metrics::f1_score({.average = Average::macro})},
+        {"multi", "f1_micro", metrics::f1_score({.average = Average::micro})},
+        {"multi", "f1_weighted", metrics::f1_score({.average = Average::weighted})},
+        {"multi", "precision_macro", metrics::precision({.average = Average::macro})},
+        {"multi", "recall_weighted", metrics::recall({.average = Average::weighted})},
+        {"multi", "fbeta2_macro", metrics::fbeta(2, {.average = Average::macro})},
+        {"multi", "mcc", metrics::matthews_corrcoef()},
+        {"multi", "balanced", metrics::balanced_accuracy()},
+        {"multi", "roc_auc", metrics::roc_auc()},
+        // Class 3 predicted, never a target: among the classes averaged over, not in balanced accuracy.
+        {"absent", "f1_macro", metrics::f1_score({.average = Average::macro})},
+        {"absent", "precision_weighted", metrics::precision({.average = Average::weighted})},
+        {"absent", "recall_macro", metrics::recall({.average = Average::macro})},
+        {"absent", "balanced", metrics::balanced_accuracy()},
+        {"absent", "mcc", metrics::matthews_corrcoef()},
+        {"binary", "f1", metrics::f1_score()},
+        {"binary", "precision", metrics::precision()},
+        {"binary", "recall", metrics::recall()},
+        {"binary", "fbeta_half", metrics::fbeta(0.5)},
+        {"binary", "f1_pos0", metrics::f1_score({.pos_label = 0})},
+        {"binary", "mcc", metrics::matthews_corrcoef()},
+        {"binary", "roc_auc", metrics::roc_auc_binary()},  // tied scores count a half
+        {"regression", "mse", metrics::mse()},
+        {"regression", "rmse", metrics::rmse()},
+        {"regression", "mae", metrics::mae()},
+        {"regression", "msle", metrics::msle()},
+        {"regression", "exp_rmspe", metrics::exp_rmspe()},
+        {"regression", "r2", metrics::r2_score()},
+    };
+    for (const auto& [data, name, metric] : cases) {
+      CAPTURE(data);
+      CAPTURE(name);
+      CHECK(measured(metric, data) == doctest::Approx(fx.at(data + "." + name)[0]).epsilon(1e-6));
+    }
+    const auto perplexity = metrics::perplexity();
+    perplexity->reset();
+    for (const auto& [loss, bs] : {std::pair{1.3, int64_t{9}}, std::pair{0.7, int64_t{12}}}) {
+      learn.loss = torch::tensor(loss);
+      learn.yb = torch::zeros({bs});
+      perplexity->accumulate(learn);
+    }
+    CHECK(perplexity->value() == doctest::Approx(fx.at("perplexity")[0]).epsilon(1e-6));
+
+    CHECK(error_of([&] { measured(metrics::f1_score(), "multi"); }) ==
+          "f1_score: average binary scores two classes, the targets and predictions hold 4 (0, 1, 2, 3); use macro, "
+          "micro or weighted");
+    CHECK(error_of([&] { measured(metrics::precision({.pos_label = 2}), "binary"); }) ==
+          "precision_score: pos_label 2 is not one of the classes 0, 1");
+    CHECK(error_of([&] { measured(metrics::roc_auc(), "absent"); }) ==
+          "roc_auc_score: one class against the rest needs each of the 4 classes among the targets, which hold 3");
+    CHECK(error_of([&] { metrics::binary_roc_auc(torch::rand({3}), torch::zeros({3}, torch::kLong)); }) ==
+          "roc_auc_score: only one class is present in the targets, and the area under the ROC curve needs both");
+    learn.pred = torch::zeros({6, 4});
+    learn.yb = torch::zeros({12});
+    CHECK(error_of([&] { metrics::mse()->accumulate(learn); }) ==
+          "mse: predictions [6, 4] and targets [12] hold different numbers of values");
+    const auto per_item = metrics::from_fn("per_item", [](const torch::Tensor& pred, const torch::Tensor&) { return pred; });
+    CHECK(error_of([&] { per_item->accumulate(learn); }) ==
+          "metric 'per_item' gave a tensor of [6, 4] for a batch, not one number");
+  }
+
   TEST_CASE("Learner::load of what fastai's learn.save wrote: the model's weights, and a line saying so") {
     Learner learn(synthetic_dls(8, 4, 4), tiny_model(), CrossEntropyLoss(), {}, quiet());
     std::vector<std::string> said;

@@ -9,6 +9,8 @@
 
 #include <caffe2/serialize/inline_container.h>
 #include <sys/resource.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
 #include <cstring>
 #include <set>
@@ -307,6 +309,37 @@ TEST_SUITE("learner") {
     const std::vector<char> expected{std::istreambuf_iterator<char>(cmdline), std::istreambuf_iterator<char>()};
     CHECK(!expected.empty());
     CHECK(read_file("/proc/self/cmdline") == expected);
+  }
+
+  TEST_CASE("a save removes what killed writes of the file left: an ended process's temporary, or a day-old one") {
+    namespace fs = std::filesystem;
+    const auto folder = temp_path("stale_temporaries");
+    fs::remove_all(folder);
+    fs::create_directories(folder);
+    char host[256] = {};
+    REQUIRE(::gethostname(host, sizeof host - 1) == 0);
+    const pid_t child = ::fork();  // a process id that has ended
+    if (child == 0) ::_exit(0);
+    REQUIRE(::waitpid(child, nullptr, 0) == child);
+    const auto path = folder + "/model.pt";
+    const auto temporary = [&](const std::string& host_name, pid_t pid) {
+      const auto name = path + ".tmp." + host_name + "." + std::to_string(pid) + ".0";
+      std::ofstream(name) << "half a checkpoint";
+      return name;
+    };
+    const auto ended = temporary(host, child), elsewhere = temporary("other.host", child),
+               running = temporary(host, ::getpid()), old = temporary("other.host", 1);
+    fs::last_write_time(old, fs::file_time_type::clock::now() - std::chrono::hours(25));
+    const auto other_file = folder + "/other.pt.tmp." + host + "." + std::to_string(child) + ".0";
+    std::ofstream(other_file) << "another file's";
+    Learner learn(synthetic_dls(), tiny_model(), CrossEntropyLoss(), {}, quiet());
+    learn.save(path);
+    CHECK_FALSE(fs::exists(ended));
+    CHECK_FALSE(fs::exists(old));
+    CHECK(fs::exists(elsewhere));  // another host's process may still be writing
+    CHECK(fs::exists(running));
+    CHECK(fs::exists(other_file));
+    fs::remove_all(folder);
   }
 
   TEST_CASE("save -> load gives identical predictions and optimizer state") {

@@ -103,7 +103,8 @@ inline std::vector<std::string> run_two_ranks(const std::string& mode, int port_
 }
 
 // dist_worker's 2 ranks x batch 4 end with the weights and validation metrics of 1 process
-// x batch 8 (both with `extra_env`: a device, a backend). Returns the single process's
+// x batch 8 (both with `extra_env`: a device, a backend), those of the last epoch of the
+// fit too (each rank's validation batches gathered). Returns the single process's
 // validation metric.
 inline double check_two_ranks_equal_one_process(int port_offset, const std::vector<std::string>& extra_env = {},
                                                 double rtol = 1e-5, double atol = 1e-6) {
@@ -117,6 +118,15 @@ inline double check_two_ranks_equal_one_process(int port_offset, const std::vect
     const auto valid = read_result(out).get(1).toDoubleList(), expected = single.get(1).toDoubleList();
     CHECK(valid.get(0) == doctest::Approx(expected.get(0)).epsilon(rtol));
     CHECK(valid.get(1) == doctest::Approx(expected.get(1)).epsilon(1e-9));
+    // The last epoch's row: train_loss, valid_loss, the metric.
+    const auto row = read_result(out).get(5).toDoubleList(), expected_row = single.get(5).toDoubleList();
+    REQUIRE(row.size() == 3);
+    REQUIRE(expected_row.size() == 3);
+    CHECK(row.get(0) == doctest::Approx(expected_row.get(0)).epsilon(rtol));
+    CHECK(row.get(1) == doctest::Approx(expected_row.get(1)).epsilon(rtol));
+    // The same items, batched otherwise: each batch's float mean rounds otherwise.
+    CHECK(row.get(2) == doctest::Approx(expected_row.get(2)).epsilon(1e-6));
+    CHECK(row.get(1) == doctest::Approx(valid.get(0)).epsilon(rtol));  // the fit's last validation is validate()'s
   }
   check_same_params(outs[0], outs[1], rtol, atol);
   for (const auto& out : outs) std::filesystem::remove(out);
