@@ -11,6 +11,7 @@
 #include "core/error.h"
 #include "data/random.h"
 #include "formats/file_io.h"
+#include "formats/torch_file.h"
 #include "learner/checkpoint.h"
 #include "learner/learner.h"
 #include "learner/recorder.h"
@@ -56,8 +57,8 @@ void ResumeFromCheckpoint::before_fit() {
   ++fit_;
   const auto source = "checkpoint '" + path_ + "'";
   const bool saved = std::filesystem::exists(path_);
-  const auto bytes = saved ? read_file(path_) : std::vector<char>{};
-  const auto extras = saved ? checkpoint::extras_of(bytes, source) : checkpoint::Extras{};
+  const auto file = saved ? unpickle(read_file(path_), source, "a checkpoint") : c10::IValue();
+  const auto extras = saved ? checkpoint::extras_of(file, source) : checkpoint::Extras{};
   const auto integer = [&](const std::string& key, int64_t fallback) {
     if (!extras.count(key)) return fallback;
     if (!extras.at(key).isInt()) throw Error("cannot read " + source + ": its extra '" + key + "' is not an integer");
@@ -73,7 +74,7 @@ void ResumeFromCheckpoint::before_fit() {
     seeded_ = true;
     return;
   }
-  if (extras.count("seed")) seed_ = static_cast<uint64_t>(integer("seed", 0));
+  seed_ = static_cast<uint64_t>(integer("seed", static_cast<int64_t>(seed_)));
   seeded_ = true;
   if (saved_fit > fit_) {
     skipped_ = true;
@@ -81,7 +82,7 @@ void ResumeFromCheckpoint::before_fit() {
     l.logger("skipping fit " + std::to_string(fit_) + ": '" + path_ + "' holds fit " + std::to_string(saved_fit));
     return;
   }
-  checkpoint::decode_into(l, bytes, /*with_opt=*/true, source);
+  checkpoint::decode_into(l, file, /*with_opt=*/true, source);
   // After the Recorder's and the trackers' before_fit (orders 50 to 63) reset what this sets.
   for (const auto& part : kept_states(l)) {
     std::map<std::string, double> state;

@@ -1,7 +1,7 @@
 #include "formats/file_io.h"
 
 #include <fcntl.h>
-#include <signal.h>
+#include <sys/file.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -17,55 +17,41 @@
 namespace fastcpp {
 namespace {
 
-// This host's name, which the temporary files carry: their process ids mean something only here.
-std::string host_name() {
-  char name[256] = {};
-  if (::gethostname(name, sizeof name - 1) != 0) return "host";
-  return name;
-}
-
-// The prefix of the temporary files of `path` that `host`'s process `pid` writes.
-std::string temporary_prefix(const std::string& path, const std::string& host, const std::string& pid) {
-  return path + ".tmp." + host + "." + pid + ".";
-}
-
 // A new file beside `path`, made with O_EXCL: no other writer (another thread, process or
-// host sharing the folder) and no file already there can be taken for it. -1 and errno
-// when none can be made.
+// host sharing the folder) and no file already there can be taken for it. Locked while
+// it is written: the lock goes with the process, however it ends. -1 and errno when none
+// can be made.
 int create_temporary(const std::string& path, std::string& temp) {
   static std::atomic<uint64_t> made{0};
-  static const std::string host = host_name();
   for (int attempt = 0; attempt < 100; ++attempt) {
-    temp = temporary_prefix(path, host, std::to_string(::getpid())) + std::to_string(made++);
+    temp = path + ".tmp." + std::to_string(::getpid()) + "." + std::to_string(made++);
     const int fd = ::open(temp.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
+    if (fd >= 0) ::flock(fd, LOCK_EX);  // best effort: where locks are not kept, only the age below tells
     if (fd >= 0 || errno != EEXIST) return fd;
   }
   return -1;  // errno: EEXIST
 }
 
 // Removes what writes of `path` that never finished left (a process killed mid-write, as a
-// preempted job's): a temporary file of a process of this host that has ended, or of any
-// host, untouched for a day. Best effort: a file another process removes first is fine.
-void remove_stale_temporaries(const std::filesystem::path& target) try {
+// preempted job's): temporary files nobody holds locked and untouched for an hour (a
+// writer writes on, and a file system that keeps no locks across hosts leaves the age
+// alone to tell). Best effort: a file another process removes first is fine.
+void remove_stale_temporaries(const std::filesystem::path& target) {
   namespace fs = std::filesystem;
-  const auto host = host_name(), name = target.filename().string() + ".tmp.";
+  const auto prefix = target.filename().string() + ".tmp.";
   const auto folder = target.has_parent_path() ? target.parent_path() : fs::path(".");
-  for (const auto& entry : fs::directory_iterator(folder)) {
-    const auto file = entry.path().filename().string();
-    if (file.rfind(name, 0) != 0) continue;
-    // <name><host>.<pid>.<n>: the host may hold dots, the pid and count do not.
-    const auto count_dot = file.rfind('.'), pid_dot = file.rfind('.', count_dot - 1);
-    if (pid_dot == std::string::npos || pid_dot < name.size()) continue;
-    const auto pid = file.substr(pid_dot + 1, count_dot - pid_dot - 1);
-    if (pid.empty() || pid.find_first_not_of("0123456789") != std::string::npos) continue;
-    const bool ours = file.substr(name.size(), pid_dot - name.size()) == host;
-    const bool ended = ours && ::kill(static_cast<pid_t>(std::stoll(pid)), 0) != 0 && errno == ESRCH;
-    std::error_code error;
-    const auto touched = fs::last_write_time(entry.path(), error);
-    const bool abandoned = !error && fs::file_time_type::clock::now() - touched > std::chrono::hours(24);
-    if (ended || abandoned) fs::remove(entry.path(), error);
+  std::error_code error;
+  for (auto it = fs::directory_iterator(folder, error); !error && it != fs::directory_iterator(); it.increment(error)) {
+    const auto& file = it->path();
+    if (file.filename().string().rfind(prefix, 0) != 0) continue;
+    std::error_code age_error;
+    const auto touched = fs::last_write_time(file, age_error);
+    if (age_error || fs::file_time_type::clock::now() - touched < std::chrono::hours(1)) continue;
+    const int fd = ::open(file.c_str(), O_RDONLY | O_CLOEXEC);
+    if (fd < 0) continue;
+    if (::flock(fd, LOCK_EX | LOCK_NB) == 0) ::unlink(file.c_str());  // no writer holds it
+    ::close(fd);
   }
-} catch (const std::exception&) {  // a folder that cannot be listed: the write itself succeeded
 }
 
 }  // namespace

@@ -9,7 +9,7 @@ namespace fastcpp {
 
 // "cannot write <what> 'path': ..." when it cannot be written; the temporary file goes.
 // Temporary files of earlier writes of `path` that never finished (a process killed
-// mid-write) go too: those of ended processes of this host, and any untouched for a day.
+// mid-write) go too: those no process holds locked, untouched for an hour.
 void write_atomically(const std::string& path, const std::vector<char>& bytes, const std::string& what = "checkpoint");
 // "<what> 'path' not found or unreadable" when it cannot be opened; "... is a directory",
 // "... cannot be read: <reason>" for a read that fails (never taken for the file's end).

@@ -42,7 +42,6 @@ std::vector<char> encode(const Learner& learn, bool with_opt, const Extras& extr
 namespace {
 
 c10::impl::GenericDict checkpoint_root(const c10::IValue& file, const std::string& source) {
-  if (!file.isGenericDict()) throw Error("cannot read " + source + ": not a fastcpp checkpoint");
   if (!is_checkpoint(file))
     throw Error("cannot read " + source + ": not a fastcpp checkpoint (no '" + kFormat + "' marker)");
   return file.toGenericDict();
@@ -57,8 +56,8 @@ bool is_checkpoint(const c10::IValue& file) {
   return format != root.end() && format->value().isString() && format->value().toStringRef() == kFormat;
 }
 
-Extras extras_of(const std::vector<char>& bytes, const std::string& source) {
-  const auto root = checkpoint_root(unpickle(bytes, source, "a checkpoint"), source);
+Extras extras_of(const c10::IValue& file, const std::string& source) {
+  const auto root = checkpoint_root(file, source);
   Extras extras;
   if (root.find(c10::IValue(std::string("extras"))) == root.end()) return extras;
   for (const auto& entry : typed_entry(root, "extras", &c10::IValue::isGenericDict, source).toGenericDict()) {

@@ -30,7 +30,8 @@ bool decode_into(Learner& learn, const std::vector<char>& bytes, bool with_opt, 
 bool decode_into(Learner& learn, const c10::IValue& file, bool with_opt, const std::string& source);
 // Whether a file's unpickled value is a fastcpp checkpoint (it holds the format marker).
 bool is_checkpoint(const c10::IValue& file);
-Extras extras_of(const std::vector<char>& bytes, const std::string& source);
+// From the file's unpickled value (formats/torch_file.h's unpickle).
+Extras extras_of(const c10::IValue& file, const std::string& source);
 
 
 }  // namespace checkpoint

@@ -59,6 +59,8 @@ double AccumMetric::value() const {
 namespace metrics {
 
 void check_one_target_per_row(const char* metric, const torch::Tensor& pred, const torch::Tensor& target) {
+  if (pred.dim() > 0 && pred.size(-1) == 0)
+    throw Error(std::string(metric) + ": predictions " + c10::str(pred.sizes()) + " score no class");
   if (pred.dim() == 0 || target.numel() * pred.size(-1) != pred.numel())
     throw Error(std::string(metric) + ": predictions " + c10::str(pred.sizes()) + " and targets " +
                 c10::str(target.sizes()) + " differ in their number of items (one class index an item)");

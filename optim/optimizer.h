@@ -49,8 +49,9 @@ class Optimizer {
   explicit Optimizer(std::vector<ParamGroup> groups);
   virtual ~Optimizer() = default;
 
-  // The class's name ("Adam"), for messages.
-  std::string name() const;
+  // The class's name ("Adam"; a wrapper's names what it wraps: "Lookahead<RAdam>"), for
+  // messages and to tell optimizer states apart.
+  virtual std::string name() const;
 
   // One update of every param that has a gradient, without autograd recording.
   void step();

@@ -106,6 +106,7 @@ class Lookahead : public Optimizer {
  public:
   // Takes over `inner`'s groups (with the hyper-parameters its factory set).
   Lookahead(std::unique_ptr<Optimizer> inner, int k, double alpha);
+  std::string name() const override { return "Lookahead<" + inner_->name() + ">"; }
 
  protected:
   void update(torch::Tensor& param, const torch::Tensor& grad, ParamState& state, const Hypers& hypers,

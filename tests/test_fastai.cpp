@@ -264,6 +264,8 @@ TEST_SUITE("fastai") {
       CAPTURE(name);
       CHECK(measured(metric, data) == doctest::Approx(fx.at(data + "." + name)[0]).epsilon(1e-6));
     }
+    REQUIRE(torch::tensor(fx.at("absent.pred")).view({-1, 4}).argmax(1).eq(3).any().item<bool>());
+    REQUIRE_FALSE(torch::tensor(fx.at("absent.target")).eq(3).any().item<bool>());
     const auto perplexity = metrics::perplexity();
     perplexity->reset();
     for (const auto& [loss, bs] : {std::pair{1.3, int64_t{9}}, std::pair{0.7, int64_t{12}}}) {
@@ -282,6 +284,18 @@ TEST_SUITE("fastai") {
           "roc_auc_score: one class against the rest needs each of the 4 classes among the targets, which hold 3");
     CHECK(error_of([&] { metrics::binary_roc_auc(torch::rand({3}), torch::zeros({3}, torch::kLong)); }) ==
           "roc_auc_score: only one class is present in the targets, and the area under the ROC curve needs both");
+    const auto two = torch::tensor({0, 1}, torch::kLong);
+    CHECK(error_of([&] { metrics::binary_roc_auc(torch::tensor({0.5, std::nan("")}), two); }) ==
+          "roc_auc_score: the scores hold nan or infinity");  // a diverged model's, which ranks nothing
+    CHECK(error_of([&] { metrics::binary_roc_auc(torch::rand({2}), torch::tensor({-1, 1}, torch::kLong)); }) ==
+          "roc_auc_score: binary targets are 0 or 1, got -1");
+    CHECK(error_of([&] { metrics::fbeta(std::numeric_limits<double>::infinity()); }) ==
+          "fbeta_score: beta must be positive and finite, got inf");
+    CHECK(error_of([&] { metrics::accuracy_fn(torch::zeros({4, 0}), torch::zeros({5})); }) ==
+          "accuracy: predictions [4, 0] score no class");
+    // A stray class index far past the outputs is one more class, not a matrix of its square.
+    CHECK(metrics::precision_value(torch::eye(2), torch::tensor({0, 1000000}, torch::kLong), {.average = Average::macro}) ==
+          doctest::Approx(1.0 / 3));
     learn.pred = torch::zeros({6, 4});
     learn.yb = torch::zeros({12});
     CHECK(error_of([&] { metrics::mse()->accumulate(learn); }) ==

@@ -8,9 +8,9 @@
 #include "operator_count.h"
 
 #include <caffe2/serialize/inline_container.h>
+#include <fcntl.h>
+#include <sys/file.h>
 #include <sys/resource.h>
-#include <sys/wait.h>
-#include <unistd.h>
 
 #include <cstring>
 #include <set>
@@ -311,34 +311,30 @@ TEST_SUITE("learner") {
     CHECK(read_file("/proc/self/cmdline") == expected);
   }
 
-  TEST_CASE("a save removes what killed writes of the file left: an ended process's temporary, or a day-old one") {
+  TEST_CASE("a save removes what killed writes of the file left: temporaries nobody holds locked, an hour old") {
     namespace fs = std::filesystem;
     const auto folder = temp_path("stale_temporaries");
     fs::remove_all(folder);
     fs::create_directories(folder);
-    char host[256] = {};
-    REQUIRE(::gethostname(host, sizeof host - 1) == 0);
-    const pid_t child = ::fork();  // a process id that has ended
-    if (child == 0) ::_exit(0);
-    REQUIRE(::waitpid(child, nullptr, 0) == child);
     const auto path = folder + "/model.pt";
-    const auto temporary = [&](const std::string& host_name, pid_t pid) {
-      const auto name = path + ".tmp." + host_name + "." + std::to_string(pid) + ".0";
-      std::ofstream(name) << "half a checkpoint";
-      return name;
+    const auto temporary = [&](const std::string& name, bool old) {
+      std::ofstream(folder + "/" + name) << "half a checkpoint";
+      if (old) fs::last_write_time(folder + "/" + name, fs::file_time_type::clock::now() - std::chrono::hours(2));
+      return folder + "/" + name;
     };
-    const auto ended = temporary(host, child), elsewhere = temporary("other.host", child),
-               running = temporary(host, ::getpid()), old = temporary("other.host", 1);
-    fs::last_write_time(old, fs::file_time_type::clock::now() - std::chrono::hours(25));
-    const auto other_file = folder + "/other.pt.tmp." + host + "." + std::to_string(child) + ".0";
-    std::ofstream(other_file) << "another file's";
+    const auto killed = temporary("model.pt.tmp.4242.0", true), fresh = temporary("model.pt.tmp.4243.0", false),
+               writing = temporary("model.pt.tmp.4244.0", true), other = temporary("other.pt.tmp.4242.0", true);
+    const int held = ::open(writing.c_str(), O_RDONLY);  // a writer still at it: holds its lock
+    REQUIRE(held >= 0);
+    REQUIRE(::flock(held, LOCK_EX) == 0);
     Learner learn(synthetic_dls(), tiny_model(), CrossEntropyLoss(), {}, quiet());
     learn.save(path);
-    CHECK_FALSE(fs::exists(ended));
-    CHECK_FALSE(fs::exists(old));
-    CHECK(fs::exists(elsewhere));  // another host's process may still be writing
-    CHECK(fs::exists(running));
-    CHECK(fs::exists(other_file));
+    ::close(held);
+    CHECK_FALSE(fs::exists(killed));
+    CHECK(fs::exists(fresh));    // perhaps created a moment ago, not yet locked
+    CHECK(fs::exists(writing));
+    CHECK(fs::exists(other));    // another file's
+    CHECK(fs::exists(path));
     fs::remove_all(folder);
   }
 
@@ -378,6 +374,16 @@ TEST_SUITE("learner") {
     adam.load(path);
     CHECK(said == std::vector<std::string>{"checkpoint '" + path + "' holds no optimizer state (saved with with_opt = "
                                            "false): the optimizer keeps its own"});
+    // A wrapper's state names what it wraps.
+    Learner slow_sgd(synthetic_dls(), tiny_model(4, 3, 1), CrossEntropyLoss(), {}, quiet({.opt_func = lookahead(sgd())}));
+    silence(slow_sgd);
+    slow_sgd.fit(1, 1e-2);
+    slow_sgd.save(path);
+    Learner ranged(synthetic_dls(), tiny_model(4, 3, 2), CrossEntropyLoss(), {}, quiet({.opt_func = ranger()}));
+    ranged.create_opt();
+    CHECK(error_of([&] { ranged.load(path); }) == "cannot read checkpoint '" + path +
+                                                      "' (optimizer state): it is Lookahead<SGD>'s, the learner's "
+                                                      "optimizer is Lookahead<RAdam>");
     std::filesystem::remove(path);
   }
 

@@ -15,18 +15,21 @@ ClassificationInterpretation ClassificationInterpretation::from_learner(Learner&
 
 ClassificationInterpretation::ClassificationInterpretation(DataLoader dl, std::vector<std::string> vocab, Preds preds)
     : dl_(std::move(dl)), vocab_(std::move(vocab)), preds_(std::move(preds)) {
-  if (!preds_.preds.defined() || preds_.preds.dim() != 2)
+  if (!preds_.preds.defined())
     throw Error("ClassificationInterpretation: expected [items, classes] predictions (is the loader empty?)");
   if (preds_.targets.dim() != 1)
     throw Error("ClassificationInterpretation: expected one class an item, got targets " +
                 c10::str(preds_.targets.sizes()) + " (several classes an item have no confusion matrix)");
+  if (!c10::isIntegralType(preds_.targets.scalar_type(), /*includeBool=*/false))
+    throw Error("ClassificationInterpretation: targets must be class indices, got " +
+                std::string(c10::toString(preds_.targets.scalar_type())) + " ones (a regression or single-logit "
+                "target has no confusion matrix)");
+  if (preds_.preds.dim() != 2)
+    throw Error("ClassificationInterpretation: expected [items, classes] predictions, got " +
+                c10::str(preds_.preds.sizes()));
   preds_.preds = preds_.preds.to(torch::kCPU, torch::kFloat);
   const int64_t n = preds_.preds.size(1);
   const auto targets = preds_.targets.to(torch::kCPU);
-  if (!c10::isIntegralType(targets.scalar_type(), /*includeBool=*/false))
-    throw Error("ClassificationInterpretation: targets must be class indices, got " +
-                std::string(c10::toString(targets.scalar_type())) + " ones (a regression or single-logit target has "
-                "no confusion matrix)");
   if (const auto outside = targets.lt(0).logical_or(targets.ge(n)).nonzero(); outside.size(0) > 0) {
     const auto item = outside[0][0].item<int64_t>();
     throw Error("ClassificationInterpretation: the target of item " + std::to_string(item) + " is " +
