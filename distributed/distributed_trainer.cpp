@@ -7,9 +7,9 @@
 #include "callbacks/training.h"
 #include "data/sampler.h"
 #include "distributed/sync_batchnorm.h"
+#include "distributed/validation_gather.h"
 #include "core/device.h"
 #include "core/error.h"
-#include "core/padding.h"
 #include "learner/learner.h"
 #include "optim/param_groups.h"
 
@@ -120,50 +120,6 @@ void DistributedTrainer::after_loss() {
   comm_->all_reduce_sum(loss);
   l.loss = (loss / env_.world_size).reshape({});
 }
-
-namespace {
-
-// The sizes of each rank's tensor, [world, dim]. Every rank throws the same Error where the
-// ranks' `what` differ in their number of dimensions: a gather of unequal lengths would
-// read past the shorter.
-torch::Tensor gathered_sizes(Communicator& comm, const torch::Tensor& tensor, const std::string& what) {
-  const auto dims = comm.all_gather(torch::tensor({tensor.dim()}, torch::kLong).to(tensor.device())).cpu().flatten();
-  if (!dims.eq(dims[0]).all().item<bool>())
-    throw Error("to_distributed: the ranks' validation " + what + " differ in their number of dimensions (" +
-                c10::str(c10::IntArrayRef(dims.data_ptr<int64_t>(), static_cast<size_t>(dims.numel()))) +
-                ", rank by rank)");
-  return comm.all_gather(torch::tensor(tensor.sizes().vec(), torch::kLong).to(tensor.device())).cpu();
-}
-
-std::string shape_text(const torch::Tensor& sizes_row) {
-  const auto row = sizes_row.contiguous();
-  return c10::str(c10::IntArrayRef(row.data_ptr<int64_t>(), static_cast<size_t>(row.numel())));
-}
-
-// Each rank's targets, stacked: [world, ...]. Their sizes may differ between the ranks (box
-// targets are padded to each batch's most boxes): each rank pads its own with -1,
-// box_targets' padding, to the largest.
-torch::Tensor gather_padded(Communicator& comm, const torch::Tensor& tensor) {
-  const auto sizes = gathered_sizes(comm, tensor, "targets");
-  if (tensor.dim() < 2) return comm.all_gather(tensor);  // [batch]: the same on every rank
-  const auto most = std::get<0>(sizes.max(0)).contiguous();
-  return comm.all_gather(padded_to(tensor, std::vector<int64_t>(most.data_ptr<int64_t>(),
-                                                                most.data_ptr<int64_t>() + most.numel()), -1));
-}
-
-// Each rank's predictions, stacked: [world, ...]. The ranks' must have one shape (a gather
-// of unequal ones would read past the smaller): an Error on every rank otherwise.
-torch::Tensor gather_same_shape(Communicator& comm, const torch::Tensor& pred) {
-  const auto sizes = gathered_sizes(comm, pred, "predictions");
-  for (int64_t r = 1; r < sizes.size(0); ++r)
-    if (!torch::equal(sizes[r], sizes[0]))
-      throw Error("to_distributed: the ranks' validation predictions differ in shape (" + shape_text(sizes[0]) +
-                  " on rank 0, " + shape_text(sizes[r]) + " on rank " + std::to_string(r) +
-                  "); give the validation items one size (a Resize) to gather them");
-  return comm.all_gather(pred);
-}
-
-}  // namespace
 
 void DistributedTrainer::gather_validation_batch() {
   auto& l = learn();

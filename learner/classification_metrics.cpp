@@ -29,7 +29,8 @@ ClassCounts class_counts(const std::string& metric, const torch::Tensor& pred, c
   const int64_t n = actual.numel();
   if (n == 0) throw Error(metric + ": no items");
   // Classes numbered by rank among those present: a stray large target costs nothing.
-  const auto [classes, index] = torch::_unique(torch::cat({actual, predicted}), /*sorted=*/true, /*return_inverse=*/true);
+  const auto [classes, index] =
+      torch::_unique(torch::cat({actual, predicted}), /*sorted=*/true, /*return_inverse=*/true);
   const int64_t k = classes.numel();
   const auto matrix = torch::bincount(index.narrow(0, 0, n) * k + index.narrow(0, n, n), {}, k * k).view({k, k});
   const auto counts = matrix.to(torch::kDouble);
@@ -94,14 +95,16 @@ std::pair<torch::Tensor, torch::Tensor> probabilities(const torch::Tensor& pred,
   check_one_target_per_row("roc_auc_score", pred, target);
   check_class_indices("roc_auc_score", target);
   const auto scores = pred.detach().to(torch::kCPU, torch::kDouble);
-  return {torch::softmax(scores.reshape({-1, scores.size(-1)}), 1), target.detach().flatten().to(torch::kCPU, torch::kLong)};
+  return {torch::softmax(scores.reshape({-1, scores.size(-1)}), 1),
+          target.detach().flatten().to(torch::kCPU, torch::kLong)};
 }
 
 template <class Fn>
 MetricPtr accumulated(std::string name, Fn value) {
-  return std::make_shared<AccumMetric>(std::move(name), [value](const torch::Tensor& pred, const torch::Tensor& target) {
-    return torch::tensor(value(pred, target), torch::kDouble);
-  });
+  return std::make_shared<AccumMetric>(std::move(name),
+                                       [value](const torch::Tensor& pred, const torch::Tensor& target) {
+                                         return torch::tensor(value(pred, target), torch::kDouble);
+                                       });
 }
 
 }  // namespace
@@ -138,12 +141,14 @@ double binary_roc_auc(const torch::Tensor& scores, const torch::Tensor& target) 
   const auto s = scores.detach().flatten().to(torch::kCPU, torch::kDouble);
   const auto t = target.detach().flatten().to(torch::kCPU, torch::kLong);
   if (s.numel() != t.numel())
-    throw Error("roc_auc_score: " + std::to_string(s.numel()) + " scores for " + std::to_string(t.numel()) + " targets");
+    throw Error("roc_auc_score: " + std::to_string(s.numel()) + " scores for " + std::to_string(t.numel()) +
+                " targets");
   if (const auto other = t.ne(0).logical_and(t.ne(1)).nonzero(); other.numel() > 0)
     throw Error("roc_auc_score: binary targets are 0 or 1, got " + std::to_string(t[other[0][0]].item<int64_t>()));
   if (!s.isfinite().all().item<bool>())  // a diverged model's: no order to rank
     throw Error("roc_auc_score: the scores hold nan or infinity");
-  const double positives = static_cast<double>(t.sum().item<int64_t>()), negatives = static_cast<double>(t.numel()) - positives;
+  const double positives = static_cast<double>(t.sum().item<int64_t>());
+  const double negatives = static_cast<double>(t.numel()) - positives;
   if (positives == 0 || negatives == 0)
     throw Error("roc_auc_score: only one class is present in the targets, and the area under the ROC curve needs both");
   // The Mann-Whitney statistic: the positives' ranks among all scores, tied scores sharing their mean rank.

@@ -41,7 +41,9 @@ MetricPtr mse() {
 }
 
 MetricPtr rmse() {
-  return accumulated("rmse", [](const torch::Tensor& p, const torch::Tensor& t) { return (p - t).square().mean().sqrt(); });
+  return accumulated("rmse", [](const torch::Tensor& p, const torch::Tensor& t) {
+    return (p - t).square().mean().sqrt();
+  });
 }
 
 MetricPtr mae() {

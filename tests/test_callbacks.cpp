@@ -162,7 +162,8 @@ TEST_SUITE("callbacks") {
     t.learn.save(path, true, {{"fit", int64_t{0}}});
     CHECK(error_of([&] { t.learn.fit(1, 1e-2); }) == failed + "is 0, not a fit's number");
     SaveModel tracker;
-    CHECK(error_of([&] { tracker.load_state({{"wait", std::nan("")}}); }) == "TrackerCallback: a saved 'wait' of nan epochs");
+    CHECK(error_of([&] { tracker.load_state({{"wait", std::nan("")}}); }) ==
+          "TrackerCallback: a saved 'wait' of nan epochs");
     std::filesystem::remove(path);
   }
 

@@ -25,6 +25,7 @@
 
 #include "channels_last_batchnorm_check.h"
 #include "helpers.h"
+#include "distributed/validation_gather.h"
 #include "operator_count.h"
 #include "synced_arithmetic.h"
 #include "worker_process.h"
@@ -793,6 +794,31 @@ TEST_SUITE("distributed") {
                             " within 2 s",
                         0) == 0);
     CHECK(std::chrono::steady_clock::now() - start < std::chrono::seconds(15));
+  }
+
+  TEST_CASE("the ranks' validation batches gathered: targets padded to the largest; predictions of other shapes an "
+            "Error on both ranks") {
+    const int port = free_port() + 73;
+    std::array<torch::Tensor, 2> targets;
+    std::array<std::string, 2> dims;
+    const auto shapes = in_two_threads([&](int r) {
+      distributed::Communicator comm(env_of(r, 2, port), {.rendezvous_timeout = std::chrono::seconds(20)});
+      targets[r] = distributed::gather_padded(comm, torch::full({2, r == 0 ? 3 : 1, 5}, double(r)));
+      const auto pred = r == 0 ? torch::zeros({4, 3}) : torch::zeros({4, 3, 1});
+      dims[r] = any_error_of([&] { distributed::gather_same_shape(comm, pred); });
+      distributed::gather_same_shape(comm, torch::zeros({4, r == 0 ? 3 : 2}));
+    });
+    for (int r = 0; r < 2; ++r) {
+      CAPTURE(r);
+      CHECK(shapes[r] == "to_distributed: the ranks' validation predictions differ in shape ([4, 3] on rank 0, [4, 2] "
+                         "on rank 1); give the validation items one size (a Resize) to gather them");
+      CHECK(dims[r] == "to_distributed: the ranks' validation predictions differ in their number of dimensions "
+                       "([2, 3], rank by rank)");
+      REQUIRE(targets[r].sizes() == torch::IntArrayRef{2, 2, 3, 5});
+      CHECK(torch::equal(targets[r][0], torch::zeros({2, 3, 5})));
+      CHECK(torch::equal(targets[r][1].narrow(1, 0, 1), torch::ones({2, 1, 5})));
+      CHECK(torch::equal(targets[r][1].narrow(1, 1, 2), torch::full({2, 2, 5}, -1.0)));  // box_targets' padding
+    }
   }
 
   TEST_CASE("processes started with different WORLD_SIZE values both stop with the same explanation") {

@@ -218,7 +218,8 @@ TEST_SUITE("fastai") {
       const auto n = static_cast<int64_t>(fx.at(data + ".target").size());
       const bool regression = data == "regression";
       const auto pred = torch::tensor(fx.at(data + ".pred"), torch::kDouble).to(torch::kFloat).view({n, -1});
-      const auto target = torch::tensor(fx.at(data + ".target"), torch::kDouble).to(regression ? torch::kFloat : torch::kLong);
+      const auto target =
+          torch::tensor(fx.at(data + ".target"), torch::kDouble).to(regression ? torch::kFloat : torch::kLong);
       const auto first = static_cast<int64_t>(fx.at(data + ".first")[0]);
       metric->reset();
       for (const auto& [from, to] : {std::pair{int64_t{0}, first}, std::pair{first, n}}) {
@@ -294,13 +295,14 @@ TEST_SUITE("fastai") {
     CHECK(error_of([&] { metrics::accuracy_fn(torch::zeros({4, 0}), torch::zeros({5})); }) ==
           "accuracy: predictions [4, 0] score no class");
     // A stray class index far past the outputs is one more class, not a matrix of its square.
-    CHECK(metrics::precision_value(torch::eye(2), torch::tensor({0, 1000000}, torch::kLong), {.average = Average::macro}) ==
-          doctest::Approx(1.0 / 3));
+    const auto stray = torch::tensor({0, 1000000}, torch::kLong);
+    CHECK(metrics::precision_value(torch::eye(2), stray, {.average = Average::macro}) == doctest::Approx(1.0 / 3));
     learn.pred = torch::zeros({6, 4});
     learn.yb = torch::zeros({12});
     CHECK(error_of([&] { metrics::mse()->accumulate(learn); }) ==
           "mse: predictions [6, 4] and targets [12] hold different numbers of values");
-    const auto per_item = metrics::from_fn("per_item", [](const torch::Tensor& pred, const torch::Tensor&) { return pred; });
+    const auto per_item =
+        metrics::from_fn("per_item", [](const torch::Tensor& pred, const torch::Tensor&) { return pred; });
     CHECK(error_of([&] { per_item->accumulate(learn); }) ==
           "metric 'per_item' gave a tensor of [6, 4] for a batch, not one number");
   }

@@ -356,7 +356,8 @@ TEST_SUITE("learner") {
 
   TEST_CASE("an optimizer state of another kind is refused; a file without one is said when it was asked for") {
     const auto path = temp_path("kind.pt");
-    Learner with_momentum(synthetic_dls(), tiny_model(4, 3, 1), CrossEntropyLoss(), {}, quiet({.opt_func = sgd({.mom = 0.9})}));
+    Learner with_momentum(synthetic_dls(), tiny_model(4, 3, 1), CrossEntropyLoss(), {},
+                          quiet({.opt_func = sgd({.mom = 0.9})}));
     silence(with_momentum);
     with_momentum.fit(1, 1e-2);
     with_momentum.save(path);
@@ -375,7 +376,8 @@ TEST_SUITE("learner") {
     CHECK(said == std::vector<std::string>{"checkpoint '" + path + "' holds no optimizer state (saved with with_opt = "
                                            "false): the optimizer keeps its own"});
     // A wrapper's state names what it wraps.
-    Learner slow_sgd(synthetic_dls(), tiny_model(4, 3, 1), CrossEntropyLoss(), {}, quiet({.opt_func = lookahead(sgd())}));
+    Learner slow_sgd(synthetic_dls(), tiny_model(4, 3, 1), CrossEntropyLoss(), {},
+                     quiet({.opt_func = lookahead(sgd())}));
     silence(slow_sgd);
     slow_sgd.fit(1, 1e-2);
     slow_sgd.save(path);

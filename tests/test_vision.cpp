@@ -1056,7 +1056,7 @@ TEST_SUITE("vision") {
     fs::remove_all(root);
   }
 
-  TEST_CASE("a mask turns with its image's EXIF orientation where it fits only the stored pixels or mask_frame says so") {
+  TEST_CASE("a mask turns with its image's EXIF orientation where only its stored size fits, or as mask_frame says") {
     const auto root = temp_dir("seg_exif");
     // Stored: dark on the left (class 0), bright on the right (class 1).
     auto item_of = [&](int orientation, int width, int height, vision::MaskFrame frame) {
@@ -1070,8 +1070,8 @@ TEST_SUITE("vision") {
       jpeg = with_orientation(jpeg, orientation);
       std::ofstream(name + ".jpg", std::ios::binary)
           .write(reinterpret_cast<const char*>(jpeg.data()), static_cast<std::streamsize>(jpeg.size()));
-      return vision::SegmentationDataset({name + ".jpg"}, {name + ".png"}, {"a", "b"}, {.channels = 1, .mask_frame = frame})
-          .get(0);
+      const vision::SegmentationOptions options{.channels = 1, .mask_frame = frame};
+      return vision::SegmentationDataset({name + ".jpg"}, {name + ".png"}, {"a", "b"}, options).get(0);
     };
     const auto image_class = [](const Example& item) { return item.x[0].gt(128).to(torch::kLong); };
     for (const auto frame : {vision::MaskFrame::stored, vision::MaskFrame::shown}) {

@@ -33,7 +33,8 @@ ClassificationInterpretation::ClassificationInterpretation(DataLoader dl, std::v
   if (const auto outside = targets.lt(0).logical_or(targets.ge(n)).nonzero(); outside.size(0) > 0) {
     const auto item = outside[0][0].item<int64_t>();
     throw Error("ClassificationInterpretation: the target of item " + std::to_string(item) + " is " +
-                std::to_string(targets[item].item<int64_t>()) + ", not a class index in [0, " + std::to_string(n) + ")");
+                std::to_string(targets[item].item<int64_t>()) + ", not a class index in [0, " + std::to_string(n) +
+                ")");
   }
   preds_.targets = targets.to(torch::kLong);
   preds_.losses = preds_.losses.defined() ? preds_.losses.to(torch::kCPU, torch::kFloat) : torch::Tensor();
