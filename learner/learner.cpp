@@ -323,6 +323,8 @@ void Learner::do_one_batch() {
              c10::str(yb.sizes());
     });
     loss = loss_grad.detach().clone();
+  } else {
+    loss = torch::Tensor();  // no target, no loss: the last batch's is not this one's
   }
   event(Event::after_loss);
   if (!training || !yb.defined()) return;

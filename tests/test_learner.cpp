@@ -653,6 +653,26 @@ TEST_SUITE("learner") {
     CHECK(learn.dl == nullptr);  // not left pointing at the in-order copy
   }
 
+  TEST_CASE("validation batches without targets count in no loss: the training batches' last one is not theirs") {
+    struct Unlabelled : Dataset {  // the items of a test set: images, no labels
+      size_t size() const override { return 4; }
+      Example get(size_t i) const override { return {torch::full({4}, double(i)), torch::Tensor()}; }
+      Batch get_batch(const std::vector<int64_t>& indices, uint64_t) const override {
+        return {torch::stack({get(size_t(indices.front())).x, get(size_t(indices.back())).x}), torch::Tensor()};
+      }
+    };
+    auto dls = synthetic_dls(8, 4, 4);
+    dls.valid = DataLoader(std::make_shared<Unlabelled>(), {.bs = 2});
+    Learner learn(dls, tiny_model(), CrossEntropyLoss(), {metrics::accuracy()}, quiet());
+    silence(learn);
+    learn.fit(1, 1e-2);
+    const auto& row = learn.recorder->values.back();
+    REQUIRE(row.size() == 3);
+    CHECK(std::isfinite(row[0]));  // train_loss
+    CHECK(std::isnan(row[1]));     // valid_loss: no batch had a target
+    CHECK(std::isnan(row[2]));     // accuracy
+  }
+
   TEST_CASE("get_preds returns activated predictions and targets; predict one item") {
     Learner learn(synthetic_dls(8, 6, 4), tiny_model(), CrossEntropyLoss(), {}, quiet());
     silence(learn);
