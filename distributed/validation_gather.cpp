@@ -2,6 +2,7 @@
 
 #include <torch/torch.h>
 
+#include <algorithm>
 #include <string>
 #include <vector>
 
@@ -18,15 +19,26 @@ std::string shape_text(const torch::Tensor& sizes_row) {
   return c10::str(c10::IntArrayRef(row.data_ptr<int64_t>(), static_cast<size_t>(row.numel())));
 }
 
-// The sizes of each rank's tensor, [world, dim]. Every rank throws the same Error where the
-// ranks' `what` differ in their number of dimensions: a gather of unequal lengths would
-// read past the shorter.
+// The sizes of each rank's tensor, [world, dim], in one gather of fixed-length records
+// (its number of dimensions, then up to kMaxDims sizes): a gather of unequal lengths would
+// read past the shorter. Every rank throws the same Error where the ranks' `what` differ
+// in their number of dimensions, or have too many.
+constexpr int64_t kMaxDims = 8;
+
 torch::Tensor gathered_sizes(Communicator& comm, const torch::Tensor& tensor, const std::string& what) {
-  const auto dims = comm.all_gather(torch::tensor({tensor.dim()}, torch::kLong).to(tensor.device())).cpu().flatten();
+  auto record = torch::zeros({1 + kMaxDims}, torch::kLong);
+  const int64_t dim = tensor.dim(), kept = std::min(dim, kMaxDims);
+  record[0] = dim;
+  record.narrow(0, 1, kept).copy_(torch::tensor(tensor.sizes().vec(), torch::kLong).narrow(0, 0, kept));
+  const auto records = comm.all_gather(record.to(tensor.device())).cpu();
+  const auto dims = records.select(1, 0).contiguous();
   if (!dims.eq(dims[0]).all().item<bool>())
     throw Error("to_distributed: the ranks' validation " + what + " differ in their number of dimensions (" +
                 shape_text(dims) + ", rank by rank)");
-  return comm.all_gather(torch::tensor(tensor.sizes().vec(), torch::kLong).to(tensor.device())).cpu();
+  if (dim > kMaxDims)
+    throw Error("to_distributed: validation " + what + " of " + std::to_string(dim) + " dimensions; at most " +
+                std::to_string(kMaxDims) + " are gathered");
+  return records.narrow(1, 1, dim);
 }
 
 }  // namespace

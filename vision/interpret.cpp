@@ -4,7 +4,9 @@
 #include <cstdio>
 #include <sstream>
 
+#include "core/device_check.h"
 #include "core/error.h"
+#include "learner/class_indices.h"
 
 namespace fastcpp::vision {
 
@@ -29,14 +31,13 @@ ClassificationInterpretation::ClassificationInterpretation(DataLoader dl, std::v
                 c10::str(preds_.preds.sizes()));
   preds_.preds = preds_.preds.to(torch::kCPU, torch::kFloat);
   const int64_t n = preds_.preds.size(1);
-  const auto targets = preds_.targets.to(torch::kCPU);
-  if (const auto outside = targets.lt(0).logical_or(targets.ge(n)).nonzero(); outside.size(0) > 0) {
-    const auto item = outside[0][0].item<int64_t>();
-    throw Error("ClassificationInterpretation: the target of item " + std::to_string(item) + " is " +
-                std::to_string(targets[item].item<int64_t>()) + ", not a class index in [0, " + std::to_string(n) +
-                ")");
-  }
-  preds_.targets = targets.to(torch::kLong);
+  DeviceCheck checks;  // the targets are on the CPU: a bad one throws at once
+  preds_.targets = checked_class_indices(preds_.targets.to(torch::kCPU), n, std::nullopt, checks,
+                                         [n](int64_t value, int64_t item, const char*) {
+                                           return "ClassificationInterpretation: the target of item " +
+                                                  std::to_string(item) + " is " + std::to_string(value) +
+                                                  ", not a class index in [0, " + std::to_string(n) + ")";
+                                         });
   preds_.losses = preds_.losses.defined() ? preds_.losses.to(torch::kCPU, torch::kFloat) : torch::Tensor();
   decoded_ = preds_.preds.argmax(1);
   if (vocab_.empty())
