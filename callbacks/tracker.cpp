@@ -30,7 +30,7 @@ TrackerCallback::TrackerCallback(TrackerOptions options)
 void TrackerCallback::before_fit() {
   run = !learn().get_cb<LRFinder>();  // its epochs neither validate nor keep their weights
   trained_ = false;
-  best_ = worst();
+  if (options_.reset_on_fit || !std::exchange(has_best_, true)) best_ = worst();
   wait_ = 0;
 }
 
@@ -71,7 +71,8 @@ void TrackerCallback::after_epoch() {
 }
 
 SaveModel::SaveModel(SaveModelOptions options)
-    : TrackerCallback({options.monitor, options.min_delta, options.comp}), save_options_(std::move(options)) {
+    : TrackerCallback({options.monitor, options.min_delta, options.comp, options.reset_on_fit}),
+      save_options_(std::move(options)) {
   order = 61;
   if (save_options_.every_epoch < 0)
     throw Error("SaveModel: every_epoch must be >= 0 (0: save the best), got " +
@@ -104,12 +105,19 @@ void SaveModel::after_fit() {
   auto& l = learn();
   if (save_options_.at_end)
     l.save(path(), save_options_.with_opt);
-  else if (!save_options_.every_epoch && best() != worst())  // this fit (or the one it resumes) saved it
+  else if (!save_options_.every_epoch && best() != worst()) {  // this fit (or an earlier one it goes on from) saved it
+    // The weights come back, not the epoch counters: the next fit's data order goes on from this one's.
+    const auto epoch = l.epoch;
+    const auto epochs_before = l.epochs_before;
     l.load(path(), save_options_.with_opt);
+    l.epoch = epoch;
+    l.epochs_before = epochs_before;
+  }
 }
 
 EarlyStopping::EarlyStopping(EarlyStoppingOptions options)
-    : TrackerCallback({options.monitor, options.min_delta, options.comp}), patience_(options.patience) {
+    : TrackerCallback({options.monitor, options.min_delta, options.comp, options.reset_on_fit}),
+      patience_(options.patience) {
   order = 63;
 }
 
@@ -117,12 +125,15 @@ void EarlyStopping::after_epoch() {
   TrackerCallback::after_epoch();
   if (!measured_ || new_best_ || wait_ < patience_) return;
   auto& l = learn();
-  l.logger("No improvement since epoch " + std::to_string(l.epoch - wait_) + ": early stopping");
+  const int since = l.epoch - wait_;  // before this fit where the best is an earlier fit's (reset_on_fit false)
+  l.logger(since >= 0 ? "No improvement since epoch " + std::to_string(since) + ": early stopping"
+                      : std::string("No improvement on an earlier fit's best: early stopping"));
   throw CancelFitException();
 }
 
 ReduceLROnPlateau::ReduceLROnPlateau(ReduceLROnPlateauOptions options)
-    : TrackerCallback({options.monitor, options.min_delta, options.comp}), reduce_options_(options) {
+    : TrackerCallback({options.monitor, options.min_delta, options.comp, options.reset_on_fit}),
+      reduce_options_(options) {
   order = 62;
   if (!(options.factor > 1))
     throw Error("ReduceLROnPlateau: factor must be > 1 (the lr is divided by it), got " +

@@ -10,6 +10,8 @@
 // EarlyStopping (order 63): stops the fit after `patience` epochs without improvement.
 // ReduceLROnPlateau (order 62): divides every lr by `factor` after `patience` epochs
 //   without improvement, never below min_lr.
+// With reset_on_fit false (fastai's reset_on_fit=False) the best value of earlier fits
+// stays the one to beat; the epochs without improvement start again each fit.
 // A fit resumed by ResumeFromCheckpoint goes on with each tracker's best value and epochs
 // without improvement as they were when its checkpoint was saved.
 #include <limits>
@@ -27,6 +29,7 @@ struct TrackerOptions {
   std::string monitor = "valid_loss";
   double min_delta = 0.0;
   Comp comp = Comp::infer;
+  bool reset_on_fit = true;
 };
 
 class TrackerCallback : public Callback {
@@ -57,6 +60,7 @@ class TrackerCallback : public Callback {
  private:
   bool lower_is_better_;
   bool trained_ = false;
+  bool has_best_ = false;  // a fit has started: best_ holds a value
   size_t column_ = 0;  // of the monitored value in the Recorder's values
   double best_ = 0;
 };
@@ -70,6 +74,7 @@ struct SaveModelOptions {
   int every_epoch = 0;  // n > 0: save every n-th epoch (0, n, 2n, ...) instead of the best, as fastai's
   bool at_end = false;  // save the final model instead of loading the best
   bool with_opt = false;
+  bool reset_on_fit = true;
 };
 
 class SaveModel : public TrackerCallback {
@@ -88,6 +93,7 @@ struct EarlyStoppingOptions {
   double min_delta = 0.0;
   Comp comp = Comp::infer;
   int patience = 1;
+  bool reset_on_fit = true;
 };
 
 class EarlyStopping : public TrackerCallback {
@@ -106,6 +112,7 @@ struct ReduceLROnPlateauOptions {
   int patience = 1;
   double factor = 10.0;
   double min_lr = 0.0;
+  bool reset_on_fit = true;
 };
 
 class ReduceLROnPlateau : public TrackerCallback {

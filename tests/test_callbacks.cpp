@@ -199,6 +199,33 @@ TEST_SUITE("callbacks") {
     std::filesystem::remove_all(dir);
   }
 
+  TEST_CASE("reset_on_fit false: the best of an earlier fit stays the one to beat, as fastai's reset_on_fit=False") {
+    auto kept = std::make_shared<EarlyStopping>(
+        EarlyStoppingOptions{.monitor = "scripted_loss", .patience = 1, .reset_on_fit = false});
+    auto reset = std::make_shared<EarlyStopping>(EarlyStoppingOptions{.monitor = "scripted_loss", .patience = 1});
+    Tracked once({0.5, 0.3}, {kept}), again({0.5, 0.3}, {reset});
+    for (auto* t : {&once, &again}) t->learn.fit(2);
+    for (auto* t : {&once, &again}) t->learn.fit(2);  // epoch 0's 0.5 again: worse than 0.3 unless reset
+    CHECK(once.learn.recorder->values.size() == 1);
+    CHECK(once.lines.back() == "No improvement on an earlier fit's best: early stopping");
+    CHECK(kept->best() == 0.3);
+    CHECK(again.learn.recorder->values.size() == 2);
+    CHECK(again.lines.empty());
+
+    const auto dir = temp_path("save_kept_best");
+    std::filesystem::remove_all(dir);
+    auto keep = std::make_shared<KeepWeights>();
+    Tracked saved({0.5, 0.3, 0.4}, {std::make_shared<SaveModel>(SaveModelOptions{
+                                        .monitor = "scripted_loss", .model_dir = dir, .reset_on_fit = false}),
+                                    keep});
+    saved.learn.fit(2, 1e-2);
+    saved.learn.fit(3, 1e-2);  // nothing beats the first fit's 0.3: its weights come back
+    CHECK(all_equal(snapshot(saved.learn.model.module()), keep->per_epoch[1]));
+    CHECK(saved.lines.size() == 2);
+    CHECK(saved.learn.epochs_before == 5);  // the reload leaves the count of epochs trained as it is
+    std::filesystem::remove_all(dir);
+  }
+
   TEST_CASE("SaveModel loads only what this fit saved: a file of an earlier run stays unread when nothing improved") {
     const auto dir = temp_path("save_stale");
     std::filesystem::remove_all(dir);
