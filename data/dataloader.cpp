@@ -24,9 +24,11 @@ SamplerPtr DataLoader::own_sampler() const {
 }
 
 std::optional<DataLoader> DataLoader::in_order() const {
-  if (options_.sampler || !(options_.shuffle || options_.drop_last)) return std::nullopt;
+  const auto* sequential = dynamic_cast<const SequentialSampler*>(sampler_.get());
+  if (sequential && sequential->size() == dataset_->size() && !options_.drop_last) return std::nullopt;
   auto options = options_;
   options.shuffle = options.drop_last = false;
+  options.sampler = nullptr;  // a WeightedSampler's draws too: fastai's WeightedDL without shuffle
   DataLoader copy(dataset_, std::move(options));
   copy.to(device_);
   return copy;

@@ -67,8 +67,8 @@ class DataLoader {
   const DataLoaderOptions& options() const { return options_; }
   const Sampler& sampler() const { return *sampler_; }
   // A copy on the same device that serves every item once in the dataset's order (fastai's
-  // dl.new(shuffle=False, drop_last=False)), where this one shuffles or drops its last
-  // batch; nullopt where it already serves them so, or has a sampler of its own.
+  // dl.new(shuffle=False, drop_last=False)), where this one shuffles, drops its last batch
+  // or has a sampler of its own (weighted draws too); nullopt where it already serves them so.
   std::optional<DataLoader> in_order() const;
   // Replaces the sampler; nullptr restores the one the options give.
   void set_sampler(SamplerPtr sampler);

@@ -644,6 +644,23 @@ TEST_SUITE("learner") {
     CHECK(shuffled.options().shuffle);  // the loader itself is as it was
   }
 
+  TEST_CASE("get_preds on a loader with a sampler of its own (weighted draws, a set one): every item once, in order") {
+    const auto dls = synthetic_dls(10, 4, 4);
+    const auto all = dls.train.dataset().get_batch({0, 1, 2, 3, 4, 5, 6, 7, 8, 9});
+    Learner learn(dls, tiny_model(), CrossEntropyLoss(), {}, quiet());
+    silence(learn);
+    const std::vector<double> weights{1, 0, 0, 0, 0, 0, 0, 0, 0, 5};  // draws only items 0 and 9
+    DataLoader weighted(dls.train.dataset_ptr(), {.bs = 4, .sampler = std::make_shared<WeightedSampler>(weights, 3)});
+    DataLoader set_later(dls.train.dataset_ptr(), {.bs = 4});
+    set_later.set_sampler(std::make_shared<RandomSampler>(10, 7));
+    for (auto* loader : {&weighted, &set_later}) {
+      const auto preds = learn.get_preds(loader);
+      REQUIRE(preds.preds.size(0) == 10);
+      CHECK(torch::equal(preds.targets, all.y));
+    }
+    CHECK(weighted.options().sampler);  // the loaders themselves are as they were
+  }
+
   TEST_CASE("get_preds without a loader: every item of the valid one, also where it drops its last batch") {
     auto dls = synthetic_dls(10, 6, 4);
     dls.valid = DataLoader(dls.valid.dataset_ptr(), {.bs = 4, .drop_last = true});
