@@ -8,6 +8,20 @@
 #include "data/device_stage.h"
 
 namespace fastcpp {
+namespace {
+
+// What fn makes of batch b, an error naming the batch where it fails (a dataset's get_batch
+// or a batch transform may throw libtorch's or OpenCV's own errors, without a position).
+template <class MakeBatch>
+Batch naming_batch(size_t b, int64_t epoch, MakeBatch&& make) {
+  try {
+    return make();
+  } catch (const std::exception& e) {
+    throw Error(exception_text(e) + " (batch " + std::to_string(b) + " of epoch " + std::to_string(epoch) + ")");
+  }
+}
+
+}  // namespace
 
 DataLoader::DataLoader(DatasetPtr dataset, DataLoaderOptions options)
     : dataset_(std::move(dataset)), options_(std::move(options)) {
@@ -47,21 +61,18 @@ Batch DataLoader::make_batch(const std::vector<int64_t>& order, int64_t epoch, s
   const auto first = order.begin() + static_cast<std::ptrdiff_t>(b * bs);
   const auto last = order.begin() + static_cast<std::ptrdiff_t>(std::min(order.size(), (b + 1) * bs));
   const uint64_t seed = batch_seed(epoch, b);
-  Batch batch;
-  try {
-    batch = source().get_batch(std::vector<int64_t>(first, last), seed);
-  } catch (const std::exception& e) {  // a dataset's own get_batch may throw libtorch's or OpenCV's errors
-    throw Error(exception_text(e) + " (batch " + std::to_string(b) + " of epoch " + std::to_string(epoch) + ")");
-  }
-  if (device_.is_cpu()) {  // on the worker: the consumer stays free
-    if (batch.x_stage) batch.x = batch.x_stage->run(device_);
-    return apply_batch_tfms(std::move(batch), seed);
-  }
-  if (device_.is_cuda() && options_.pin_memory && batch.y.is_cpu()) {
-    if (batch.x.defined()) batch.x = batch.x.pin_memory();
-    batch.y = batch.y.pin_memory();
-  }
-  return batch;
+  return naming_batch(b, epoch, [&] {
+    Batch batch = source().get_batch(std::vector<int64_t>(first, last), seed);
+    if (device_.is_cpu()) {  // on the worker: the consumer stays free
+      if (batch.x_stage) batch.x = batch.x_stage->run(device_);
+      return apply_batch_tfms(std::move(batch), seed);
+    }
+    if (device_.is_cuda() && options_.pin_memory) {
+      if (batch.x.defined() && batch.x.is_cpu()) batch.x = batch.x.pin_memory();
+      if (batch.y.defined() && batch.y.is_cpu()) batch.y = batch.y.pin_memory();
+    }
+    return batch;
+  });
 }
 
 uint64_t DataLoader::batch_seed(int64_t epoch, size_t b) const {
@@ -80,10 +91,12 @@ Batch DataLoader::apply_batch_tfms(Batch batch, uint64_t seed) const {
 
 Batch DataLoader::finish(Batch batch, int64_t epoch, size_t b) const {
   if (device_.is_cpu()) return batch;  // the worker transformed it
-  // The batch keeps its stage (and the bytes it decodes) until the next batch replaces it.
-  batch.x = batch.x_stage ? batch.x_stage->run(device_) : batch.x.to(device_, /*non_blocking=*/true);
-  batch.y = batch.y.to(device_, /*non_blocking=*/true);
-  return apply_batch_tfms(std::move(batch), batch_seed(epoch, b));
+  return naming_batch(b, epoch, [&] {
+    // The batch keeps its stage (and the bytes it decodes) until the next batch replaces it.
+    batch.x = batch.x_stage ? batch.x_stage->run(device_) : batch.x.to(device_, /*non_blocking=*/true);
+    if (batch.y.defined()) batch.y = batch.y.to(device_, /*non_blocking=*/true);  // a test set's batches have none
+    return apply_batch_tfms(std::move(batch), batch_seed(epoch, b));
+  });
 }
 
 const Dataset& DataLoader::source() const { return resident_ ? *resident_ : *dataset_; }
@@ -133,7 +146,8 @@ void DataLoader::Iterator::fetch() {
     return;
   }
   batch_ = {};  // the last batch goes before the next one reaches the device
-  batch_ = loader_->finish(pipeline_->next(), epoch_, next_batch_++);
+  const size_t b = next_batch_++;  // the pipeline goes past this batch also where it throws
+  batch_ = loader_->finish(pipeline_->next(), epoch_, b);
 }
 
 }  // namespace fastcpp

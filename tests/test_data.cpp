@@ -270,6 +270,12 @@ TEST_SUITE("data") {
     CHECK(first_error(std::make_shared<UnevenDataset>(threes, none, -1, 1), {.bs = 2, .workers = 2}) ==
           "item 1: no pixel at (9, 9) (batch 0 of epoch 0)");
     CHECK(first_error(std::make_shared<FailingBatches>(), {.bs = 2}) == "disk on fire (batch 0 of epoch 0)");
+    // A batch transform's libtorch error, on the consumer's thread or a worker's.
+    const BatchTransform bad_view = [](const torch::Tensor& x) { return x.view({-1, 7}); };
+    for (int workers : {0, 2}) {
+      const auto message = first_error(synthetic_dataset(8), {.bs = 4, .workers = workers, .batch_tfms = {bad_view}});
+      CHECK(message == "shape '[-1, 7]' is invalid for input of size 16 (batch 0 of epoch 0)");
+    }
     // A sampler whose indices() disagree with its size(): the batches are cut by size().
     struct ShortSampler : Sampler {
       std::vector<int64_t> indices(int64_t) const override { return {0, 1, 2, 3}; }
