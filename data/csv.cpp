@@ -5,6 +5,10 @@
 
 namespace fastcpp {
 
+Column::Column(int position) : key(static_cast<size_t>(position)) {
+  if (position < 0) throw Error("Column: a position counts from 0, got " + std::to_string(position));
+}
+
 std::string Column::str() const {
   if (const auto* name = std::get_if<std::string>(&key)) return "'" + *name + "'";
   return std::to_string(std::get<size_t>(key));

@@ -24,7 +24,7 @@ using CsvRow = std::vector<std::string>;
 struct Column {
   Column(const char* name) : key(std::string(name)) {}         // NOLINT: a name is a column
   Column(std::string name) : key(std::move(name)) {}           // NOLINT
-  Column(int position) : key(static_cast<size_t>(position)) {}  // NOLINT: so is a position
+  Column(int position);                                         // NOLINT: so is a position (>= 0)
   std::variant<size_t, std::string> key;
   std::string str() const;
 };

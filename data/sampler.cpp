@@ -9,6 +9,7 @@
 
 #include "data/random.h"
 #include "core/error.h"
+#include "core/spec_text.h"
 
 namespace fastcpp {
 
@@ -29,7 +30,9 @@ WeightedSampler::WeightedSampler(std::vector<double> weights, uint64_t seed, siz
   if (weights.empty()) throw Error("WeightedSampler: no weights");
   double total = 0;
   for (size_t i = 0; i < weights.size(); ++i) {
-    if (!(weights[i] >= 0)) throw Error("WeightedSampler: weight " + std::to_string(i) + " is negative or nan");
+    if (!(weights[i] >= 0 && std::isfinite(weights[i])))
+      throw Error("WeightedSampler: weight " + std::to_string(i) + " is " + spec_text::number(weights[i]) +
+                  " (weights are finite and >= 0)");
     cumulative_.push_back(total += weights[i]);
   }
   if (total <= 0) throw Error("WeightedSampler: the weights sum to 0");

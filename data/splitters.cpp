@@ -68,23 +68,26 @@ Split FileSplitter::operator()(const std::vector<std::string>& paths) const {
   }}(paths);
 }
 
-ColSplitter::ColSplitter(const CsvTable& table, const Column& column)
-    : source_(table.source), column_(table.column(column)) {
+ColSplitter::ColSplitter(const CsvTable& table, const Column& column, std::vector<std::string> on)
+    : source_(table.source), column_(table.column(column)), on_(std::move(on)) {
   name_ = table.header[column_];
 }
 
 Split ColSplitter::operator()(const std::vector<CsvRow>& rows) const {
+  // As pandas reads a bool column (spreadsheets write TRUE), an int or a float one.
+  static const std::vector<std::string> truths{"True", "TRUE", "true", "1", "1.0"};
+  static const std::vector<std::string> falsehoods{"False", "FALSE", "false", "0", "0.0"};
+  const auto among = [](const std::vector<std::string>& values, const std::string& value) {
+    return std::find(values.begin(), values.end(), value) != values.end();
+  };
   Split split;
   for (size_t i = 0; i < rows.size(); ++i) {
     const auto& value = rows[i].at(column_);
-    if (value == "True" || value == "true" || value == "1") {
-      split.valid.push_back(static_cast<int64_t>(i));
-    } else if (value == "False" || value == "false" || value == "0") {
-      split.train.push_back(static_cast<int64_t>(i));
-    } else {
+    const bool valid = on_.empty() ? among(truths, value) : among(on_, value);
+    if (!valid && on_.empty() && !among(falsehoods, value))
       throw Error("ColSplitter: row " + std::to_string(i) + " of '" + source_ + "' has '" + value + "' in column '" + name_ +
                   "' (expected True or False, 1 or 0)");
-    }
+    (valid ? split.valid : split.train).push_back(static_cast<int64_t>(i));
   }
   return split;
 }

@@ -89,16 +89,18 @@ class FileSplitter {
   std::vector<std::string> names_;  // sorted
 };
 
-// Rows of `table` whose `column` reads True validate: True, true or 1 (False, false or
-// 0 train; any other value, an empty one too, is an error naming the row).
+// Rows of `table` whose `column` reads True validate: True, TRUE, true, 1 or 1.0 (False,
+// FALSE, false, 0 or 0.0 train; any other value, an empty one too, is an error naming the
+// row). With `on` (fastai's on=), rows whose value is one of those validate, all others train.
 class ColSplitter {
  public:
-  explicit ColSplitter(const CsvTable& table, const Column& column = "is_valid");
+  explicit ColSplitter(const CsvTable& table, const Column& column = "is_valid", std::vector<std::string> on = {});
   Split operator()(const std::vector<CsvRow>& rows) const;
 
  private:
   std::string source_, name_;
   size_t column_;
+  std::vector<std::string> on_;
 };
 
 }  // namespace fastcpp

@@ -266,6 +266,10 @@ void Learner::fit(int n_epoch_, Lrs lr, FitOptions options) {
 }
 
 void Learner::do_fit() {
+  if (const auto items = dls.train.n_items(); items > 0 && dls.train.size() == 0)  // after before_fit: shards too
+    throw Error("fit: the training loader makes no batch: its " + std::to_string(items) +
+                " items are fewer than its batch size " + std::to_string(dls.train.bs()) +
+                " and it drops its last, short batch (a smaller bs, or more items)");
   for (epoch = 0; epoch < n_epoch; ++epoch)
     with_events<CancelEpochException>(
         [&] {

@@ -330,6 +330,7 @@ TEST_SUITE("data") {
     CHECK(inner.rows[1] == CsvRow{"c\"d.jpg", "dog"});
     CHECK(error_of([&] { table.column("is_valid"); }) == "'t.csv' has no column 'is_valid' (its columns: name, label)");
     CHECK(error_of([&] { table.column(2); }) == "'t.csv' has no column 2 (its columns: name, label)");
+    CHECK(error_of([&] { table.column(-1); }) == "Column: a position counts from 0, got -1");
     CHECK(error_of([] { parse_csv("a,b\n1,2\n3\n", "r.csv"); }) == "'r.csv' line 3 has 1 fields, the header 2");
     CHECK(error_of([] { parse_csv("a,b\n\"1,2\n", "q.csv"); }) == "'q.csv' line 2: a quoted field is never closed");
     CHECK(error_of([] { read_csv("/nonexistent/labels.csv"); }) == "CSV file '/nonexistent/labels.csv' not found or unreadable");
@@ -355,6 +356,12 @@ TEST_SUITE("data") {
     const auto by_column = ColSplitter(table)(table.rows);
     CHECK(by_column.valid == std::vector<int64_t>{0, 2});
     CHECK(by_column.train == std::vector<int64_t>{1, 3});
+    const auto spreadsheet = parse_csv("name,is_valid\na,FALSE\nb,TRUE\nc,1.0\nd,0.0\n", "v.csv");
+    CHECK(ColSplitter(spreadsheet)(spreadsheet.rows).valid == std::vector<int64_t>{1, 2});
+    const auto folds = parse_csv("name,fold\na,2\nb,0\nc,1\nd,2\n", "f.csv");
+    const auto on_fold = ColSplitter(folds, "fold", {"2"})(folds.rows);  // fastai's ColSplitter('fold', on=2)
+    CHECK(on_fold.valid == std::vector<int64_t>{0, 3});
+    CHECK(on_fold.train == std::vector<int64_t>{1, 2});
     const auto bad = parse_csv("name,is_valid\na,yes\n", "v.csv");
     CHECK(error_of([&] { ColSplitter{bad}(bad.rows); }) ==
           "ColSplitter: row 0 of 'v.csv' has 'yes' in column 'is_valid' (expected True or False, 1 or 0)");

@@ -661,6 +661,16 @@ TEST_SUITE("learner") {
     CHECK(weighted.options().sampler);  // the loaders themselves are as they were
   }
 
+  TEST_CASE("a training loader that makes no batch (fewer items than bs, the short batch dropped) is an error") {
+    auto dls = synthetic_dls(3, 4, 2);
+    dls.train = DataLoader(dls.train.dataset_ptr(), {.bs = 4, .shuffle = true, .drop_last = true});
+    Learner learn(dls, tiny_model(), CrossEntropyLoss(), {}, quiet());
+    silence(learn);
+    CHECK(error_of([&] { learn.fit(1); }) ==
+          "fit: the training loader makes no batch: its 3 items are fewer than its batch size 4 and it drops its last, "
+          "short batch (a smaller bs, or more items)");
+  }
+
   TEST_CASE("get_preds without a loader: every item of the valid one, also where it drops its last batch") {
     auto dls = synthetic_dls(10, 6, 4);
     dls.valid = DataLoader(dls.valid.dataset_ptr(), {.bs = 4, .drop_last = true});

@@ -6,6 +6,7 @@
 #include "helpers.h"
 
 using namespace fastcpp;
+using fastcpp::testing::error_of;
 
 TEST_SUITE("samplers") {
   TEST_CASE("DistributedSampler: same permutation on every rank, padded, contiguous blocks") {
@@ -55,6 +56,10 @@ TEST_SUITE("samplers") {
     CHECK(counts[0] == 0);
     CHECK(counts[2] / double(counts[1]) == doctest::Approx(3.0).epsilon(0.1));
     CHECK(sampler.indices(0) == WeightedSampler({0.0, 1.0, 3.0}, 1, 8000).indices(0));
+    CHECK(error_of([] { WeightedSampler({1.0, INFINITY}, 0); }) ==
+          "WeightedSampler: weight 1 is inf (weights are finite and >= 0)");
+    CHECK(error_of([] { WeightedSampler({-1.0}, 0); }) ==
+          "WeightedSampler: weight 0 is -1 (weights are finite and >= 0)");
   }
 
   TEST_CASE("a DataLoader serves its sampler's indices") {

@@ -142,6 +142,13 @@ ImageDatasets mask_datasets(const LabelledImages& items, const MaskBlock& block,
           block.void_index, block.mask_fill};
 }
 
+// fastai's: one per core, at most 16; a launcher's processes on one machine share its cores.
+int default_workers() {
+  const char* local_world = std::getenv("LOCAL_WORLD_SIZE");
+  const int processes = local_world ? std::max(1, std::atoi(local_world)) : 1;
+  return std::clamp(static_cast<int>(std::thread::hardware_concurrency()) / processes, 1, 16);
+}
+
 }  // namespace
 
 ImageDatasets image_datasets(const LabelledImages& items, const Blocks& blocks, const std::vector<ItemTransform>& item_tfms,
@@ -160,7 +167,7 @@ ImageDatasets image_datasets(const LabelledImages& items, const Blocks& blocks, 
 
 DataLoaders image_dataloaders(const ImageDatasets& datasets, const std::vector<BatchTransform>& batch_tfms,
                               const std::vector<BatchAugmentPtr>& aug_tfms, const LoadOptions& o) {
-  const int workers = o.workers >= 0 ? o.workers : static_cast<int>(std::thread::hardware_concurrency());
+  const int workers = o.workers >= 0 ? o.workers : default_workers();
   // Batches arrive as uint8: Normalize reads them as x/255 itself; with no batch
   // transforms they just become float.
   const auto tfms = batch_tfms.empty() ? std::vector<BatchTransform>{IntToFloat()} : batch_tfms;

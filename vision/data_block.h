@@ -85,7 +85,7 @@ struct ImageDatasets {
 
 struct LoadOptions {
   int64_t bs = 64;              // training batches (drop_last, shuffled)
-  int workers = -1;             // -1: one per core
+  int workers = -1;             // -1: one per core (of this process's share of them), at most 16
   uint64_t seed = 42;           // the shuffle's
   Decode decode = Decode::Cpu;  // where JPEGs are decoded (vision/datasets/image_folder.h)
   int64_t val_bs = 0;           // validation batches (in order); 0: bs, as fastai's
