@@ -198,6 +198,23 @@ TEST_SUITE("learner") {
     std::filesystem::remove(plot);
   }
 
+  TEST_CASE("lr_find runs num_it batches also where a callback shards the training loader first (to_distributed's)") {
+    struct HalfOfTheData : Callback {  // rank 0 of 2, as DistributedTrainer's before_fit leaves the loader
+      HalfOfTheData() { order = 11; }
+      void before_fit() override {
+        auto& train = learn().dls.train;
+        train.set_sampler(std::make_shared<DistributedSampler>(train.own_sampler(), 0, 2));
+      }
+      void after_fit() override { learn().dls.train.set_sampler(nullptr); }
+    };
+    Learner learn(synthetic_dls(64, 8, 8), tiny_model(), CrossEntropyLoss(), {},
+                  quiet({.cbs = {std::make_shared<HalfOfTheData>()}}));
+    silence(learn);
+    const auto found = learn.lr_find({.num_it = 20, .stop_div = false, .plot = ""});
+    CHECK(found.lrs.size() == 20);  // 4 batches an epoch: 6 epochs, not the 3 that 8 a batch would need
+    CHECK(learn.recorder->losses.size() == 20);
+  }
+
   TEST_CASE("validate() after a fit whose validation was cancelled gives the loss and metrics, not nan") {
     struct SkipValidation : Callback {
       void before_validate() override { throw CancelValidException(); }
