@@ -76,7 +76,10 @@ Batch DataLoader::make_batch(const std::vector<int64_t>& order, int64_t epoch, s
 }
 
 uint64_t DataLoader::batch_seed(int64_t epoch, size_t b) const {
-  return mix_seed(mix_seed(options_.seed, static_cast<uint64_t>(epoch)), b);
+  const uint64_t seed = mix_seed(mix_seed(options_.seed, static_cast<uint64_t>(epoch)), b);
+  // Rank r's batch b holds other items than rank 0's: it draws apart (shard 0 as one process does).
+  const uint64_t shard = sampler_->shard();
+  return shard ? mix_seed(seed, shard) : seed;
 }
 
 void DataLoader::add_batch_tfms(const std::vector<BatchTransform>& tfms) {

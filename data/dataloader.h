@@ -66,6 +66,7 @@ class DataLoader {
   const DatasetPtr& dataset_ptr() const { return dataset_; }
   const DataLoaderOptions& options() const { return options_; }
   const Sampler& sampler() const { return *sampler_; }
+  const SamplerPtr& sampler_ptr() const { return sampler_; }
   // A copy on the same device that serves every item once in the dataset's order (fastai's
   // dl.new(shuffle=False, drop_last=False)), where this one shuffles, drops its last batch
   // or has a sampler of its own (weighted draws too); nullopt where it already serves them so.
@@ -92,7 +93,8 @@ class DataLoader {
   // Batch b of an epoch from a worker, moved to the device and transformed there, as the
   // consumer finishes it.
   Batch finish(Batch batch, int64_t epoch, size_t b) const;
-  // Where every random draw of batch b of an epoch comes from (item and batch transforms).
+  // Where every random draw of batch b of an epoch comes from (item and batch transforms);
+  // a sharded sampler's shard too, so that ranks draw apart.
   uint64_t batch_seed(int64_t epoch, size_t b) const;
 
   Iterator begin();

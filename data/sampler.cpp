@@ -53,7 +53,7 @@ DistributedSampler::DistributedSampler(SamplerPtr base, int rank, int world_size
     : base_(std::move(base)), rank_(rank), world_size_(world_size) {
   if (world_size < 1 || rank < 0 || rank >= world_size)
     throw Error("DistributedSampler: rank " + std::to_string(rank) + " is not in [0, " + std::to_string(world_size) + ")");
-  if (!base_ || base_->size() == 0) throw Error("DistributedSampler: empty dataset");
+  if (!base_) throw Error("DistributedSampler: no sampler to share out");
   per_rank_ = (base_->size() + static_cast<size_t>(world_size) - 1) / static_cast<size_t>(world_size);
 }
 

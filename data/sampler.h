@@ -7,7 +7,8 @@
 //   WeightedSampler     n draws with replacement, probability proportional to weight
 //   DistributedSampler  fastai's DistributedDL: a rank's share of another sampler's epoch
 //                       (the same seed), pads it to ceil(n/world)*world by repeating
-//                       from the start, and serves its contiguous block
+//                       from the start, and serves its contiguous block (none of an
+//                       empty epoch)
 #include <memory>
 #include <string>
 #include <utility>
@@ -20,6 +21,9 @@ class Sampler {
   virtual ~Sampler() = default;
   virtual std::vector<int64_t> indices(int64_t epoch) const = 0;
   virtual size_t size() const = 0;  // indices per epoch
+  // Which share of a larger epoch this sampler serves (a rank's: DistributedSampler); 0 for
+  // the whole. The loader draws each share's random transforms apart from the others'.
+  virtual uint64_t shard() const { return 0; }
 };
 
 using SamplerPtr = std::shared_ptr<const Sampler>;
@@ -68,6 +72,8 @@ class DistributedSampler : public Sampler {
   DistributedSampler(size_t n, int rank, int world_size, bool shuffle, uint64_t seed);
   std::vector<int64_t> indices(int64_t epoch) const override;
   size_t size() const override { return per_rank_; }
+  uint64_t shard() const override { return static_cast<uint64_t>(rank_); }
+  const SamplerPtr& base() const { return base_; }
 
  private:
   SamplerPtr base_;

@@ -36,13 +36,39 @@ void DistributedTrainer::before_fit() {
   earlier_reductions_ = reductions_ = 0;
   make_reducer();
 
-  // Each rank takes its share of the loaders' own samplers (a WeightedSampler stays one).
+  // Each rank takes its share of the loaders' samplers (a WeightedSampler stays one, a set one too).
+  whole_samplers_ = {l.dls.train.sampler_ptr(), l.dls.valid.sampler_ptr()};
+  check_same_data(l.epochs_before);
   for (auto* loader : {&l.dls.train, &l.dls.valid})
-    loader->set_sampler(std::make_shared<DistributedSampler>(loader->own_sampler(), env_.rank, env_.world_size));
+    loader->set_sampler(std::make_shared<DistributedSampler>(loader->sampler_ptr(), env_.rank, env_.world_size));
   l.rank = env_.rank;
   l.barrier = [comm = comm_] { comm->barrier(); };
   was_logging_ = l.logging;
   if (env_.rank != 0) l.logging = false;
+}
+
+void DistributedTrainer::check_same_data(int64_t epoch) const {
+  // Each rank shares out its own epoch: one that differs (another seed, other files) would
+  // serve items twice and others never, or hang a rank with more batches in a collective.
+  const auto fingerprint = [epoch](const Sampler& sampler) {
+    uint64_t hash = 14695981039346656037ull;  // FNV-1a over the indices
+    for (const int64_t index : sampler.indices(epoch)) hash = (hash ^ static_cast<uint64_t>(index)) * 1099511628211ull;
+    return static_cast<int64_t>(hash);
+  };
+  const auto mine = torch::tensor({static_cast<int64_t>(whole_samplers_[0]->size()), fingerprint(*whole_samplers_[0]),
+                                   static_cast<int64_t>(whole_samplers_[1]->size()), fingerprint(*whole_samplers_[1])});
+  const auto all = comm_->all_gather(mine);  // [world, 4], the same on every rank: all of them throw or none
+  for (int r = 1; r < env_.world_size; ++r)
+    for (int loader = 0; loader < 2; ++loader) {
+      const auto at = [&](int rank, int k) { return all[rank][2 * loader + k].item<int64_t>(); };
+      if (at(r, 0) == at(0, 0) && at(r, 1) == at(0, 1)) continue;
+      const std::string name = loader ? "validation" : "training";
+      throw Error("to_distributed: rank " + std::to_string(r) + "'s " + name + " loader serves " +
+                  (at(r, 0) == at(0, 0) ? "its " + std::to_string(at(r, 0)) + " items in another order than rank 0's"
+                                        : std::to_string(at(r, 0)) + " items where rank 0's serves " +
+                                              std::to_string(at(0, 0))) +
+                  ": every rank needs the same data and the same seed (the ranks share out one epoch)");
+    }
 }
 
 void DistributedTrainer::make_reducer() {
@@ -125,7 +151,7 @@ void DistributedTrainer::gather_validation_batch() {
   auto& l = learn();
   const auto& sampler = l.dls.valid.sampler();
   const int64_t per_rank = static_cast<int64_t>(sampler.size());
-  const int64_t n = static_cast<int64_t>(l.dls.valid.own_sampler()->size());  // the epoch before padding
+  const int64_t n = static_cast<int64_t>(whole_samplers_[1]->size());  // the epoch before padding
   const int64_t first = static_cast<int64_t>(l.iter) * l.dls.valid.bs();
   const auto preds = gather_same_shape(*comm_, l.pred.detach()), targets = gather_padded(*comm_, l.yb);
   std::vector<torch::Tensor> kept_preds, kept_targets;
@@ -167,8 +193,8 @@ void DistributedTrainer::after_fit() {
   auto& l = learn();
   reducer_.reset();
   params_.clear();
-  l.dls.train.set_sampler(nullptr);  // back to the loaders' own samplers
-  l.dls.valid.set_sampler(nullptr);
+  l.dls.train.set_sampler(whole_samplers_[0]);  // back to the loaders' samplers
+  l.dls.valid.set_sampler(whole_samplers_[1]);
   l.rank = 0;
   l.barrier = nullptr;
   l.logging = was_logging_;

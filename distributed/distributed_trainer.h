@@ -6,7 +6,8 @@
 //                BatchNorm that cannot be reached is an error naming it); rank 0's weights (frozen ones
 //                too) and buffers broadcast; a Reducer on the trainable parameters; both loaders
 //                sharded with a DistributedSampler
-//                (rank 0's permutation, padded to equal length, contiguous blocks);
+//                (every rank's epoch checked to be rank 0's, padded to equal length,
+//                contiguous blocks; each rank's random transforms drawn apart);
 //                logging and progress on rank 0 only; saves on rank 0 with a barrier
 //   after_loss   training: the logged loss averaged over ranks, so every rank's
 //                smoothed loss (lr_find, TerminateOnNaN) takes the same decisions;
@@ -24,10 +25,12 @@
 //   after_backward  the Reducer's all-reduce of the gradients
 //   after_fit    the loaders, logging and hooks as they were
 // In a single process (no launcher variables) it says so once and changes nothing.
+#include <array>
 #include <memory>
 #include <optional>
 #include <vector>
 
+#include "data/sampler.h"
 #include "distributed/env.h"
 #include "distributed/process_group.h"
 #include "distributed/reducer.h"
@@ -64,6 +67,8 @@ class DistributedTrainer : public DevicePlacement {
 
  private:
   void gather_validation_batch();
+  // An Error on every rank unless all serve the same epoch (items and order) from both loaders.
+  void check_same_data(int64_t epoch) const;
   void synchronize_batchnorm();
   void move_to_rank_device();
   void broadcast_state();
@@ -76,6 +81,7 @@ class DistributedTrainer : public DevicePlacement {
   std::unique_ptr<Reducer> reducer_;
   std::vector<torch::Tensor> params_;  // the model's, and which of them the Reducer reduces
   std::vector<bool> trainable_;
+  std::array<SamplerPtr, 2> whole_samplers_;  // the training and validation loaders' before they were sharded
   bool was_logging_ = true;
   size_t reductions_ = 0, earlier_reductions_ = 0;  // the latter by Reducers replaced within the fit
   bool single_process_noted_ = false;

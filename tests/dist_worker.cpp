@@ -6,7 +6,7 @@
 //               unfreeze|single_unfreeze|unfreeze_acc|single_unfreeze_acc|unused_unfreeze_acc|
 //               single_unused_unfreeze_acc|unfreeze_between|single_unfreeze_between|
 //               unfreeze_between_acc|single_unfreeze_between_acc|resume|checkpointed|single_acc|ddp_acc|
-//               syncbn_single|syncbn|rank0_first OUT
+//               syncbn_single|syncbn|rank0_first|seed_by_rank OUT
 //
 // On the CPU unless FASTCPP_WORKER_DEVICE names a device (cuda:0); FASTCPP_WORKER_BACKEND
 // (gloo, nccl; default auto) picks the process group's backend, and with gloo every rank
@@ -263,8 +263,10 @@ int main(int argc, char** argv) {
     SamplerPtr order;  // none: the loader's own shuffle, which to_distributed replaces
     if (mode == "single_bs4") order = std::make_shared<DistributedSampler>(kTrain, 0, 1, true, 3);
     if (two_rank_batches) order = std::make_shared<TwoRankOrder>();
+    // seed_by_rank: each rank shuffles with a seed of its own, which to_distributed refuses.
+    const uint64_t seed = mode == "seed_by_rank" ? 3 + std::strtoull(rank, nullptr, 10) : 3;
     DataLoaders dls{DataLoader(data(kTrain, 1), {.bs = two_rank_batches ? 2 * kLocalBs : kLocalBs, .shuffle = true,
-                                                 .seed = 3, .sampler = order}),
+                                                 .seed = seed, .sampler = order}),
                     DataLoader(retinanet_worker() ? DatasetPtr(std::make_shared<OneWithTwoBoxes>(data(kValid, 2)))
                                                   : data(kValid, 2),
                                {.bs = 4})};
@@ -286,6 +288,9 @@ int main(int argc, char** argv) {
     const auto metric = unet_worker()        ? vision::jaccard_coeff_multi()
                         : retinanet_worker() ? vision::metrics::coco_map50(every_detection)
                                              : metrics::accuracy();
+    // The validation loader's order set on it (its own order): to_distributed shares out that one, then puts it back.
+    const SamplerPtr valid_order = std::make_shared<SequentialSampler>(dls.valid.n_items());
+    dls.valid.set_sampler(valid_order);
     Learner learn(dls, model, loss, {metric},
                   {.opt_func = with_unused ? adam() : sgd({.mom = 0.9}), .device = worker_device(), .progress = false});
     learn.logger = [](const std::string&) {};
@@ -311,6 +316,7 @@ int main(int argc, char** argv) {
     // The U-Net at 0.05 on random masks turns the two sides' rounding (BatchNorm's sums in
     // another order) into weight differences of 4e-4; at 0.005 they stay within 1e-5.
     learn.fit(3, unet_worker() || retinanet_worker() ? 0.005 : 0.05);
+    if (learn.dls.valid.sampler_ptr() != valid_order) throw Error("the validation loader's sampler was not put back");
     const auto last_epoch = learn.recorder->values.back();  // validated within the fit: gathered from the ranks
     const auto valid = learn.validate();
 

@@ -989,6 +989,25 @@ TEST_SUITE("distributed") {
           "rank 0 replaced it within 1 s; stop that group's processes, or give this run another MASTER_PORT");
   }
 
+  TEST_CASE("ranks whose loaders serve other epochs (a seed per rank) get one error each, before any batch") {
+    const auto base = temp_path("seed_by_rank");
+    std::vector<pid_t> pids;
+    for (int rank = 0; rank < 2; ++rank) {
+      const auto log = base + ".log" + std::to_string(rank);
+      pids.push_back(spawn_worker("seed_by_rank", base, rank_env(rank, 2, free_port() + 75), log));
+    }
+    for (auto pid : pids) CHECK(wait_for(pid, 120) == 1);
+    for (int rank = 0; rank < 2; ++rank) {
+      std::ifstream in(base + ".log" + std::to_string(rank));
+      const std::string output((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+      CHECK(output == "dist_worker seed_by_rank: Exception occurred in `DistributedTrainer` when calling event "
+                      "`before_fit`:\n\tto_distributed: rank 1's training loader serves its 40 items in another "
+                      "order than rank 0's: every rank needs the same data and the same seed (the ranks share out one "
+                      "epoch)\n");
+      std::filesystem::remove(base + ".log" + std::to_string(rank));
+    }
+  }
+
   TEST_CASE("a rank that dies while the other waits in a collective: an error on the survivor, not a hang") {
     const auto base = temp_path("dies"), log = base + ".log";
     // `resume` mode's rank 1 kills itself after epoch 0 of a first attempt; no launcher restarts it.

@@ -62,6 +62,24 @@ TEST_SUITE("samplers") {
           "WeightedSampler: weight 0 is -1 (weights are finite and >= 0)");
   }
 
+  TEST_CASE("DistributedSampler of an empty epoch serves nothing on every rank") {
+    DistributedSampler empty(std::make_shared<SequentialSampler>(0), 1, 2);
+    CHECK(empty.size() == 0);
+    CHECK(empty.indices(3).empty());
+  }
+
+  TEST_CASE("a rank's batches draw apart from the other ranks' (rank 0 as one process), from its loader's seed") {
+    auto ds = std::make_shared<TensorDataset>(torch::arange(10), torch::arange(10));
+    const auto seed_of = [&](int rank) {
+      DataLoader loader(ds, {.bs = 4, .seed = 9, .sampler = std::make_shared<DistributedSampler>(10, rank, 2, true, 9)});
+      return loader.batch_seed(2, 1);
+    };
+    const DataLoader whole(ds, {.bs = 4, .seed = 9});
+    CHECK(seed_of(0) == whole.batch_seed(2, 1));
+    CHECK(seed_of(1) != seed_of(0));
+    CHECK(seed_of(1) == seed_of(1));
+  }
+
   TEST_CASE("a DataLoader serves its sampler's indices") {
     auto ds = std::make_shared<TensorDataset>(torch::arange(10), torch::arange(10));
     DataLoader loader(ds, {.bs = 4, .sampler = std::make_shared<DistributedSampler>(10, 1, 2, false, 0)});
