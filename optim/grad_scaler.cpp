@@ -42,10 +42,9 @@ torch::Tensor GradScaler::scale(const torch::Tensor& loss) {
 }
 
 bool GradScaler::unscale_(Optimizer& opt) {
-  if (unscaled_) return skip_step_;
-  unscale_grads(opt);
-  skip_step_ = found_inf_.item<float>() > 0;  // one synchronization, as PyTorch's step
-  return skip_step_;
+  if (!unscaled_) unscale_grads(opt);  // else unscaled already, by unscale_on_device too
+  if (!skip_step_) skip_step_ = found_inf_.item<float>() > 0;  // one synchronization, as PyTorch's step
+  return *skip_step_;
 }
 
 torch::Tensor GradScaler::unscale_on_device(Optimizer& opt) {
@@ -78,6 +77,7 @@ void GradScaler::unscale_grads(Optimizer& opt) {
   found_inf_ = torch::zeros({1}, scale_.options());
   for (auto& [device, found] : found_per_device) found_inf_ += found.to(scale_.device(), /*non_blocking=*/true);
   unscaled_ = true;
+  skip_step_.reset();
 }
 
 std::vector<double> GradScaler::history() const {

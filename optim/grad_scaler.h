@@ -17,6 +17,7 @@
 #include <ATen/core/Dict.h>
 #include <ATen/core/ivalue.h>
 
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -49,7 +50,10 @@ class GradScaler {
   void update();
   // Drops the verdict of a step that was unscaled but never updated (its fit failed in
   // between): the next step unscales its own gradients. The scale is kept.
-  void forget_step() { unscaled_ = skip_step_ = false; }
+  void forget_step() {
+    unscaled_ = false;
+    skip_step_.reset();
+  }
 
   double get_scale() const { return scale_.item<double>(); }
   int64_t growth_tracker() const { return growth_tracker_.item<int64_t>(); }
@@ -85,7 +89,7 @@ class GradScaler {
   torch::Tensor growth_tracker_;  // int32, shape [1]
   torch::Tensor found_inf_;       // float32 [1] on scale_'s device: this step's verdict
   bool unscaled_ = false;
-  bool skip_step_ = false;        // found_inf_ read back once, for a second unscale_ call
+  std::optional<bool> skip_step_;  // found_inf_ read back once, for a second unscale_ call
   torch::Tensor history_;         // float32 on scale_'s device, the first history_size_ used
   int64_t history_size_ = 0;
   uint64_t generation_ = 0;

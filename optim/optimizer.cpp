@@ -40,6 +40,7 @@ std::string Optimizer::name() const {
 void Optimizer::step() {
   torch::NoGradGuard no_grad;
   const auto found_inf = std::exchange(found_inf_, torch::Tensor());
+  if (found_inf.defined() && !device_step_ && found_inf.item<float>() > 0) return;  // on the host: read, then skipped
   for (size_t g = 0; g < groups_.size(); ++g) {
     auto& group = groups_[g];
     GroupTensors with_grads;

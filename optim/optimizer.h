@@ -85,7 +85,8 @@ class Optimizer {
   // Copies the hyper-parameters the host set to the device without waiting. step() does
   // it itself, except while a CUDA graph records it: then call it before each replay.
   void refresh_device_hypers();
-  // The next step (on the device) is skipped wherever found_inf, GradScaler's verdict, is set.
+  // The next step is skipped wherever found_inf, GradScaler's verdict, is set (on the device
+  // without a read back; a step on the host reads it).
   void skip_next_step_if(torch::Tensor found_inf) { found_inf_ = std::move(found_inf); }
   // Changes whenever the state tensors are replaced (clear_state, load_state_dict,
   // set_device_step): a recorded CUDA graph that holds the old ones is then stale.

@@ -4,6 +4,7 @@
 
 #include <cmath>
 
+#include "core/error.h"
 #include "optim/device_step.h"
 #include "optim/fused_updates.h"
 
@@ -54,7 +55,8 @@ void SGD::update(torch::Tensor& param, const torch::Tensor& grad, ParamState& st
 }
 
 bool SGD::update_group(GroupTensors& group, const Hypers& hypers) {
-  if (!fusable(group)) return false;
+  // ATen's fused SGD takes no momentum buffers at mom 0 (a schedule may reach it): one by one then.
+  if (!fusable(group) || (momentum_ && hypers.mom == 0)) return false;
   fused_sgd_update(group, hypers, momentum_);
   return true;
 }
@@ -129,7 +131,10 @@ void Lamb::update(torch::Tensor& param, const torch::Tensor& grad, ParamState& s
 }
 
 Lookahead::Lookahead(std::unique_ptr<Optimizer> inner, int k, double alpha)
-    : Optimizer(inner->param_groups()), inner_(std::move(inner)), k_(k), alpha_(alpha) {}
+    : Optimizer(inner ? inner->param_groups() : throw Error("Lookahead: no optimizer to wrap")),
+      inner_(std::move(inner)), k_(k), alpha_(alpha) {
+  if (k_ < 1) throw Error("Lookahead: k must be >= 1 (steps between syncs of the slow weights), got " + std::to_string(k));
+}
 
 void Lookahead::update(torch::Tensor& param, const torch::Tensor& grad, ParamState& state, const Hypers& hypers,
                        bool do_wd) {

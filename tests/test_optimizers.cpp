@@ -156,6 +156,36 @@ TEST_SUITE("optimizers") {
     }
   }
 
+  TEST_CASE("SGD with momentum whose schedule reaches mom 0 steps there as fastai's: grad_avg = grad, then averages on") {
+    auto p = torch::ones({2}).requires_grad_(true);  // float: the group is fused
+    auto opt = sgd({.mom = 0.9})({ParamGroup{{p}, {true}, {}}});
+    opt->set_hyper("lr", 0.1);
+    const auto g1 = torch::tensor({1.0f, -2.0f}), g2 = torch::tensor({0.5f, 1.0f});
+    opt->set_hyper("mom", 0.0);
+    p.mutable_grad() = g1.clone();
+    opt->step();
+    CHECK(torch::allclose(p.detach(), 1 - 0.1 * g1));
+    opt->set_hyper("mom", 0.9);
+    p.mutable_grad() = g2.clone();
+    opt->step();
+    CHECK(torch::allclose(p.detach(), 1 - 0.1 * g1 - 0.1 * (0.9 * g1 + g2)));
+  }
+
+  TEST_CASE("Lookahead needs an optimizer and k >= 1; a step on the host reads skip_next_step_if's verdict") {
+    auto p = torch::ones({2}).requires_grad_(true);
+    CHECK(error_of([&] { lookahead(sgd(), {.k = 0})({ParamGroup{{p}, {true}, {}}}); }) ==
+          "Lookahead: k must be >= 1 (steps between syncs of the slow weights), got 0");
+    auto opt = sgd()({ParamGroup{{p}, {true}, {}}});
+    opt->set_hyper("lr", 0.1);
+    p.mutable_grad() = torch::ones({2});
+    opt->skip_next_step_if(torch::ones({1}));  // an overflow: no step
+    opt->step();
+    CHECK(torch::equal(p.detach(), torch::ones({2})));
+    opt->skip_next_step_if(torch::zeros({1}));
+    opt->step();
+    CHECK(torch::allclose(p.detach(), torch::full({2}, 0.9)));
+  }
+
   TEST_CASE("a group is fused only on one device and dtype, with gradients laid out as the params, at one step") {
     auto a = torch::randn({2, 3}), b = torch::randn({3});
     ParamState s0, s1;

@@ -79,6 +79,19 @@ TEST_SUITE("precision") {
           "the layers in Half; leave the model's dtype float)");
   }
 
+  TEST_CASE("GradScaler's unscale_ after unscale_on_device gives this step's verdict, not the last read one") {
+    auto param = torch::ones({2}).requires_grad_(true);
+    auto opt = sgd()({ParamGroup{{param}, {}, {}}});
+    GradScaler scaler({.init_scale = 4});
+    param.mutable_grad() = torch::full({2}, INFINITY);
+    CHECK(scaler.unscale_(*opt));  // an overflow: skip
+    scaler.update();
+    param.mutable_grad() = torch::ones({2});
+    scaler.unscale_on_device(*opt);
+    CHECK_FALSE(scaler.unscale_(*opt));  // gradient clipping's later read: finite now
+    CHECK(torch::equal(param.grad(), torch::full({2}, 0.5)));  // unscaled once, by 1/2
+  }
+
   TEST_CASE("fp16 on the CPU is an error that suggests bf16") {
     Learner learn(synthetic_dls(), tiny_model(), CrossEntropyLoss(), {}, quiet());
     silence(learn);
