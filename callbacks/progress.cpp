@@ -6,6 +6,7 @@
 #include <cstdio>
 #include <iostream>
 #include <sstream>
+#include <utility>
 
 #include "callbacks/lr_finder.h"
 #include "learner/learner.h"
@@ -31,6 +32,13 @@ ProgressCallback::ProgressCallback() : ProgressCallback(::isatty(STDOUT_FILENO) 
 
 void ProgressCallback::before_fit() {
   auto& l = learn();
+  if (live_ && !wrapped_logger_) {
+    wrapped_logger_ = l.logger;
+    l.logger = [this, logger = l.logger](const std::string& line) {
+      end_phase();
+      if (logger) logger(line);
+    };
+  }
   if (!l.logging) return;
   const auto names = l.recorder->metric_names();
   l.logger(table_row(names, names));
@@ -76,6 +84,11 @@ void ProgressCallback::draw(bool force) {
 void ProgressCallback::end_phase() {
   if (drawn_) std::cout << "\r\033[K" << std::flush;
   drawn_ = false;
+}
+
+void ProgressCallback::after_fit() {
+  end_phase();  // a fit cancelled mid-phase leaves its bar
+  if (wrapped_logger_) learn().logger = *std::exchange(wrapped_logger_, std::nullopt);
 }
 
 void ProgressCallback::after_epoch() {

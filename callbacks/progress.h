@@ -9,6 +9,8 @@
 // (the smoothed training loss per batch and the validation loss per epoch), so it can
 // be watched in an image viewer while the fit runs.
 #include <chrono>
+#include <functional>
+#include <optional>
 #include <string>
 
 #include "learner/callback.h"
@@ -28,7 +30,8 @@ class ProgressCallback : public Callback {
   void after_train() override { end_phase(); }
   void after_validate() override { end_phase(); }
   void after_epoch() override;
-  void after_fit_failed() override { end_phase(); }  // the error starts on a clean line
+  void after_fit() override;
+  void after_fit_failed() override { after_fit(); }  // the error starts on a clean line
 
  private:
   void start_phase();
@@ -36,6 +39,9 @@ class ProgressCallback : public Callback {
   void draw(bool force);
 
   bool live_;
+  // The Learner's logger while this one, which clears the bar before each line, stands in
+  // for it: a line logged mid-phase (TerminateOnNaN's, an epoch cancelled) starts on a clean line.
+  std::optional<std::function<void(const std::string&)>> wrapped_logger_;
   std::chrono::steady_clock::time_point phase_start_, last_draw_;
   bool drawn_ = false;
 };

@@ -550,6 +550,38 @@ TEST_SUITE("callbacks") {
     CHECK(text.substr(text.size() - 4) == "\r\033[K");
   }
 
+  TEST_CASE("a live bar is cleared before any logged line: an epoch or fit cancelled mid-phase leaves none behind") {
+    struct CancelsMidPhase : Callback {  // epoch 0 cancelled in its second batch, the fit in epoch 1's
+      void after_batch() override {
+        if (!learn().training || learn().iter != 1) return;
+        if (learn().epoch == 1) throw CancelFitException();  // nothing logged: the fit's end clears the bar
+        learn().logger("stopping");
+        throw CancelEpochException();
+      }
+    };
+    Learner learn(synthetic_dls(), tiny_model(), CrossEntropyLoss(), {},
+                  quiet({.cbs = {std::make_shared<ProgressCallback>(true), std::make_shared<CancelsMidPhase>()}}));
+    std::ostringstream out;
+    learn.logger = [&](const std::string& line) { out << line << "\n"; };
+    auto* const previous = std::cout.rdbuf(out.rdbuf());
+    learn.fit(3);
+    std::cout.rdbuf(previous);
+    const std::string text = out.str();
+    REQUIRE(text.find("train [") != std::string::npos);
+    std::istringstream lines(text);
+    int logged = 0;
+    for (std::string line; std::getline(lines, line);) {
+      CAPTURE(line);
+      const auto bar = line.rfind("train ["), cleared = line.rfind("\r\033[K");
+      CHECK((bar == std::string::npos || (cleared != std::string::npos && cleared > bar)));
+      logged += line.find("stopping") != std::string::npos;
+    }
+    CHECK(logged == 1);
+    CHECK(text.substr(text.size() - 4) == "\r\033[K");
+    learn.logger("after");  // the Learner's own logger back
+    CHECK(out.str().substr(text.size()) == "after\n");
+  }
+
   TEST_CASE("the progress table: a header and one row per epoch when not on a terminal") {
     Learner learn(synthetic_dls(), tiny_model(), CrossEntropyLoss(), {metrics::accuracy()},
                   quiet({.cbs = {std::make_shared<ProgressCallback>(false)}}));
