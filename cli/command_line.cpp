@@ -3,6 +3,7 @@
 #include <CLI/CLI.hpp>
 
 #include <algorithm>
+#include <cmath>
 #include <cstdlib>
 #include <iostream>
 
@@ -18,6 +19,34 @@ struct CommandLine::Impl {
 namespace {
 
 CLI::Option* option_of(void* option) { return static_cast<CLI::Option*>(option); }
+
+// A whole number in decimal, as Python's int() reads it: CLI11 alone reads 010 as octal 8 and 0x10 as 16.
+CLI::Validator whole_number() {
+  return CLI::Validator(
+      [](std::string& text) -> std::string {
+        const size_t sign = !text.empty() && (text[0] == '-' || text[0] == '+');
+        const auto digits = text.substr(sign);
+        if (digits.empty() || !std::all_of(digits.begin(), digits.end(), [](char c) { return c >= '0' && c <= '9'; }))
+          return "'" + text + "' is not a whole number";
+        const auto first = std::min(digits.find_first_not_of('0'), digits.size() - 1);  // leading zeros go
+        text = text.substr(0, sign) + digits.substr(first);
+        return "";
+      },
+      "");
+}
+
+// A finite number: "nan" and "inf" read as numbers, and would pass any range.
+CLI::Validator finite_number() {
+  return CLI::Validator(
+      [](std::string& text) -> std::string {
+        char* end = nullptr;
+        const double value = std::strtod(text.c_str(), &end);
+        if (end == text.c_str() || *end != '\0') return "'" + text + "' is not a number";
+        if (!std::isfinite(value)) return "'" + text + "' is not a finite number";
+        return "";
+      },
+      "");
+}
 
 }  // namespace
 
@@ -48,15 +77,15 @@ CommandLine::CommandLine(std::string program, std::string description)
 CommandLine::~CommandLine() = default;
 
 CommandLine::Flag CommandLine::flag(const std::string& names, int& value, const std::string& help) {
-  return Flag(impl_->app.add_option(names, value, help)->capture_default_str(), true);
+  return Flag(impl_->app.add_option(names, value, help)->capture_default_str()->transform(whole_number()), true);
 }
 
 CommandLine::Flag CommandLine::flag(const std::string& names, int64_t& value, const std::string& help) {
-  return Flag(impl_->app.add_option(names, value, help)->capture_default_str(), true);
+  return Flag(impl_->app.add_option(names, value, help)->capture_default_str()->transform(whole_number()), true);
 }
 
 CommandLine::Flag CommandLine::flag(const std::string& names, double& value, const std::string& help) {
-  return Flag(impl_->app.add_option(names, value, help)->capture_default_str(), false);
+  return Flag(impl_->app.add_option(names, value, help)->capture_default_str()->transform(finite_number()), false);
 }
 
 CommandLine::Flag CommandLine::flag(const std::string& names, std::string& value, const std::string& help) {
@@ -93,8 +122,9 @@ void CommandLine::parse(int argc, const char* const* argv) {
     app.parse(argc, argv);
     // Stopped at the first argument: a flag of ours misspelt must not become the command.
     const auto rest = app.remaining();
-    if (app.get_prefix_command() && !rest.empty() && rest.front().size() > 1 && rest.front()[0] == '-' &&
-        std::find(argv + 1, argv + argc, std::string("--")) == argv + argc)
+    // (CLI11 keeps a "--" that ends our flags as the first of the rest.)
+    if (app.get_prefix_command() && !rest.empty() && rest.front() != "--" && rest.front().size() > 1 &&
+        rest.front()[0] == '-')
       throw CLI::ExtrasError({rest.front()});
   } catch (const CLI::CallForHelp&) {
     std::cout << app.help();

@@ -13,7 +13,8 @@
 // Every program then answers alike: --help / -h prints what it does, each flag with its
 // default and allowed values, and the examples, and exits 0; --version prints fastcpp's
 // and libtorch's versions; --flag value and --flag=value both work; an unknown flag, a
-// missing or ill-typed value, a value out of range or a missing argument is one line
+// missing or ill-typed value (whole numbers in decimal, 010 is 10; decimals finite, never
+// nan), a value out of range or a missing argument is one line
 // naming the flag and what was expected, with exit code 2. Nothing else has run by then.
 #include <cstdint>
 #include <initializer_list>
