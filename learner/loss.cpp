@@ -50,7 +50,11 @@ torch::Tensor check_multi_hot(const torch::Tensor& pred, const torch::Tensor& ta
 }  // namespace
 
 torch::Tensor Loss::per_item(const torch::Tensor& pred, const torch::Tensor& target) const {
-  if (per_item_) return per_item_(pred, target);
+  if (per_item_) {
+    // An unreduced loss of a spatial or sequence prediction ([batch, H, W]): each item's mean.
+    const auto losses = per_item_(pred, target);
+    return losses.dim() > 1 ? losses.flatten(1).mean(1) : losses;
+  }
   std::vector<torch::Tensor> losses;
   for (int64_t i = 0; i < pred.size(0); ++i) losses.push_back(fn_(pred.narrow(0, i, 1), target.narrow(0, i, 1)).reshape({}));
   return torch::stack(losses);

@@ -28,8 +28,9 @@ class Loss {
         activation_name_(std::move(activation_name)) {}
 
   torch::Tensor operator()(const torch::Tensor& pred, const torch::Tensor& target) const { return fn_(pred, target); }
-  // Each item's loss, [batch]: the unreduced form when given, else the loss of each
-  // item as a batch of one (for losses that average over the batch).
+  // Each item's loss, [batch]: the unreduced form when given (averaged over each item's
+  // positions where it keeps them: a mask's pixels), else the loss of each item as a batch
+  // of one (for losses that average over the batch). MixUp mixes these.
   torch::Tensor per_item(const torch::Tensor& pred, const torch::Tensor& target) const;
   torch::Tensor activation(const torch::Tensor& pred) const { return activation_ ? activation_(pred) : pred; }
   bool has_activation() const { return static_cast<bool>(activation_); }
