@@ -1,7 +1,7 @@
 #include "callbacks/logging.h"
 
 #include <cmath>
-#include <filesystem>
+#include <fstream>
 
 #include "callbacks/lr_finder.h"
 #include "core/error.h"
@@ -12,10 +12,27 @@
 namespace fastcpp {
 namespace {
 
+// A cell as RFC 4180 writes it: quoted where it holds a comma, a quote or a line break (a metric's own name may).
+std::string csv_cell(const std::string& cell) {
+  if (cell.find_first_of(",\"\r\n") == std::string::npos) return cell;
+  std::string quoted = "\"";
+  for (const char c : cell) quoted += c == '"' ? std::string("\"\"") : std::string(1, c);
+  return quoted + "\"";
+}
+
 std::string csv_line(const std::vector<std::string>& cells) {
   std::string line;
-  for (size_t i = 0; i < cells.size(); ++i) line += (i ? "," : "") + cells[i];
+  for (size_t i = 0; i < cells.size(); ++i) line += (i ? "," : "") + csv_cell(cells[i]);
   return line;
+}
+
+// The last header line of a history file (rows start with their epoch's number, headers with "epoch").
+std::string last_header(const std::string& path) {
+  std::ifstream in(path);
+  std::string header;
+  for (std::string line; std::getline(in, line);)
+    if (line.rfind("epoch,", 0) == 0) header = line;
+  return header;
 }
 
 }  // namespace
@@ -26,11 +43,13 @@ void CSVLogger::before_fit() {
   if (file_.is_open()) file_.close();  // left open by a fit that failed
   run = !learn().get_cb<LRFinder>();   // lr_find would truncate the history of the fits before
   if (!run || learn().rank != 0) return;  // one file for a distributed run
-  const bool write_header = !append_ || !std::filesystem::exists(path_);
+  // Appended rows go under the last header where it names this fit's columns; under a new one otherwise.
+  const auto header = csv_line(learn().recorder->metric_names());
+  const bool write_header = !append_ || last_header(path_) != header;
   file_.clear();
   file_.open(path_, append_ ? std::ios::app : std::ios::trunc);
   if (!file_) throw Error("CSVLogger: cannot open '" + path_ + "' for writing");
-  if (write_header) file_ << csv_line(learn().recorder->metric_names()) << std::endl;
+  if (write_header) file_ << header << std::endl;
 }
 
 void CSVLogger::after_epoch() {

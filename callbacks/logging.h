@@ -1,6 +1,7 @@
 #pragma once
 // CSVLogger (order 60): appends each epoch's row of the table to a CSV file
-// (header first unless appending to an existing file); rows are flushed as they
+// (header first, unless appending to a file whose last header names the same columns;
+// cells quoted as RFC 4180 where they need it); rows are flushed as they
 // are written, so a crashed run keeps its history. It sits out lr_find (whose fit would
 // truncate the file).
 #include <fstream>

@@ -133,7 +133,8 @@ void Lamb::update(torch::Tensor& param, const torch::Tensor& grad, ParamState& s
 Lookahead::Lookahead(std::unique_ptr<Optimizer> inner, int k, double alpha)
     : Optimizer(inner ? inner->param_groups() : throw Error("Lookahead: no optimizer to wrap")),
       inner_(std::move(inner)), k_(k), alpha_(alpha) {
-  if (k_ < 1) throw Error("Lookahead: k must be >= 1 (steps between syncs of the slow weights), got " + std::to_string(k));
+  if (k_ < 1)
+    throw Error("Lookahead: k must be >= 1 (steps between syncs of the slow weights), got " + std::to_string(k));
 }
 
 void Lookahead::update(torch::Tensor& param, const torch::Tensor& grad, ParamState& state, const Hypers& hypers,

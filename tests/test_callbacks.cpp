@@ -503,6 +503,17 @@ TEST_SUITE("callbacks") {
     CHECK(rows[2].rfind("1,", 0) == 0);
     CHECK(rows[3].rfind("0,", 0) == 0);
     CHECK(rows[4].rfind("1,", 0) == 0);
+    // A fit with another column (a metric named with a comma): its rows under a header of its own.
+    const auto half = [](const torch::Tensor&, const torch::Tensor&) { return torch::tensor(0.5); };
+    Learner learn(synthetic_dls(), tiny_model(), CrossEntropyLoss(), {metrics::from_fn("f1, \"macro\"", half)},
+                  quiet({.cbs = {std::make_shared<CSVLogger>(path, /*append=*/true)}}));
+    silence(learn);
+    learn.fit(1);
+    const auto more = file_lines(path);
+    REQUIRE(more.size() == 7);
+    CHECK(more[5] == "epoch,train_loss,valid_loss,\"f1, \"\"macro\"\"\",time");
+    CHECK(more[6].find(",0.5,") != std::string::npos);
+    std::filesystem::remove(path);
   }
 
   TEST_CASE("SaveModel every_epoch writes one checkpoint per epoch, each that epoch's weights") {

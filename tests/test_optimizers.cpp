@@ -156,7 +156,7 @@ TEST_SUITE("optimizers") {
     }
   }
 
-  TEST_CASE("SGD with momentum whose schedule reaches mom 0 steps there as fastai's: grad_avg = grad, then averages on") {
+  TEST_CASE("SGD with momentum scheduled to mom 0 steps there as fastai's: grad_avg = grad, then averages on") {
     auto p = torch::ones({2}).requires_grad_(true);  // float: the group is fused
     auto opt = sgd({.mom = 0.9})({ParamGroup{{p}, {true}, {}}});
     opt->set_hyper("lr", 0.1);

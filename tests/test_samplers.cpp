@@ -71,7 +71,8 @@ TEST_SUITE("samplers") {
   TEST_CASE("a rank's batches draw apart from the other ranks' (rank 0 as one process), from its loader's seed") {
     auto ds = std::make_shared<TensorDataset>(torch::arange(10), torch::arange(10));
     const auto seed_of = [&](int rank) {
-      DataLoader loader(ds, {.bs = 4, .seed = 9, .sampler = std::make_shared<DistributedSampler>(10, rank, 2, true, 9)});
+      const auto shard = std::make_shared<DistributedSampler>(10, rank, 2, true, 9);
+      DataLoader loader(ds, {.bs = 4, .seed = 9, .sampler = shard});
       return loader.batch_seed(2, 1);
     };
     const DataLoader whole(ds, {.bs = 4, .seed = 9});
