@@ -51,7 +51,7 @@ torch::Tensor check_multi_hot(const torch::Tensor& pred, const torch::Tensor& ta
 
 torch::Tensor Loss::per_item(const torch::Tensor& pred, const torch::Tensor& target) const {
   if (per_item_) {
-    // An unreduced loss of a spatial or sequence prediction ([batch, H, W]): each item's mean.
+    // An unreduced form that keeps each item's positions ([batch, H, W], a user's): each item's mean.
     const auto losses = per_item_(pred, target);
     return losses.dim() > 1 ? losses.flatten(1).mean(1) : losses;
   }

@@ -922,14 +922,10 @@ TEST_SUITE("models") {
     const auto p = torch::tensor({1.f, 2.f, 3.f, 5.f}).view({2, 2}), t = torch::zeros({2, 2});
     CHECK(torch::allclose(l1.per_item(p, t), torch::tensor({1.5f, 4.f})));
     CHECK(torch::allclose(MSELoss().per_item(p, t), torch::tensor({2.5f, 17.f})));
-    // A spatial prediction's unreduced cross-entropy [batch, H, W]: each item's mean (what MixUp mixes).
-    torch::manual_seed(0);
-    const auto logits = torch::randn({4, 3, 5, 2}), mask = torch::randint(3, {4, 5, 2});
-    const auto items = CrossEntropyLoss().per_item(logits, mask);
-    REQUIRE(items.sizes() == torch::IntArrayRef{4});
-    const auto second = torch::nn::functional::cross_entropy(logits.narrow(0, 1, 1), mask.narrow(0, 1, 1));
-    CHECK(torch::allclose(items[1], second));
-    CHECK(torch::allclose(items.mean(), CrossEntropyLoss()(logits, mask)));
+    // A user loss whose unreduced form keeps each item's positions ([batch, 2]): each item's mean.
+    const Loss squares([](const torch::Tensor& p, const torch::Tensor& t) { return (p - t).square().mean(); }, nullptr,
+                       [](const torch::Tensor& p, const torch::Tensor& t) { return (p - t).square(); });
+    CHECK(torch::allclose(squares.per_item(p, t), torch::tensor({2.5f, 17.f})));
   }
 
   TEST_CASE("interpretation: confusion matrix, most confused, top losses") {
