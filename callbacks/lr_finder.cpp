@@ -22,7 +22,7 @@ LRFinder::LRFinder(double start_lr, double end_lr, int num_it, bool stop_div)
 
 void LRFinder::before_fit() {
   ParamScheduler::before_fit();
-  // Epochs enough for num_it batches, counted again here: to_distributed's sharding (before this) shortens them.
+  // Epochs enough for num_it batches, counted here: after to_distributed's sharding, which shortens them.
   auto& l = learn();
   l.n_epoch = num_it_ / static_cast<int>(std::max<size_t>(l.dls.train.size(), 1)) + 1;
   saved_state_ = checkpoint::encode(learn(), /*with_opt=*/true);

@@ -25,6 +25,12 @@ std::string table_row(const std::vector<std::string>& cells, const std::vector<s
   return line.str();
 }
 
+// Clears the line of a bar drawn on it.
+void clear_bar(bool& drawn) {
+  if (drawn) std::cout << "\r\033[K" << std::flush;
+  drawn = false;
+}
+
 }  // namespace
 
 ProgressCallback::ProgressCallback(bool live) : live_(live) { order = 60; }
@@ -34,8 +40,8 @@ void ProgressCallback::before_fit() {
   auto& l = learn();
   if (live_ && !wrapped_logger_) {
     wrapped_logger_ = l.logger;
-    l.logger = [this, logger = l.logger](const std::string& line) {
-      end_phase();
+    l.logger = [drawn = drawn_, logger = l.logger](const std::string& line) {  // holds no pointer to this callback
+      clear_bar(*drawn);
       if (logger) logger(line);
     };
   }
@@ -47,7 +53,7 @@ void ProgressCallback::before_fit() {
 void ProgressCallback::start_phase() {
   phase_start_ = std::chrono::steady_clock::now();
   last_draw_ = {};
-  drawn_ = false;
+  *drawn_ = false;
 }
 
 void ProgressCallback::after_batch() {
@@ -78,13 +84,10 @@ void ProgressCallback::draw(bool force) {
     bar << numbers;
   }
   std::cout << bar.str() << std::flush;
-  drawn_ = true;
+  *drawn_ = true;
 }
 
-void ProgressCallback::end_phase() {
-  if (drawn_) std::cout << "\r\033[K" << std::flush;
-  drawn_ = false;
-}
+void ProgressCallback::end_phase() { clear_bar(*drawn_); }
 
 void ProgressCallback::after_fit() {
   end_phase();  // a fit cancelled mid-phase leaves its bar

@@ -10,6 +10,7 @@
 // be watched in an image viewer while the fit runs.
 #include <chrono>
 #include <functional>
+#include <memory>
 #include <optional>
 #include <string>
 
@@ -43,7 +44,7 @@ class ProgressCallback : public Callback {
   // for it: a line logged mid-phase (TerminateOnNaN's, an epoch cancelled) starts on a clean line.
   std::optional<std::function<void(const std::string&)>> wrapped_logger_;
   std::chrono::steady_clock::time_point phase_start_, last_draw_;
-  bool drawn_ = false;
+  std::shared_ptr<bool> drawn_ = std::make_shared<bool>(false);  // shared with the logger that clears the bar
 };
 
 class ShowGraph : public Callback {

@@ -125,9 +125,11 @@ void EarlyStopping::after_epoch() {
   TrackerCallback::after_epoch();
   if (!measured_ || new_best_ || wait_ < patience_) return;
   auto& l = learn();
-  const int since = l.epoch - wait_;  // before this fit where the best is an earlier fit's (reset_on_fit false)
-  l.logger(since >= 0 ? "No improvement since epoch " + std::to_string(since) + ": early stopping"
-                      : std::string("No improvement on an earlier fit's best: early stopping"));
+  // With reset_on_fit false the best may be an earlier fit's: no epoch of this fit to name.
+  const int since = l.epoch - wait_;
+  l.logger(since < 0 && !options_.reset_on_fit
+               ? std::string("No improvement on an earlier fit's best: early stopping")
+               : "No improvement since epoch " + std::to_string(std::max(since, 0)) + ": early stopping");
   throw CancelFitException();
 }
 

@@ -20,7 +20,7 @@ namespace {
 
 CLI::Option* option_of(void* option) { return static_cast<CLI::Option*>(option); }
 
-// A whole number in decimal, as Python's int() reads it: CLI11 alone reads 010 as octal 8 and 0x10 as 16.
+// A whole number in decimal (010 is 10): CLI11 alone reads 010 as octal 8 and 0x10 as 16.
 CLI::Validator whole_number() {
   return CLI::Validator(
       [](std::string& text) -> std::string {
@@ -41,7 +41,8 @@ CLI::Validator finite_number() {
       [](std::string& text) -> std::string {
         char* end = nullptr;
         const double value = std::strtod(text.c_str(), &end);
-        if (end == text.c_str() || *end != '\0') return "'" + text + "' is not a number";
+        if (end == text.c_str() || *end != '\0' || text.find_first_of("xX") != std::string::npos)  // no hex
+          return "'" + text + "' is not a number";
         if (!std::isfinite(value)) return "'" + text + "' is not a finite number";
         return "";
       },

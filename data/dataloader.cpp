@@ -38,12 +38,15 @@ SamplerPtr DataLoader::own_sampler() const {
 }
 
 std::optional<DataLoader> DataLoader::in_order() const {
-  const auto* sequential = dynamic_cast<const SequentialSampler*>(sampler_.get());
+  // A rank's share (to_distributed) stays its share: the ranks' predictions are gathered by shard.
+  const auto* shard = dynamic_cast<const DistributedSampler*>(sampler_.get());
+  const auto* sequential = dynamic_cast<const SequentialSampler*>(shard ? shard->base().get() : sampler_.get());
   if (sequential && sequential->size() == dataset_->size() && !options_.drop_last) return std::nullopt;
   auto options = options_;
   options.shuffle = options.drop_last = false;
   options.sampler = nullptr;  // a WeightedSampler's draws too: fastai's WeightedDL without shuffle
   DataLoader copy(dataset_, std::move(options));
+  if (shard) copy.set_sampler(std::make_shared<DistributedSampler>(copy.sampler_ptr(), shard->rank(), shard->world_size()));
   copy.to(device_);
   return copy;
 }

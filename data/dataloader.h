@@ -70,6 +70,7 @@ class DataLoader {
   // A copy on the same device that serves every item once in the dataset's order (fastai's
   // dl.new(shuffle=False, drop_last=False)), where this one shuffles, drops its last batch
   // or has a sampler of its own (weighted draws too); nullopt where it already serves them so.
+  // A rank's share (a DistributedSampler) becomes its share of the items in order.
   std::optional<DataLoader> in_order() const;
   // Replaces the sampler; nullptr restores the one the options give.
   void set_sampler(SamplerPtr sampler);

@@ -74,6 +74,8 @@ class DistributedSampler : public Sampler {
   size_t size() const override { return per_rank_; }
   uint64_t shard() const override { return static_cast<uint64_t>(rank_); }
   const SamplerPtr& base() const { return base_; }
+  int rank() const { return rank_; }
+  int world_size() const { return world_size_; }
 
  private:
   SamplerPtr base_;

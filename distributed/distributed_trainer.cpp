@@ -29,6 +29,10 @@ void DistributedTrainer::before_fit() {
   auto group_options = options_.process_group;
   group_options.device = l.device;
   comm_ = process_communicator(env_, group_options);  // the process's one group, NCCL added if needed
+  if (reducer_) throw Error("to_distributed: a fit inside a fit (its loaders are shared out already)");
+  // Before anything changes: a refusal leaves the Learner as it was (after_fit has nothing to undo).
+  whole_samplers_ = {l.dls.train.sampler_ptr(), l.dls.valid.sampler_ptr()};
+  check_same_data(l.epochs_before);
   if (options_.sync_bn) synchronize_batchnorm();
   params_ = unique_parameters(l.model.module().parameters());  // tied weights once
   broadcast_state();
@@ -37,8 +41,6 @@ void DistributedTrainer::before_fit() {
   make_reducer();
 
   // Each rank takes its share of the loaders' samplers (a WeightedSampler stays one, a set one too).
-  whole_samplers_ = {l.dls.train.sampler_ptr(), l.dls.valid.sampler_ptr()};
-  check_same_data(l.epochs_before);
   for (auto* loader : {&l.dls.train, &l.dls.valid})
     loader->set_sampler(std::make_shared<DistributedSampler>(loader->sampler_ptr(), env_.rank, env_.world_size));
   l.rank = env_.rank;
@@ -57,7 +59,8 @@ void DistributedTrainer::check_same_data(int64_t epoch) const {
   };
   const auto mine = torch::tensor({static_cast<int64_t>(whole_samplers_[0]->size()), fingerprint(*whole_samplers_[0]),
                                    static_cast<int64_t>(whole_samplers_[1]->size()), fingerprint(*whole_samplers_[1])});
-  const auto all = comm_->all_gather(mine);  // [world, 4], the same on every rank: all of them throw or none
+  // [world, 4], the same on every rank: all of them throw or none. A CUDA group's through NCCL (a build may lack Gloo).
+  const auto all = comm_->all_gather(comm_->backend() == "nccl" ? mine.to(learn().device) : mine).cpu();
   for (int r = 1; r < env_.world_size; ++r)
     for (int loader = 0; loader < 2; ++loader) {
       const auto at = [&](int rank, int k) { return all[rank][2 * loader + k].item<int64_t>(); };

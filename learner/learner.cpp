@@ -417,14 +417,14 @@ void Learner::fine_tune(int epochs, FineTuneOptions o) {
 
 LrFindResult Learner::lr_find(LrFindOptions o) {
   if (o.num_it < 10) throw Error("lr_find: num_it must be at least 10, got " + std::to_string(o.num_it));
-  const int epochs = o.num_it / static_cast<int>(std::max<size_t>(dls.train.size(), 1)) + 1;
   struct Quiet {  // no epoch table while searching
     bool& flag;
     bool saved;
     ~Quiet() { flag = saved; }
   } quiet{logging, logging};
   logging = false;
-  fit(epochs, {}, {.cbs = {std::make_shared<LRFinder>(o.start_lr, o.end_lr, o.num_it, o.stop_div)}});
+  // One epoch planned: LRFinder sets as many as num_it batches take once the loaders are final (sharded).
+  fit(1, {}, {.cbs = {std::make_shared<LRFinder>(o.start_lr, o.end_lr, o.num_it, o.stop_div)}});
   auto result = suggest_lrs(recorder->lrs, recorder->losses, o.num_it);
   if (!o.plot.empty()) recorder->plot_lr_find(o.plot);
   return result;
@@ -442,8 +442,8 @@ std::vector<double> Learner::validate(DataLoader* loader) {
 }
 
 Preds Learner::get_preds(DataLoader* loader, bool with_loss) {
-  // Every item once and in the dataset's order, also from a loader that shuffles or drops
-  // its last batch (the training one): a copy without either, as fastai's dl.new(...).
+  // Every item once and in the dataset's order, also from a loader that shuffles, drops its
+  // last batch (the training one) or has a sampler of its own: a copy without, as fastai's dl.new(...).
   if (!loader) loader = &dls.valid;
   auto in_order = loader->in_order();
   if (in_order) loader = &*in_order;

@@ -90,7 +90,9 @@ expect 2 "MODEL" examples/predict
 expect 2 "ROOT" examples/image_folder --epochs 1
 expect 2 "--precision" examples/fashion_mnist --precision fp8
 expect 2 "--lr" examples/fashion_mnist --lr nan  # a range holds no nan
-expect 2 "--epochs" examples/fashion_mnist --epochs 0x10  # whole numbers in decimal, as Python's int()
+expect 2 "--epochs" examples/fashion_mnist --epochs 0x10  # whole numbers in decimal
+expect 2 "--lr" examples/fashion_mnist --lr 0x1p-3
+expect 2 "ROOT" examples/image_folder --epochs 010 --lr=1e-3 --bs +8  # these pass: ROOT is what is missing
 expect 2 "--nprc" fastcpp-launch --nprc 2 ./x -- y  # a misspelt flag, also before a "--" for the worker
 version=$("$build/fastcpp-launch" --version)
 [[ "$version" =~ ^fastcpp\ [0-9]+\.[0-9]+\.[0-9]+\ \(libtorch\ [0-9.]+ ]] || fail "--version prints '$version'"

@@ -81,6 +81,18 @@ TEST_SUITE("samplers") {
     CHECK(seed_of(1) == seed_of(1));
   }
 
+  TEST_CASE("in_order of a rank's shuffled share (get_preds under to_distributed): its share of the items in order") {
+    auto ds = std::make_shared<TensorDataset>(torch::arange(10), torch::arange(10));
+    DataLoader loader(ds, {.bs = 4, .shuffle = true, .seed = 1});
+    loader.set_sampler(std::make_shared<DistributedSampler>(loader.sampler_ptr(), 1, 2));
+    const auto in_order = loader.in_order();
+    REQUIRE(in_order);
+    CHECK(in_order->order(0) == std::vector<int64_t>{5, 6, 7, 8, 9});
+    DataLoader sequential(ds, {.bs = 4});
+    sequential.set_sampler(std::make_shared<DistributedSampler>(sequential.sampler_ptr(), 1, 2));
+    CHECK_FALSE(sequential.in_order());  // in order already
+  }
+
   TEST_CASE("a DataLoader serves its sampler's indices") {
     auto ds = std::make_shared<TensorDataset>(torch::arange(10), torch::arange(10));
     DataLoader loader(ds, {.bs = 4, .sampler = std::make_shared<DistributedSampler>(10, 1, 2, false, 0)});
