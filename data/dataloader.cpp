@@ -46,7 +46,8 @@ std::optional<DataLoader> DataLoader::in_order() const {
   options.shuffle = options.drop_last = false;
   options.sampler = nullptr;  // a WeightedSampler's draws too: fastai's WeightedDL without shuffle
   DataLoader copy(dataset_, std::move(options));
-  if (shard) copy.set_sampler(std::make_shared<DistributedSampler>(copy.sampler_ptr(), shard->rank(), shard->world_size()));
+  if (shard)
+    copy.set_sampler(std::make_shared<DistributedSampler>(copy.sampler_ptr(), shard->rank(), shard->world_size()));
   copy.to(device_);
   return copy;
 }
