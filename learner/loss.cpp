@@ -84,10 +84,8 @@ Loss BCEWithLogitsLoss() {
         return torch::binary_cross_entropy_with_logits(pred, check_multi_hot(pred, target));
       },
       [](const torch::Tensor& pred) { return torch::sigmoid(pred); },
-      [](const torch::Tensor& pred, const torch::Tensor& target) {  // the mean over each item's classes
-        return torch::binary_cross_entropy_with_logits(pred, check_multi_hot(pred, target), {}, {}, at::Reduction::None)
-            .reshape({pred.size(0), -1})
-            .mean(1);
+      [](const torch::Tensor& pred, const torch::Tensor& target) {  // per_item averages each item's classes
+        return torch::binary_cross_entropy_with_logits(pred, check_multi_hot(pred, target), {}, {}, at::Reduction::None);
       },
       "sigmoid");
 }
@@ -99,9 +97,9 @@ Loss MSELoss() {
         return torch::mse_loss(pred, target);
       },
       nullptr,
-      [](const torch::Tensor& pred, const torch::Tensor& target) {  // the mean over each item's elements
+      [](const torch::Tensor& pred, const torch::Tensor& target) {  // per_item averages each item's elements
         check_same_shape(pred, target);
-        return torch::mse_loss(pred, target, at::Reduction::None).reshape({pred.size(0), -1}).mean(1);
+        return torch::mse_loss(pred, target, at::Reduction::None);
       });
 }
 

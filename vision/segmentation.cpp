@@ -145,11 +145,9 @@ Loss CrossEntropyLossFlat(FlatLossOptions options) {
   };
   return Loss([ce](const torch::Tensor& pred, const torch::Tensor& target) { return ce(pred, target, torch::kMean); },
               softmax_over_classes(),
-              // Each image's, as fastai's get_preds(with_loss=True): the mean over all its
-              // pixels, the ignored ones counting 0.
-              [ce](const torch::Tensor& pred, const torch::Tensor& target) {
-                return ce(pred, target, torch::kNone).reshape({pred.size(0), -1}).mean(1);
-              },
+              // Each pixel's: Loss::per_item averages each image's, as fastai's get_preds(with_loss=True),
+              // the ignored pixels counting 0.
+              [ce](const torch::Tensor& pred, const torch::Tensor& target) { return ce(pred, target, torch::kNone); },
               "softmax_classes")
       .share_checks(checks);
 }
