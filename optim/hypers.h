@@ -4,7 +4,7 @@
 //   lr       learning rate
 //   mom      SGD momentum, or Adam's beta1
 //   sqr_mom  Adam's beta2
-//   wd       weight decay (decoupled: p *= 1 - lr*wd)
+//   wd       weight decay (decoupled, p *= 1 - lr*wd, or L2: Optimizer::set_decouple_wd)
 //   eps      Adam's epsilon
 #include <string>
 #include <vector>

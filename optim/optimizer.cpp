@@ -31,6 +31,24 @@ torch::Tensor& state_buffer(ParamState& state, const char* name, const torch::Te
   return tensor;
 }
 
+namespace {
+
+// fastai's l2_reg: grad += wd*p on the params whose do_wd is set, which then take no
+// decoupled decay. `wd` is a number, or a tensor on the params' device for the device step.
+template <class Wd>
+void add_l2_to_grads(GroupTensors& group, const Wd& wd) {
+  std::vector<torch::Tensor> params, grads;
+  for (size_t i = 0; i < group.params.size(); ++i) {
+    if (!group.do_wd[i]) continue;
+    params.push_back(group.params[i]);
+    grads.push_back(group.grads[i]);
+    group.do_wd[i] = false;
+  }
+  if (!grads.empty()) torch::_foreach_add_(grads, torch::_foreach_mul(params, wd));
+}
+
+}  // namespace
+
 std::string Optimizer::name() const {
   const auto full = c10::demangle(typeid(*this).name());
   const auto colon = full.rfind("::");
@@ -56,6 +74,7 @@ void Optimizer::step() {
       step_on_device(g, with_grads, found_inf);
       continue;
     }
+    if (!decouple_wd_ && group.hypers.wd != 0) add_l2_to_grads(with_grads, group.hypers.wd);
     if (update_group(with_grads, group.hypers)) continue;
     for (size_t i = 0; i < with_grads.params.size(); ++i)
       update(with_grads.params[i], with_grads.grads[i], *with_grads.states[i], group.hypers, with_grads.do_wd[i]);
@@ -68,6 +87,7 @@ void Optimizer::step_on_device(size_t g, GroupTensors& group, const torch::Tenso
                 "floating-point gradients (group " + std::to_string(g) + ")");
   auto& hypers = *device_hypers_[g];
   if (!recording_cuda_graph(hypers.values.device())) hypers.refresh(groups_[g].hypers);
+  if (!decouple_wd_) add_l2_to_grads(group, hypers.wd());  // wd may change between replays
   update_on_device(group, hypers, found_inf.defined() ? found_inf.to(hypers.values.device()) : found_inf);
 }
 

@@ -88,6 +88,12 @@ class Optimizer {
   // The next step is skipped wherever found_inf, GradScaler's verdict, is set (on the device
   // without a read back; a step on the host reads it).
   void skip_next_step_if(torch::Tensor found_inf) { found_inf_ = std::move(found_inf); }
+
+  // fastai's decouple_wd. True (the default): weight decay shrinks the weights, p *= 1 - lr*wd.
+  // False: L2 regularization instead, grad += wd*p before the update (in place on the
+  // gradients, as fastai's l2_reg), which the update's averages then carry.
+  void set_decouple_wd(bool decouple) { decouple_wd_ = decouple; }
+  bool decouple_wd() const { return decouple_wd_; }
   // Changes whenever the state tensors are replaced (clear_state, load_state_dict,
   // set_device_step): a recorded CUDA graph that holds the old ones is then stale.
   uint64_t state_generation() const { return state_generation_; }
@@ -116,6 +122,7 @@ class Optimizer {
   uint64_t state_generation_ = 0;
   std::vector<std::shared_ptr<DeviceHypers>> device_hypers_;  // per group, while device_step_
   torch::Tensor found_inf_;
+  bool decouple_wd_ = true;
 };
 
 // An empty dictionary with string keys and values of any type.

@@ -133,6 +133,7 @@ void Lamb::update(torch::Tensor& param, const torch::Tensor& grad, ParamState& s
 Lookahead::Lookahead(std::unique_ptr<Optimizer> inner, int k, double alpha)
     : Optimizer(inner ? inner->param_groups() : throw Error("Lookahead: no optimizer to wrap")),
       inner_(std::move(inner)), k_(k), alpha_(alpha) {
+  set_decouple_wd(inner_->decouple_wd());  // the wrapper's step runs the inner update
   if (k_ < 1)
     throw Error("Lookahead: k must be >= 1 (steps between syncs of the slow weights), got " + std::to_string(k));
 }
@@ -151,7 +152,7 @@ namespace {
 
 // Sets the hyper-parameters every optimizer shares on each group, then makes it.
 template <class Make>
-OptFunc with_hypers(double mom, double sqr_mom, double eps, double wd, Make make) {
+OptFunc with_hypers(double mom, double sqr_mom, double eps, double wd, bool decouple_wd, Make make) {
   return [=](std::vector<ParamGroup> groups) -> std::unique_ptr<Optimizer> {
     for (auto& group : groups) {
       group.hypers.mom = mom;
@@ -159,47 +160,49 @@ OptFunc with_hypers(double mom, double sqr_mom, double eps, double wd, Make make
       group.hypers.eps = eps;
       group.hypers.wd = wd;
     }
-    return make(std::move(groups));
+    std::unique_ptr<Optimizer> made = make(std::move(groups));
+    made->set_decouple_wd(decouple_wd);
+    return made;
   };
 }
 
 }  // namespace
 
 OptFunc sgd(SGDOptions o) {
-  return with_hypers(o.mom, Hypers().sqr_mom, Hypers().eps, o.wd,
+  return with_hypers(o.mom, Hypers().sqr_mom, Hypers().eps, o.wd, o.decouple_wd,
                      [momentum = o.mom != 0](std::vector<ParamGroup> g) { return std::make_unique<SGD>(std::move(g), momentum); });
 }
 
 OptFunc adam(AdamOptions o) {
-  return with_hypers(o.mom, o.sqr_mom, o.eps, o.wd,
+  return with_hypers(o.mom, o.sqr_mom, o.eps, o.wd, o.decouple_wd,
                      [](std::vector<ParamGroup> g) { return std::make_unique<Adam>(std::move(g)); });
 }
 
 OptFunc radam(RAdamOptions o) {
-  return with_hypers(o.mom, o.sqr_mom, o.eps, o.wd,
+  return with_hypers(o.mom, o.sqr_mom, o.eps, o.wd, o.decouple_wd,
                      [beta = o.beta](std::vector<ParamGroup> g) { return std::make_unique<RAdam>(std::move(g), beta); });
 }
 
 OptFunc qhadam(QHAdamOptions o) {
-  return with_hypers(o.mom, o.sqr_mom, o.eps, o.wd, [o](std::vector<ParamGroup> g) {
+  return with_hypers(o.mom, o.sqr_mom, o.eps, o.wd, o.decouple_wd, [o](std::vector<ParamGroup> g) {
     return std::make_unique<QHAdam>(std::move(g), o.nu_1, o.nu_2);
   });
 }
 
 OptFunc larc(LarcOptions o) {
-  return with_hypers(o.mom, Hypers().sqr_mom, o.eps, o.wd, [o](std::vector<ParamGroup> g) {
+  return with_hypers(o.mom, Hypers().sqr_mom, o.eps, o.wd, o.decouple_wd, [o](std::vector<ParamGroup> g) {
     return std::make_unique<Larc>(std::move(g), o.trust_coeff, /*clip=*/true, o.mom != 0);
   });
 }
 
 OptFunc lars(LarcOptions o) {
-  return with_hypers(o.mom, Hypers().sqr_mom, o.eps, o.wd, [o](std::vector<ParamGroup> g) {
+  return with_hypers(o.mom, Hypers().sqr_mom, o.eps, o.wd, o.decouple_wd, [o](std::vector<ParamGroup> g) {
     return std::make_unique<Larc>(std::move(g), o.trust_coeff, /*clip=*/false, o.mom != 0);
   });
 }
 
 OptFunc lamb(LambOptions o) {
-  return with_hypers(o.mom, o.sqr_mom, o.eps, o.wd, [](std::vector<ParamGroup> g) { return std::make_unique<Lamb>(std::move(g)); });
+  return with_hypers(o.mom, o.sqr_mom, o.eps, o.wd, o.decouple_wd, [](std::vector<ParamGroup> g) { return std::make_unique<Lamb>(std::move(g)); });
 }
 
 OptFunc lookahead(OptFunc inner, LookaheadOptions o) {
@@ -209,7 +212,8 @@ OptFunc lookahead(OptFunc inner, LookaheadOptions o) {
 }
 
 OptFunc ranger(RangerOptions o) {
-  return lookahead(radam({.mom = o.mom, .sqr_mom = o.sqr_mom, .eps = o.eps, .wd = o.wd}), {.k = o.k, .alpha = o.alpha});
+  return lookahead(radam({.mom = o.mom, .sqr_mom = o.sqr_mom, .eps = o.eps, .wd = o.wd, .decouple_wd = o.decouple_wd}),
+                   {.k = o.k, .alpha = o.alpha});
 }
 
 }  // namespace fastcpp

@@ -3,9 +3,11 @@
 // RAdam, QHAdam, LARC/LARS, LAMB, and Lookahead around any of them (ranger = RAdam +
 // Lookahead). Each equals fastai's step for step (tests/test_fastai.cpp).
 //
-// SGD:  p *= 1 - lr*wd (decoupled);  made with mom == 0: p -= lr*g (a scheduled mom is
+// Weight decay is fastai's decoupled p *= 1 - lr*wd before each update below, or with
+// decouple_wd false L2 regularization, grad += wd*p (Optimizer::set_decouple_wd).
+// SGD:  made with mom == 0: p -= lr*g (a scheduled mom is
 //       ignored, as fastai's sgd_step); otherwise grad_avg = mom*grad_avg + g; p -= lr*grad_avg.
-// Adam: p *= 1 - lr*wd (decoupled, i.e. AdamW);
+// Adam: (decoupled decay: AdamW; L2: torch.optim.Adam's weight_decay)
 //       grad_avg = mom*grad_avg + (1-mom)*g;  sqr_avg = sqr_mom*sqr_avg + (1-sqr_mom)*g^2;
 //       p -= lr/(1-mom^t) * grad_avg / (sqrt(sqr_avg)/sqrt(1-sqr_mom^t) + eps)
 //       (bias correction with the current mom, as fastai; equals torch.optim.AdamW).
@@ -121,6 +123,7 @@ class Lookahead : public Optimizer {
 struct SGDOptions {
   double mom = 0.0;
   double wd = 0.0;
+  bool decouple_wd = true;  // false: L2 regularization (Optimizer::set_decouple_wd)
 };
 
 struct AdamOptions {
@@ -128,6 +131,7 @@ struct AdamOptions {
   double sqr_mom = 0.99;
   double eps = 1e-5;
   double wd = 0.01;
+  bool decouple_wd = true;  // false: L2 regularization (Optimizer::set_decouple_wd)
 };
 
 struct RAdamOptions {
@@ -136,6 +140,7 @@ struct RAdamOptions {
   double eps = 1e-5;
   double wd = 0.0;
   double beta = 0.0;  // > 0: SAdam
+  bool decouple_wd = true;  // false: L2 regularization (Optimizer::set_decouple_wd)
 };
 struct QHAdamOptions {
   double mom = 0.999;
@@ -144,18 +149,21 @@ struct QHAdamOptions {
   double nu_2 = 1.0;
   double eps = 1e-8;
   double wd = 0.0;
+  bool decouple_wd = true;  // false: L2 regularization (Optimizer::set_decouple_wd)
 };
 struct LarcOptions {  // larc and lars alike
   double mom = 0.9;
   double trust_coeff = 0.02;
   double eps = 1e-8;
   double wd = 0.0;
+  bool decouple_wd = true;  // false: L2 regularization (Optimizer::set_decouple_wd)
 };
 struct LambOptions {
   double mom = 0.9;
   double sqr_mom = 0.99;
   double eps = 1e-5;
   double wd = 0.0;
+  bool decouple_wd = true;  // false: L2 regularization (Optimizer::set_decouple_wd)
 };
 struct LookaheadOptions {
   int k = 6;
@@ -168,6 +176,7 @@ struct RangerOptions {
   double wd = 0.01;
   int k = 6;
   double alpha = 0.5;
+  bool decouple_wd = true;
 };
 
 OptFunc sgd(SGDOptions options = {});

@@ -103,8 +103,15 @@ class DeviceStep : public Callback {
 }  // namespace
 
 TEST_SUITE("optimizers") {
+  // Decoupled weight decay, and L2 regularization (decouple_wd false).
+  const std::vector<std::pair<const char*, OptFunc>> kDeviceSteppers{
+      {"SGD", sgd({.mom = 0.9})},
+      {"Adam", adam()},
+      {"SGD with L2", sgd({.mom = 0.9, .decouple_wd = false})},
+      {"Adam with L2", adam({.decouple_wd = false})}};
+
   TEST_CASE("SGD's and Adam's step on the device equals their host step over a one-cycle lr and mom") {
-    for (const auto& [name, opt_func] : {std::pair{"SGD", sgd({.mom = 0.9})}, std::pair{"Adam", adam()}}) {
+    for (const auto& [name, opt_func] : kDeviceSteppers) {
       CAPTURE(name);
       check_device_step_equals_host(opt_func, {0, 0, 0, 0, 0, 0, 0, 0});
     }
@@ -113,7 +120,7 @@ TEST_SUITE("optimizers") {
   }
 
   TEST_CASE("a step the device skips (found_inf 1, inf and nan gradients) leaves params, averages and counts alone") {
-    for (const auto& [name, opt_func] : {std::pair{"SGD", sgd({.mom = 0.9})}, std::pair{"Adam", adam()}}) {
+    for (const auto& [name, opt_func] : kDeviceSteppers) {
       CAPTURE(name);
       check_device_step_equals_host(opt_func, {0, 1, 0, 1, 1, 0, 0});
       // A first step skipped leaves the count at 0, where Adam's bias correction is 0.

@@ -224,6 +224,31 @@ TEST_SUITE("optimizers") {
     check_trajectory(sgd({.mom = 0.9}), "sgd", /*schedule_mom=*/false, 1e-2, 0.0);
   }
 
+  TEST_CASE("with decouple_wd false, Adam and SGD equal torch.optim.Adam's and SGD's weight_decay (L2)") {
+    check_trajectory(adam({.sqr_mom = 0.99, .eps = 1e-5, .decouple_wd = false}), "adam_l2", /*schedule_mom=*/true,
+                     1e-2, 0.1);
+    check_trajectory(sgd({.mom = 0.9, .decouple_wd = false}), "sgd_l2", /*schedule_mom=*/false, 1e-2, 0.1);
+  }
+
+  TEST_CASE("L2 regularization adds wd*p to the gradient in place, only where do_wd is set, and not at wd 0") {
+    auto decayed = torch::ones({2}).requires_grad_(true), kept = torch::ones({2}).requires_grad_(true);
+    auto opt = sgd({.wd = 0.5, .decouple_wd = false})({ParamGroup{{decayed, kept}, {true, false}, {}}});
+    opt->set_hyper("lr", 0.1);
+    decayed.mutable_grad() = torch::zeros({2});
+    kept.mutable_grad() = torch::zeros({2});
+    opt->step();
+    CHECK(torch::allclose(decayed.grad(), torch::full({2}, 0.5)));  // fastai's l2_reg changes p.grad
+    CHECK(torch::allclose(decayed.detach(), torch::full({2}, 0.95)));
+    CHECK(torch::equal(kept.grad(), torch::zeros({2})));
+    CHECK(torch::equal(kept.detach(), torch::ones({2})));
+    opt->set_hyper("wd", 0.0);
+    opt->step();
+    CHECK(torch::allclose(decayed.grad(), torch::full({2}, 0.5)));
+    CHECK(torch::allclose(decayed.detach(), torch::full({2}, 0.9)));
+    CHECK(!opt->decouple_wd());
+    CHECK(!lookahead(sgd({.decouple_wd = false}))({ParamGroup{{kept}, {true}, {}}})->decouple_wd());
+  }
+
   TEST_CASE("decoupled weight decay: p *= 1 - lr*wd when the gradient is zero") {
     auto param = torch::ones({3}, torch::kDouble).requires_grad_(true);
     auto opt = sgd({.wd = 0.5})({ParamGroup{{param}, {}, {}}});
