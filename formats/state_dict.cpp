@@ -75,13 +75,7 @@ std::vector<torch::Tensor> match_state(const NamedTensors& entries, const c10::i
 c10::impl::GenericDict read_state_dict(const std::string& path) {
   const auto source = "weights '" + path + "'";
   const auto bytes = read_file(path, "weights");
-  c10::IValue value;
-  try {
-    value = read_torch_file(bytes);
-  } catch (const Error& e) {
-    throw Error("cannot read " + source + ": the file is truncated or not written by torch.save (" + e.what() + ")");
-  }
-  return state_dict_in(value, source);
+  return state_dict_in(unpickle(bytes, source, "written by torch.save"), source);
 }
 
 c10::impl::GenericDict state_dict_in(const c10::IValue& value, const std::string& source) {

@@ -9,6 +9,7 @@
 #include <functional>
 #include <map>
 #include <memory>
+#include <string_view>
 #include <unordered_map>
 
 #include "core/error.h"
@@ -42,9 +43,30 @@ const std::map<std::string, torch::Dtype>& storage_dtypes() {
       {"torch.FloatStorage", torch::kFloat},   {"torch.DoubleStorage", torch::kDouble}, {"torch.HalfStorage", torch::kHalf},
       {"torch.BFloat16Storage", torch::kBFloat16}, {"torch.LongStorage", torch::kLong}, {"torch.IntStorage", torch::kInt},
       {"torch.ShortStorage", torch::kShort},   {"torch.CharStorage", torch::kChar},     {"torch.ByteStorage", torch::kByte},
-      {"torch.BoolStorage", torch::kBool}};
+      {"torch.BoolStorage", torch::kBool},     {"torch.ComplexFloatStorage", torch::kComplexFloat},
+      {"torch.ComplexDoubleStorage", torch::kComplexDouble},
+      // Bytes, viewed as the dtype _rebuild_tensor_v3 names (the dtypes without a storage class).
+      {"torch.storage.UntypedStorage", torch::kByte}};
   return dtypes;
 }
+
+// The dtypes _rebuild_tensor_v3 names (torch.save writes it for those without a storage class).
+const std::map<std::string, torch::Dtype>& rebuilt_dtypes() {
+  static const std::map<std::string, torch::Dtype> dtypes{
+      {"torch.uint16", torch::kUInt16},           {"torch.uint32", torch::kUInt32},
+      {"torch.uint64", torch::kUInt64},           {"torch.float8_e4m3fn", torch::kFloat8_e4m3fn},
+      {"torch.float8_e5m2", torch::kFloat8_e5m2}, {"torch.float8_e4m3fnuz", torch::kFloat8_e4m3fnuz},
+      {"torch.float8_e5m2fnuz", torch::kFloat8_e5m2fnuz}};
+  return dtypes;
+}
+
+// What a valid file uses that this reader does not (where Error alone means damage), and
+// what to do about it.
+class Unsupported : public Error {
+ public:
+  explicit Unsupported(const std::string& what, const std::string& remedy = "")
+      : Error("it uses " + what + ", which fastcpp does not read" + (remedy.empty() ? "" : "; " + remedy)) {}
+};
 
 class Unpickler {
  public:
@@ -65,11 +87,32 @@ class Unpickler {
         case 'K': push(static_cast<int64_t>(static_cast<uint8_t>(byte()))); break;
         case 'M': push(static_cast<int64_t>(little<uint16_t>())); break;
         case 'J': push(static_cast<int64_t>(little<int32_t>())); break;
-        case 0x8a: push(long1()); break;
+        case 0x8a: push(long_or_none(static_cast<uint8_t>(byte()))); break;  // LONG1
         case 'G': push(binfloat()); break;
         case 'X': push(text(little<uint32_t>())); break;
-        case 0x8c: push(text(static_cast<uint8_t>(byte()))); break;
+        case 0x8c: push(text(static_cast<uint8_t>(byte()))); break;              // SHORT_BINUNICODE
+        case 0x8d: push(text(little<uint64_t>())); break;                        // BINUNICODE8
+        case 'U': case 'C': push(text(static_cast<uint8_t>(byte()))); break;     // SHORT_BINSTRING, _BINBYTES
+        case 'T': case 'B': push(text(little<uint32_t>())); break;               // BINSTRING, BINBYTES
+        case 0x8e: push(text(little<uint64_t>())); break;                        // BINBYTES8
+        case 0x8b: push(long_or_none(little<uint32_t>())); break;                // LONG4
         case 'c': global(); break;
+        case 0x93: {  // STACK_GLOBAL (protocol 4 and 5)
+          const auto name = pop().data, module = pop().data;
+          if (!name.isString() || !module.isString()) throw Error("malformed pickle (STACK_GLOBAL of a non-string)");
+          push(module.toStringRef() + "." + name.toStringRef());
+          break;
+        }
+        case '0': pop(); break;                                    // POP
+        case '1': values_since_mark(); break;                      // POP_MARK
+        case '2': stack_.push_back(top()); break;                  // DUP
+        case 0x8f: push(c10::IValue()); break;                     // EMPTY_SET: sets are not modelled
+        case 0x90: values_since_mark(); break;                     // ADDITEMS
+        case 0x91: {  // FROZENSET
+          values_since_mark();
+          push(c10::IValue());
+          break;
+        }
         case 'q': memo_[static_cast<uint8_t>(byte())] = top(); break;
         case 'r': memo_[little<uint32_t>()] = top(); break;
         case 0x94: {  // MEMOIZE
@@ -116,6 +159,13 @@ class Unpickler {
           stack_.push_back(call(callable, args));
           break;
         }
+        case 0x92: {  // NEWOBJ_EX: its keyword arguments are not needed
+          pop();
+          auto args = pop();
+          auto callable = pop().data;
+          stack_.push_back(call(callable, args));
+          break;
+        }
         case 'b': pop(); break;  // BUILD: the state of an object (an OrderedDict's _metadata): not needed
         default:
           throw Error("unsupported pickle opcode " + std::to_string(op));
@@ -140,12 +190,13 @@ class Unpickler {
     std::memcpy(&v, take(sizeof(T)), sizeof(T));  // pickles are little-endian, as are our machines
     return v;
   }
-  int64_t long1() {
-    const auto n = static_cast<uint8_t>(byte());
-    if (n > 8) throw Error("an integer of " + std::to_string(n) + " bytes does not fit 64 bits");
+  // An integer of n bytes; None where it does not fit 64 bits (a seed of 2^64 - 1, say),
+  // so that the rest of the file still loads.
+  c10::IValue long_or_none(uint64_t n) {
     const char* bytes = take(n);
+    if (n > 8) return {};
     uint64_t v = 0;
-    for (int i = n - 1; i >= 0; --i) v = (v << 8) | static_cast<uint8_t>(bytes[i]);
+    for (int i = static_cast<int>(n) - 1; i >= 0; --i) v = (v << 8) | static_cast<uint8_t>(bytes[i]);
     if (n > 0 && n < 8 && (bytes[n - 1] & 0x80)) v |= ~uint64_t{0} << (8 * n);  // sign-extend
     return static_cast<int64_t>(v);
   }
@@ -241,9 +292,25 @@ class Unpickler {
       const auto& a = args.data.toTupleRef().elements();
       return {false, a.at(0).toTensor().as_strided(int64s_of(a.at(2)), int64s_of(a.at(3)), a.at(1).toInt())};
     }
+    if (name == "torch._utils._rebuild_tensor_v3") {  // (bytes, offset, size, stride, _, _, dtype, ...)
+      const auto& a = args.data.toTupleRef().elements();
+      const auto dtype_name = a.at(6).isString() ? a.at(6).toStringRef() : "";
+      const auto dtype = rebuilt_dtypes().find(dtype_name);
+      if (dtype == rebuilt_dtypes().end()) throw Unsupported("a tensor of dtype " + dtype_name);
+      const auto bytes = a.at(0).toTensor();
+      if (bytes.numel() % c10::elementSize(dtype->second) != 0) throw Error("a storage of " + dtype_name + " is cut short");
+      return {false, bytes.view(dtype->second).as_strided(int64s_of(a.at(2)), int64s_of(a.at(3)), a.at(1).toInt())};
+    }
+    // A tensor subclass's (fastai's TensorImage, say): the function and arguments that make
+    // the plain tensor, then its class and state, which are not needed.
+    if (name == "torch._tensor._rebuild_from_type_v2") {
+      const auto& a = args.data.toTupleRef().elements();
+      return call(a.at(0), Item{false, a.at(2), args.nesting});
+    }
     // These return their first argument, already placed in the arguments' tuple (whose depth
     // bounds it). libtorch's own pickler wraps typed containers in torch.jit._pickle's functions.
-    if (name == "torch._utils._rebuild_parameter" || name.rfind("torch.jit._pickle.", 0) == 0) {
+    if (name == "torch._utils._rebuild_parameter" || name == "torch._utils._rebuild_parameter_with_state" ||
+        name.rfind("torch.jit._pickle.", 0) == 0) {
       auto nesting = std::make_shared<Nesting>(Nesting{args.nesting->depth, /*placed=*/true});
       return {false, args.data.toTupleRef().elements().at(0), std::move(nesting)};
     }
@@ -258,7 +325,7 @@ class Unpickler {
     if (auto cached = storages_.find(key); cached != storages_.end()) return cached->second;
     const auto& type = id[1].toStringRef();  // the storage class, a GLOBAL kept as its name
     const auto dtype = storage_dtypes().find(type);
-    if (dtype == storage_dtypes().end()) throw Error("unsupported storage type " + type);
+    if (dtype == storage_dtypes().end()) throw Unsupported("a storage of type " + type);
     const int64_t numel = id[4].toInt();
     const auto [data, size] = archive_.getRecord("data/" + key);
     // Checked before allocating: a damaged file may claim any number of elements.
@@ -308,8 +375,24 @@ std::vector<int64_t> int64s_of(const c10::IValue& value) {
   return values;
 }
 
+// The formats a file may be in that are not torch.save's zip archive, by their first bytes.
+void refuse_other_formats(const std::vector<char>& bytes) {
+  const auto starts_with = [&](std::string_view prefix) {
+    return bytes.size() >= prefix.size() && std::equal(prefix.begin(), prefix.end(), bytes.begin());
+  };
+  // torch.save's format before PyTorch 1.6 (and with _use_new_zipfile_serialization=False):
+  // a pickled magic number first.
+  if (starts_with(std::string_view("\x80\x02\x8a\x0a\x6c\xfc\x9c\x46\xf9\x20\x6a\xa8\x50\x19", 14)))
+    throw Unsupported("torch.save's legacy format (PyTorch before 1.6, or _use_new_zipfile_serialization=False)",
+                      "in Python, torch.save(torch.load(f), f) rewrites it in the current one");
+  // safetensors: an 8-byte header length, then the JSON header.
+  if (bytes.size() > 9 && bytes[8] == '{' && bytes[9] == '"')
+    throw Unsupported("the safetensors format", "in Python, torch.save(safetensors.torch.load_file(f), out) converts it");
+}
+
 c10::IValue read_torch_file(const std::vector<char>& bytes) {
   try {
+    refuse_other_formats(bytes);
     const auto archive = open_archive(bytes);
     const auto [pickle, size] = archive->getRecord("data.pkl");
     return Unpickler(static_cast<const char*>(pickle.get()), size, *archive).run();
@@ -327,6 +410,8 @@ c10::IValue unpickle(const std::vector<char>& bytes, const std::string& source, 
   // from the file and so allocates whatever a damaged file claims (found by fuzzing).
   try {
     return read_torch_file(bytes);
+  } catch (const Unsupported& e) {
+    throw Error("cannot read " + source + ": " + e.what());
   } catch (const Error& e) {
     throw Error("cannot read " + source + ": the file is truncated or not " + kind + " (" +
                 std::string(e.what()).substr(0, 200) + ")");

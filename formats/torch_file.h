@@ -3,8 +3,11 @@
 // data/<key> records holding the tensors' storages) into IValues: dicts (including
 // collections.OrderedDict, which libtorch's own unpickler turns into None, so a
 // Python state dict cannot be read with torch::pickle_load), lists, tuples, strings,
-// numbers and tensors. Objects of other classes (an argparse.Namespace in a training
-// checkpoint, say) become None, so the tensors around them still load.
+// numbers and tensors, in pickle protocols 2 to 5; tensors of every dtype torch.save
+// writes but the quantized ones, of subclasses (fastai's TensorImage) as plain tensors.
+// Objects of other classes (an argparse.Namespace in a training checkpoint, say), sets
+// and integers past 64 bits become None, so the tensors around them still load. A file
+// in another format (torch.save's legacy one, safetensors) is named as such.
 #include <torch/types.h>
 
 #include <memory>
@@ -32,7 +35,8 @@ c10::IValue read_torch_file(const std::vector<char>& bytes);
 std::vector<int64_t> int64s_of(const c10::IValue& value);
 
 // The value pickled in a file's bytes; "cannot read <source>: the file is truncated or
-// not <kind> (...)" when it holds none.
+// not <kind> (...)" when it holds none, "cannot read <source>: it uses <what>, which
+// fastcpp does not read[; remedy]" for a valid file this reader cannot take.
 c10::IValue unpickle(const std::vector<char>& bytes, const std::string& source, const std::string& kind);
 
 }  // namespace fastcpp

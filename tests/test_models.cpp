@@ -189,6 +189,40 @@ TEST_SUITE("models") {
     std::filesystem::remove(list);
   }
 
+  TEST_CASE("torch.save's other forms: pickle protocols 4 and 5, complex, uint16 and float8 tensors, subclasses") {
+    const auto dir = temp_path("torch_save_forms");
+    REQUIRE(std::system((std::string(FASTCPP_PYTHON) + " " + FASTCPP_FIXTURES + "/torch_save_forms.py " + dir).c_str()) == 0);
+    const auto read = [&](const std::string& name) { return read_torch_file(read_file(dir + "/" + name)).toGenericDict(); };
+    const auto at = [](const c10::impl::GenericDict& dict, const char* key) { return dict.at(c10::IValue(std::string(key))); };
+    const auto base = torch::arange(6, torch::kFloat).view({2, 3});
+    for (int protocol : {2, 4, 5}) {
+      CAPTURE(protocol);
+      const auto dict = read("protocol" + std::to_string(protocol) + ".pt");
+      CHECK(torch::equal(at(dict, "w").toTensor(), base));
+      CHECK(torch::equal(at(dict, "t").toTensor(), base.t()));
+      CHECK(at(dict, "t").toTensor().data_ptr() == at(dict, "w").toTensor().data_ptr());  // one storage, as saved
+      CHECK(at(dict, "n").toInt() == 3);
+      CHECK(at(dict, "s").toStringRef() == "text");
+      CHECK(at(dict, "set").isNone());  // sets are not modelled
+      CHECK(at(dict, "frozen").isNone());
+      if (protocol > 2) CHECK(at(dict, "b").toStringRef() == "bytes");  // protocol 2 pickles bytes as a call
+    }
+    const auto dtypes = read("dtypes.pt");
+    CHECK(torch::equal(at(dtypes, "complex").toTensor(), torch::complex(torch::tensor({1.f, 3.f}), torch::tensor({2.f, -4.f}))));
+    CHECK((at(dtypes, "uint16").toTensor().scalar_type() == torch::kUInt16));
+    CHECK(torch::equal(at(dtypes, "uint16").toTensor().to(torch::kLong), torch::tensor({1, 65535}, torch::kLong)));
+    CHECK(torch::equal(at(dtypes, "float8").toTensor().to(torch::kFloat), torch::tensor({0.5f, -2.f})));
+    CHECK(torch::equal(at(dtypes, "parameter").toTensor(), base));
+    CHECK(at(dtypes, "seed").isNone());  // past 64 bits: left out, the rest loads
+    CHECK(torch::equal(at(read("subclass.pt"), "sub").toTensor(), base));
+    const auto legacy = dir + "/legacy.pt";
+    CHECK(error_of([&] { read_state_dict(legacy); }) ==
+          "cannot read weights '" + legacy + "': it uses torch.save's legacy format (PyTorch before 1.6, or "
+          "_use_new_zipfile_serialization=False), which fastcpp does not read; in Python, torch.save(torch.load(f), f) "
+          "rewrites it in the current one");
+    std::filesystem::remove_all(dir);
+  }
+
   TEST_CASE("ResNet stems and widths") {
     auto cifar = vision::resnet18({.num_classes = 10, .in_channels = 1, .stem = vision::Stem::cifar, .width = 16});
     CHECK(cifar->named_parameters()["conv1.weight"].sizes() == torch::IntArrayRef{16, 1, 3, 3});
@@ -295,6 +329,13 @@ TEST_SUITE("models") {
 
     CHECK(error_of([&] { vision::unet_learner(DataLoaders{dls.train, dls.valid}, vision::resnet18, {}, {}, quiet()); }) ==
           "unet_learner: the data have no codes; give n_out");
+
+    // Presized batches (aug_transforms' size): the U-Net is laid out for the batches, as fastai's.
+    DataLoaders presized{DataLoader(make(8, 1), {.bs = 4, .aug_tfms = {vision::aug_transforms({.size = std::pair<int64_t, int64_t>{24, 28}})}}),
+                         dls.valid, dls.vocab};
+    auto batch_sized = vision::unet_learner(presized, vision::resnet18, {}, {.width = 8}, quiet());
+    CHECK(dynamic_cast<vision::DynamicUnetImpl&>(batch_sized.model.module()).options().img_size ==
+          std::vector<int64_t>{24, 28});
 
     auto own_split = quiet();  // a splitter the user gives is kept
     own_split.splitter = [](torch::nn::Module& model) { return std::vector<std::vector<torch::Tensor>>{model.parameters()}; };
