@@ -17,6 +17,7 @@
 #include "callbacks/training.h"
 #include "cli/command_line.h"
 #include "core/autocast.h"
+#include "core/cpus.h"
 #include "core/device.h"
 #include "core/error.h"
 #include "core/norm_layer.h"

@@ -19,7 +19,6 @@
 #include <chrono>
 #include <cstdio>
 #include <string>
-#include <thread>
 
 #include "vision/device_decode.h"
 
@@ -85,7 +84,7 @@ double device_decode_rate(const vision::ImageFolder& folder, torch::Device devic
 int main(int argc, char** argv) {
   std::string folder, source = "cpu", arch = "resnet18", precision = "bf16", layout = "channels-last";
   int64_t bs = 256;
-  int workers = static_cast<int>(std::thread::hardware_concurrency()), warmup = 5, steps = 30;
+  int workers = usable_cores(), warmup = 5, steps = 30;
   bool decode_rate = false;
   CommandLine cli("bench_image_folder",
                   "Training throughput of the full Learner from a JPEG folder (RandomResizedCrop 224 + flip): the CPU "

@@ -56,7 +56,9 @@ void ResumeFromCheckpoint::before_fit() {
   if (!run) return;
   ++fit_;
   const auto source = "checkpoint '" + path_ + "'";
-  const bool saved = std::filesystem::exists(path_);
+  std::error_code error;
+  const bool saved = std::filesystem::exists(path_, error);
+  if (error) throw Error("cannot read " + source + ": " + error.message());
   const auto file = saved ? unpickle(read_file(path_), source, "a checkpoint") : c10::IValue();
   const auto extras = saved ? checkpoint::extras_of(file, source) : checkpoint::Extras{};
   const auto integer = [&](const std::string& key, int64_t fallback) {
@@ -117,7 +119,10 @@ void ResumeFromCheckpoint::after_fit() {
   auto& l = learn();
   // All epochs done, or the fit stopped early: nothing to resume (a restart would train on
   // past the stop). A skipped fit leaves the later fit's checkpoint.
-  if (!skipped_ && (stopped_ || last_epoch_ + 1 >= l.n_epoch) && l.rank == 0) std::filesystem::remove(path_);
+  if (skipped_ || !(stopped_ || last_epoch_ + 1 >= l.n_epoch) || l.rank != 0) return;
+  std::error_code error;
+  if (!std::filesystem::remove(path_, error) && error)
+    throw Error("cannot remove the finished fit's checkpoint '" + path_ + "': " + error.message());
 }
 
 }  // namespace fastcpp

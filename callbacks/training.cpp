@@ -72,16 +72,14 @@ void GradientClip::before_step() {
   for (auto& [device, list] : grads) torch::_foreach_mul_(list, factor.to(device, /*non_blocking=*/true));
 }
 
-TerminateOnNaN::TerminateOnNaN() {
-  order = -9;
-  run_valid = false;
-}
+TerminateOnNaN::TerminateOnNaN() { order = -9; }
 
-void TerminateOnNaN::after_batch() {
+void TerminateOnNaN::after_batch() {  // validation batches too, as fastai's
   auto& l = learn();
   if (!l.loss.defined() || torch::isfinite(l.loss).all().item<bool>()) return;
-  reason_ = "TerminateOnNaN: the training loss is " + std::string(torch::isnan(l.loss).any().item<bool>() ? "nan" : "inf") +
-            " at " + l.position() + "; stopping the fit (try a lower learning rate, or gradient clipping)";
+  reason_ = std::string("TerminateOnNaN: the ") + (l.training ? "training" : "validation") + " loss is " +
+            (torch::isnan(l.loss).any().item<bool>() ? "nan" : "inf") + " at " + l.position() +
+            "; stopping the fit (try a lower learning rate, or gradient clipping)";
   l.logger(reason_);
   throw CancelFitException();
 }

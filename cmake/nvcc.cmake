@@ -8,4 +8,10 @@ if(NOT CMAKE_CUDA_COMPILER AND NOT DEFINED ENV{CUDACXX})
       break()
     endif()
   endforeach()
+  find_program(FASTCPP_PATH_NVCC nvcc)
+  if(NOT CMAKE_CUDA_COMPILER AND NOT FASTCPP_PATH_NVCC)
+    message(FATAL_ERROR "fastcpp needs the CUDA 13 toolkit's nvcc, even without a GPU (torch's CMake package "
+                        "configures CUDA through it), and found none in $CUDA_HOME/bin, /usr/local/cuda/bin or "
+                        "PATH: install NVIDIA's cuda-toolkit-13-0 package (from its CUDA apt repository) or set CUDA_HOME")
+  endif()
 endif()

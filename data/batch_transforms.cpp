@@ -2,6 +2,8 @@
 
 #include <torch/torch.h>
 
+#include <cmath>
+
 #include "core/error.h"
 #include "core/spec_text.h"
 #include "data/buffer_pool.h"
@@ -91,6 +93,9 @@ Normalize Normalize::from_data(const Dataset& dataset, size_t max_items) {
   for (int64_t c = 0; c < x.size(1); ++c) {
     result.mean.push_back(mean[c].item<double>());
     result.std.push_back(std[c].item<double>());
+    if (!(result.std.back() > 0))
+      throw Error("Normalize::from_data: channel " + std::to_string(c) + " is the same in all " + std::to_string(n) +
+                  " items (std 0): give Normalize its statistics");
   }
   return result;
 }
@@ -99,6 +104,10 @@ torch::Tensor Normalize::operator()(const torch::Tensor& x) const {
   if (mean.empty() || mean.size() != std.size())
     throw Error("Normalize: need as many means as stds, got " + std::to_string(mean.size()) + " and " +
                 std::to_string(std.size()));
+  for (size_t c = 0; c < std.size(); ++c)
+    if (!(std[c] > 0 && std::isfinite(std[c])))
+      throw Error("Normalize: std " + spec_text::number(std[c]) + " of channel " + std::to_string(c) +
+                  " is not a positive number");
   const auto channels = static_cast<int64_t>(mean.size());
   if (x.dim() < 2 || (x.size(1) != channels && channels != 1))
     throw Error("Normalize: " + std::to_string(channels) + " channel statistics for a batch of shape " +

@@ -17,14 +17,13 @@
 
 #include <filesystem>
 #include <iostream>
-#include <thread>
 
 using namespace fastcpp;
 namespace fs = std::filesystem;
 
 int main(int argc, char** argv) {
   std::string data = "cifar-10-batches-bin", folder, out = "cifar";
-  int epochs = 10, threads = static_cast<int>(std::thread::hardware_concurrency());
+  int epochs = 10, threads = usable_cores();
   int64_t bs = 128, width = 64;
   double lr = 1e-2;
   CommandLine cli("cifar", "Trains a ResNet-18 (CIFAR stem) on CIFAR-10 with pad-crop-flip augmentation. --data: "

@@ -11,7 +11,6 @@
 #include "fashion_model.h"
 
 #include <iostream>
-#include <thread>
 
 using namespace fastcpp;
 
@@ -86,7 +85,7 @@ class WeightEMA : public Callback {
 };
 
 int main(int argc, char** argv) {
-  int epochs = 2, threads = static_cast<int>(std::thread::hardware_concurrency());
+  int epochs = 2, threads = usable_cores();
   std::string data = vision::fashion_mnist_dir();
   CommandLine cli("custom_callback", "Fashion-MNIST with two callbacks of the program's own: a gradient-norm "
                                      "logger and an exponential moving average of the weights used for validation.");

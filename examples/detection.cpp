@@ -21,7 +21,6 @@
 #include <filesystem>
 #include <iostream>
 #include <string>
-#include <thread>
 
 using namespace fastcpp;
 namespace fs = std::filesystem;
@@ -41,7 +40,7 @@ void make_set(const std::string& set, int images) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  int epochs = 20, images = 800, seed = 42, threads = static_cast<int>(std::thread::hardware_concurrency());
+  int epochs = 20, images = 800, seed = 42, threads = usable_cores();
   int workers = -1;
   int64_t bs = 16, width = 64, fpn = 128;
   double lr = 2e-3;

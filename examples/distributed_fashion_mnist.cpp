@@ -11,7 +11,6 @@
 #include <fastcpp.h>
 
 #include <iostream>
-#include <thread>
 
 #include "fashion_model.h"
 
@@ -34,7 +33,7 @@ int main(int argc, char** argv) {
   try {
     const auto env = distributed::read_env();
     torch::set_num_threads(threads > 0 ? threads
-                                       : std::max(1, static_cast<int>(std::thread::hardware_concurrency()) / env.local_world_size));
+                                       : std::max(1, usable_cores() / env.local_world_size));
     torch::manual_seed(42);
     const std::vector<BatchTransform> tfms{Normalize{{0.2860}, {0.3530}}};
     DataLoaders dls{DataLoader(vision::idx_image_dataset(data, "train"), {.bs = bs, .shuffle = true, .seed = 42, .batch_tfms = tfms}),

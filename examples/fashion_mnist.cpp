@@ -18,7 +18,6 @@
 #include <optional>
 #include <iostream>
 #include <string>
-#include <thread>
 
 using namespace fastcpp;
 
@@ -62,7 +61,7 @@ class TimeSplit : public Callback {
 };
 
 int main(int argc, char** argv) {
-  int epochs = 5, seed = 42, threads = static_cast<int>(std::thread::hardware_concurrency());
+  int epochs = 5, seed = 42, threads = usable_cores();
   int64_t bs = 128;
   double lr = 1e-2;
   std::string data = vision::fashion_mnist_dir(), precision = "fp32", parallel, memory_format = "channels-last";

@@ -27,14 +27,13 @@
 
 #include <filesystem>
 #include <iostream>
-#include <thread>
 
 using namespace fastcpp;
 
 int main(int argc, char** argv) {
   std::string root, arch = "resnet34", aug = "rrc", batch_aug = "none", decode = "cpu", stem = "imagenet", weights, precision = "fp32",
                     memory_format = "contiguous", load, out = "image_folder";
-  int epochs = 5, size = 224, channels = 3, tta = 0, threads = static_cast<int>(std::thread::hardware_concurrency());
+  int epochs = 5, size = 224, channels = 3, tta = 0, threads = usable_cores();
   int64_t bs = 64, width = 64;
   double lr = 1e-3, label_smoothing = 0;
   CommandLine cli("image_folder",

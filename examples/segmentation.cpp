@@ -27,7 +27,6 @@
 #include <fstream>
 #include <iostream>
 #include <string>
-#include <thread>
 
 using namespace fastcpp;
 namespace fs = std::filesystem;
@@ -81,7 +80,7 @@ void write_set(const std::string& fashion_mnist, const std::string& out, int n, 
 }  // namespace
 
 int main(int argc, char** argv) {
-  int epochs = 8, items = 1200, seed = 42, threads = static_cast<int>(std::thread::hardware_concurrency());
+  int epochs = 8, items = 1200, seed = 42, threads = usable_cores();
   int workers = -1;  // the loader's threads: one per core
   int top_losses = 4;
   int64_t bs = 16, width = 16;  // 64: torchvision's ResNet-18 (about 3 min an epoch on 2 cores)

@@ -116,8 +116,7 @@ std::vector<std::string> strings(const c10::IValue& value) {
 }  // namespace
 
 void Learner::export_learner(const std::string& path) const {
-  if (rank == 0) write_atomically(path, encode(*this, options_.model_spec), "exported model");
-  if (barrier) barrier();
+  write_on_rank_0([&] { write_atomically(path, encode(*this, options_.model_spec), "exported model"); });
 }
 
 ExportedModel read_exported(const std::string& path) {

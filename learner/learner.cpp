@@ -2,6 +2,7 @@
 
 #include <torch/torch.h>
 
+#include <exception>
 #include <iostream>
 #include <optional>
 
@@ -471,9 +472,21 @@ torch::Tensor Learner::predict(const torch::Tensor& item) {
 
 // ---------------------------------------------------------------- state
 
-void Learner::save(const std::string& path, bool with_opt, const checkpoint::Extras& extras) const {
-  if (rank == 0) write_atomically(path, checkpoint::encode(*this, with_opt, extras));
+void Learner::write_on_rank_0(const std::function<void()>& write) const {
+  std::exception_ptr failed;
+  if (rank == 0) {
+    try {
+      write();
+    } catch (...) {
+      failed = std::current_exception();
+    }
+  }
   if (barrier) barrier();  // nobody loads before rank 0 has written
+  if (failed) std::rethrow_exception(failed);
+}
+
+void Learner::save(const std::string& path, bool with_opt, const checkpoint::Extras& extras) const {
+  write_on_rank_0([&] { write_atomically(path, checkpoint::encode(*this, with_opt, extras)); });
 }
 
 void Learner::load(const std::string& path, bool with_opt) {
@@ -526,6 +539,9 @@ void Learner::freeze_to(int n) {
   if (!opt) create_opt();
   const int n_groups = static_cast<int>(opt->n_groups());
   frozen_groups_ = n >= 0 ? std::min(n, n_groups) : std::max(n_groups + n, 0);
+  if (n < 0 && n_groups == 1)  // fastai freezes nothing then, silently
+    logger("freeze: the model's parameters are one group, which stays trainable (LearnerOptions::splitter "
+           "makes a body and a head)");
   apply_freeze(/*thaw_the_rest=*/true);
   opt->clear_state();
 }

@@ -278,6 +278,9 @@ class Learner {
   void fit_scheduled(int n_epoch, ParamScheduler::Scheds scheds, FitOptions options);
   // Adds callbacks for one fit (or get_preds) and removes them after, even on error.
   class AddedCallbacks;
+  // Rank 0 runs `write`; then every rank waits at the barrier, also when the write failed
+  // (then rank 0 throws its error after it), so that no rank waits for one that is gone.
+  void write_on_rank_0(const std::function<void()>& write) const;
   // Runs `event` on `cb`, errors re-thrown as event() says.
   void call(Callback& cb, Event event);
   // cb's after_create, unless it had it from this Learner already.

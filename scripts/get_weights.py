@@ -26,8 +26,14 @@ def main():
     ap.add_argument("--out", default="weights", help="the folder to write NAME.pth in (default: weights)")
     args = ap.parse_args()
 
-    import torch
-    import torchvision
+    try:
+        import torch
+        import torchvision
+    except ImportError:  # a system python: torch lives in the project's .venv (scripts/setup_python.sh)
+        venv_python = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", ".venv", "bin", "python")
+        if not os.path.exists(venv_python) or os.path.samefile(sys.executable, venv_python):
+            sys.exit("get_weights.py: torch and torchvision are not installed; scripts/setup_python.sh installs them")
+        os.execv(venv_python, [venv_python, os.path.abspath(__file__), *sys.argv[1:]])
 
     # IMAGENET1K_V1: the weights fastai's pretrained ResNets load.
     weights = torchvision.models.get_weight(f"{NAMES[args.name]}.IMAGENET1K_V1")

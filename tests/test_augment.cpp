@@ -199,6 +199,8 @@ TEST_SUITE("augment") {
                          "aug_transforms: min_zoom must be positive and at most max_zoom, got 1.200000 and 1.100000", Error);
     CHECK_THROWS_WITH_AS(vision::AugTransforms({.max_lighting = 1}),
                          "aug_transforms: max_lighting (times mult) must be in [0, 1), got 1.000000", Error);
+    CHECK_THROWS_WITH_AS(vision::AugTransforms({.mult = 2, .max_warp = 0.5}),
+                         "aug_transforms: max_warp (times mult) must be in [0, 1), got 1.000000", Error);
     CHECK_THROWS_WITH_AS(vision::AugTransforms({.p_affine = 1.5}), "aug_transforms: a probability must be in [0, 1], got 1.500000",
                          Error);
     const vision::AugTransforms aug;

@@ -385,7 +385,7 @@ TEST_SUITE("callbacks") {
     CHECK(torch::allclose(parallel_head, head, 1e-5, 1e-6));
   }
 
-  TEST_CASE("TerminateOnNaN stops the fit naming the batch") {
+  TEST_CASE("TerminateOnNaN stops the fit naming the batch, training or validation") {
     auto nan_after_two = [calls = std::make_shared<int>(0)](const torch::Tensor& pred, const torch::Tensor& target) {
       auto loss = torch::nn::functional::cross_entropy(pred, target);
       return ++*calls > 2 ? loss * std::nan("") : loss;
@@ -399,6 +399,18 @@ TEST_SUITE("callbacks") {
           "TerminateOnNaN: the training loss is nan at training batch 2 of epoch 0; stopping the fit (try a lower "
           "learning rate, or gradient clipping)");
     CHECK(learn.recorder->values.empty());  // stopped inside the first epoch
+    // A validation loss too, as fastai's: 2 training batches, then the first validation batch.
+    auto nan_in_validation = [calls = std::make_shared<int>(0)](const torch::Tensor& pred, const torch::Tensor& target) {
+      auto loss = torch::nn::functional::cross_entropy(pred, target);
+      return ++*calls > 2 ? loss * std::nan("") : loss;
+    };
+    auto stop_valid = std::make_shared<TerminateOnNaN>();
+    Learner valid_nan(synthetic_dls(8, 4, 4), tiny_model(), Loss(nan_in_validation), {}, quiet({.cbs = {stop_valid}}));
+    silence(valid_nan, &lines);
+    valid_nan.fit(3);
+    CHECK(stop_valid->reason() ==
+          "TerminateOnNaN: the validation loss is nan at validation batch 0 of epoch 0; stopping the fit (try a lower "
+          "learning rate, or gradient clipping)");
   }
 
   TEST_CASE("GradientClip bounds the gradient norm seen by the step") {

@@ -1,4 +1,5 @@
 // Datasets, the DataLoader's order and batches, batch transforms, and the idx reader.
+#include <sched.h>
 #include <zlib.h>
 
 #include <filesystem>
@@ -6,6 +7,7 @@
 #include <set>
 #include <stdexcept>
 
+#include "core/cpus.h"
 #include "helpers.h"
 #include "operator_count.h"
 
@@ -85,6 +87,21 @@ class FailingBatches : public Dataset {
 }  // namespace
 
 TEST_SUITE("data") {
+  TEST_CASE("usable_cores counts the cores this thread may run on (its affinity), as fastai's num_cpus") {
+    cpu_set_t all;
+    REQUIRE(sched_getaffinity(0, sizeof all, &all) == 0);
+    CHECK(usable_cores() == CPU_COUNT(&all));
+    int first = 0;
+    while (!CPU_ISSET(first, &all)) ++first;
+    cpu_set_t one;
+    CPU_ZERO(&one);
+    CPU_SET(first, &one);
+    REQUIRE(sched_setaffinity(0, sizeof one, &one) == 0);  // this thread only
+    const int pinned = usable_cores();
+    REQUIRE(sched_setaffinity(0, sizeof all, &all) == 0);
+    CHECK(pinned == 1);
+  }
+
   TEST_CASE("DataLoader batches: sizes, drop_last, and every index once per epoch") {
     auto ds = std::make_shared<TensorDataset>(torch::arange(10).view({10, 1}), torch::arange(10));
     DataLoader loader(ds, {.bs = 4, .shuffle = true, .seed = 7});
@@ -184,16 +201,21 @@ TEST_SUITE("data") {
     CHECK(normalize_ops == count.stop());
   }
 
-  TEST_CASE("Normalize::from_data computes per-channel statistics") {
+  TEST_CASE("Normalize::from_data computes per-channel statistics; a constant channel or a std <= 0 is refused") {
     auto x = torch::zeros({4, 2, 1, 1}, torch::kUInt8);
-    x.select(1, 0).fill_(51);                                              // channel 0: all 0.2
-    x.select(1, 1).copy_(torch::tensor({0, 255, 0, 255}, torch::kUInt8).view({4, 1, 1}));  // channel 1: 0 or 1
+    x.select(1, 0).copy_(torch::tensor({51, 51, 102, 102}, torch::kUInt8).view({4, 1, 1}));  // channel 0: 0.2 or 0.4
+    x.select(1, 1).copy_(torch::tensor({0, 255, 0, 255}, torch::kUInt8).view({4, 1, 1}));    // channel 1: 0 or 1
     TensorDataset ds(x, torch::zeros({4}, torch::kLong));
     auto stats = Normalize::from_data(ds);
-    CHECK(stats.mean[0] == doctest::Approx(0.2));
-    CHECK(stats.std[0] == doctest::Approx(0.0));
+    CHECK(stats.mean[0] == doctest::Approx(0.3));
+    CHECK(stats.std[0] == doctest::Approx(std::sqrt(0.04 / 3)));
     CHECK(stats.mean[1] == doctest::Approx(0.5));
     CHECK(stats.std[1] == doctest::Approx(std::sqrt(1.0 / 3)));  // unbiased, as torch.std
+    x.select(1, 1).fill_(7);
+    CHECK(error_of([&] { Normalize::from_data(TensorDataset(x, torch::zeros({4}, torch::kLong))); }) ==
+          "Normalize::from_data: channel 1 is the same in all 4 items (std 0): give Normalize its statistics");
+    CHECK(error_of([&] { Normalize{{0.1, 0.2}, {0.5, 0}}(x); }) == "Normalize: std 0 of channel 1 is not a positive number");
+    CHECK(error_of([&] { Normalize{{0.1}, {NAN}}(x); }) == "Normalize: std nan of channel 0 is not a positive number");
   }
 
   TEST_CASE("read_idx reads raw and gzipped idx files, and names the file when corrupt") {

@@ -64,7 +64,7 @@ TEST_SUITE("detection") {
     CHECK(close(vision::clip_boxes_to_image(a - 30, 50, 40), entry(f, "clipped")));
     CHECK(torch::equal(vision::remove_small_boxes(a, 8.0), entry(f, "large")));
     CHECK(error_of([] { vision::box_iou(torch::zeros({3, 5}), torch::zeros({2, 4})); }) ==
-          "box_area: expected floating boxes [N, 4], got Float [3, 5]");
+          "box_iou: expected floating boxes [N, 4], got Float [3, 5]");
   }
 
   TEST_CASE("BoxCoder encodes and decodes as torchvision's, with its weights and the clip of large codes") {
@@ -117,6 +117,10 @@ TEST_SUITE("detection") {
     CHECK(torch::equal(vision::Matcher{.allow_low_quality_matches = false}(quality), entry(f, "matches.strict")));
     CHECK((matches == 2).any().item<bool>());  // the small box keeps its best anchor, under the thresholds
     CHECK(error_of([&] { vision::Matcher{}(quality.narrow(0, 0, 0)); }) == "Matcher: an image has no ground-truth boxes");
+    CHECK(error_of([&] { vision::Matcher{.high = 0.4, .low = 0.5}(quality); }) ==
+          "Matcher: low (0.5) must not exceed high (0.4), the IoU from which an anchor is matched");
+    CHECK(error_of([&] { vision::box_iou(torch::zeros({3, 5}), torch::zeros({2, 4})); }) ==
+          "box_iou: expected floating boxes [N, 4], got Float [3, 5]");
     CHECK(error_of([&] { generator.grid_anchors({{12, 16}}, {96, 128}); }) ==
           "AnchorGenerator: 1 feature maps but sizes for 5");
   }

@@ -357,14 +357,18 @@ TEST_SUITE("detection") {
         const auto expected = vision::detect(learn, valid.get(i).x, {.score_threshold = 0.005});
         const auto& found = predictions[i].detections;
         REQUIRE(found.scores.size(0) > 0);
+        // detect's and a tensor item's detections are in the item's pixels (presized: the batch's
+        // 96 x 32 back to 64 x 64).
         auto scaled = expected.boxes.clone().to(torch::kDouble);
-        if (presized) {  // 96 x 32 back to 64 x 64, pixel centres to pixel centres (align_corners)
-          for (int c : {0, 2}) scaled.select(1, c).sub_(0.5).mul_(63.0 / 95).add_(0.5).clamp_(0, 64);
-          for (int c : {1, 3}) scaled.select(1, c).sub_(0.5).mul_(63.0 / 31).add_(0.5).clamp_(0, 64);
-        }
-        // A tensor item's detections are in the item's pixels.
         CHECK(same_detections_in_any_order(predictor.predict(valid.get(i).x).detections,
                                            {scaled.to(torch::kFloat), expected.scores, expected.labels}));
+        if (presized) {  // by hand: pixel centres to pixel centres (align_corners)
+          const auto in_batch = vision::detections(learn.predict(valid.get(i).x).unsqueeze(0), {.score_threshold = 0.005});
+          auto by_hand = in_batch.front().boxes.clone().to(torch::kDouble);
+          for (int c : {0, 2}) by_hand.select(1, c).sub_(0.5).mul_(63.0 / 95).add_(0.5).clamp_(0, 64);
+          for (int c : {1, 3}) by_hand.select(1, c).sub_(0.5).mul_(63.0 / 31).add_(0.5).clamp_(0, 64);
+          CHECK(torch::allclose(by_hand, scaled, 1e-4, 1e-4));
+        }
         // the item is the 96 x 64 file squished to 64 x 64: x comes back 1.5 times wider
         scaled.select(1, 0).mul_(1.5);
         scaled.select(1, 2).mul_(1.5);

@@ -346,13 +346,21 @@ TEST_SUITE("fastai") {
     check_close({suggested.valley, suggested.minimum, suggested.steep, suggested.slide}, expected.at("suggestions"), 1e-6);
   }
 
-  TEST_CASE("every optimizer takes fastai's steps on the same parameters and gradients") {
+  TEST_CASE("every optimizer takes fastai's steps on the same parameters and gradients, decoupled and with L2") {
     const auto fx = fixture("optimizers.txt");
     const std::map<std::string, std::pair<OptFunc, double>> optimizers{
         {"sgd", {sgd({.mom = 0.9, .wd = 0.01}), 0.1}},   {"adam", {adam({.wd = 0.01}), 0.05}},
         {"radam", {radam({.wd = 0.01}), 0.05}},          {"qhadam", {qhadam({.wd = 0.01}), 0.05}},
         {"larc", {larc({.wd = 0.01}), 0.5}},             {"lars", {lars({.wd = 0.01}), 0.5}},
-        {"lamb", {lamb({.wd = 0.01}), 0.05}},            {"ranger", {ranger(), 0.05}}};
+        {"lamb", {lamb({.wd = 0.01}), 0.05}},            {"ranger", {ranger(), 0.05}},
+        {"sgd_l2", {sgd({.mom = 0.9, .wd = 0.1, .decouple_wd = false}), 0.1}},
+        {"adam_l2", {adam({.wd = 0.1, .decouple_wd = false}), 0.05}},
+        {"radam_l2", {radam({.wd = 0.1, .decouple_wd = false}), 0.05}},
+        {"qhadam_l2", {qhadam({.wd = 0.1, .decouple_wd = false}), 0.05}},
+        {"larc_l2", {larc({.wd = 0.1, .decouple_wd = false}), 0.5}},
+        {"lars_l2", {lars({.wd = 0.1, .decouple_wd = false}), 0.5}},
+        {"lamb_l2", {lamb({.wd = 0.1, .decouple_wd = false}), 0.05}},
+        {"ranger_l2", {ranger({.wd = 0.1, .decouple_wd = false}), 0.05}}};
     for (const auto& [name, make] : optimizers) {
       CAPTURE(name);
       auto param = torch::tensor(fx.at("init"), torch::kFloat).requires_grad_(true);
@@ -545,6 +553,17 @@ TEST_SUITE("fastai") {
       metric->accumulate(learn);
       CHECK(metric->value() == 1.0);
     }
+
+    // Beyond fastai: a batch without foreground pixels weighs nothing (fastai's epoch value is NaN then).
+    learn.dls.void_index.reset();
+    const auto foreground = vision::foreground_acc();
+    foreground->reset();
+    learn.yb = torch::zeros_like(mask);
+    foreground->accumulate(learn);
+    CHECK(std::isnan(foreground->value()));
+    learn.yb = mask;
+    foreground->accumulate(learn);
+    CHECK(foreground->value() == 1.0);
   }
 
   TEST_CASE("aug_transforms with fastai's draws: fastai's images and masks") {

@@ -265,13 +265,22 @@ TEST_SUITE("learner") {
     CHECK(found.valley > 1e-7);
   }
 
-  TEST_CASE("a checkpoint whose folder cannot be made is an Error naming the folder") {
+  TEST_CASE("a checkpoint whose folder cannot be made is an Error naming the folder, after the barrier") {
     const auto file = temp_path("not_a_folder");
     std::ofstream(file) << "x";
     Learner learn(synthetic_dls(), tiny_model(), CrossEntropyLoss(), {}, quiet());
     CHECK(error_of([&] { learn.save(file + "/models/model.pt"); }) ==
           "cannot write checkpoint '" + file + "/models/model.pt': cannot make its folder '" + file +
               "/models': Not a directory");
+    // Distributed, rank 0 reaches the barrier before it throws, so that no rank waits for it in vain;
+    // the other ranks write nothing.
+    int barriers = 0;
+    learn.barrier = [&] { ++barriers; };
+    CHECK(error_of([&] { learn.save(file + "/model.pt"); }).rfind("cannot write checkpoint '" + file + "/model.pt'", 0) == 0);
+    CHECK(barriers == 1);
+    learn.rank = 1;
+    learn.save(file + "/models/model.pt");
+    CHECK(barriers == 2);
     std::filesystem::remove(file);
   }
 
@@ -635,6 +644,14 @@ TEST_SUITE("learner") {
     learn.unfreeze();
     learn.fit(1, 1e-2);
     CHECK(!torch::equal(body[0], body_before));
+    // One group (no splitter): nothing to freeze, as in fastai, but said.
+    Learner one_group(synthetic_dls(), tiny_model(), CrossEntropyLoss(), {}, quiet());
+    std::vector<std::string> said;
+    one_group.logger = [&](const std::string& message) { said.push_back(message); };
+    one_group.freeze();
+    CHECK(said == std::vector<std::string>{"freeze: the model's parameters are one group, which stays trainable "
+                                           "(LearnerOptions::splitter makes a body and a head)"});
+    for (const auto& param : one_group.model.module().parameters()) CHECK(param.requires_grad());
     // A parameter the program froze itself stays frozen through a new optimizer (as fastai:
     // only freeze_to and unfreeze set requires_grad).
     Learner own(synthetic_dls(), tiny_model(), CrossEntropyLoss(), {}, quiet());

@@ -324,6 +324,10 @@ TEST_SUITE("vision") {
     CHECK(vision::RandomResizedCrop(224).validation_crop({500, 375}) == cv::Rect(31, 23, 438, 328));
     CHECK(vision::RandomResizedCrop(24, {0.08, 1.0}, {0.75, 4.0 / 3}, 0).validation_crop({120, 80}) ==
           cv::Rect(0, 0, 120, 80));  // no extra: the whole image squished
+    // The decode keeps enough pixels for the narrowest crop of the ratios as well as the widest:
+    // 16 * sqrt(max(2/3, 1/0.5) / 0.25) = 45.3 for tall crops, 16 * sqrt(4/3) = 18.5 for the default ratios.
+    CHECK(vision::RandomResizedCrop(16, {0.25, 1.0}, {0.5, 2.0 / 3}).min_input_side() == 46);
+    CHECK(vision::RandomResizedCrop(16, {1.0, 1.0}).min_input_side() == 19);
   }
 
   TEST_CASE("RandomCrop with padding, CenterCrop, Resize and FlipItem") {
@@ -334,6 +338,15 @@ TEST_SUITE("vision") {
     CHECK((vision::RandomCrop(32, 4).apply(image, rng, false).at<cv::Vec3b>(5, 6) == image.at<cv::Vec3b>(5, 6)));
     auto centre = vision::CenterCrop(8).apply(image, rng, false);
     CHECK((centre.at<cv::Vec3b>(0, 0) == image.at<cv::Vec3b>(12, 12)));
+    // Padding by an odd count puts the extra pixel after, as fastai's CropPad ((5 - 8) // 2 = -2).
+    const auto tiny = gradient(5, 5);
+    for (const auto& pad : {vision::CenterCrop(8).apply(tiny, rng, false), vision::RandomCrop(8).apply(tiny, rng, false)}) {
+      CHECK((pad.at<cv::Vec3b>(2, 2) == tiny.at<cv::Vec3b>(0, 0)));
+      CHECK((pad.at<cv::Vec3b>(1, 1) == cv::Vec3b(0, 0, 0)));
+      CHECK((pad.at<cv::Vec3b>(7, 7) == cv::Vec3b(0, 0, 0)));
+      CHECK((pad.at<cv::Vec3b>(6, 6) == tiny.at<cv::Vec3b>(4, 4)));
+    }
+    CHECK(error_of([] { vision::FlipItem(1.5); }) == "FlipItem: p must be a probability in [0, 1], got 1.5");
     CHECK(vision::Resize(16, vision::ResizeMethod::Squish).apply(gradient(40, 20), rng, true).size() == cv::Size(16, 16));
     vision::FlipItem always(1.0);
     auto flipped = always.apply(image, rng, true);
@@ -557,10 +570,8 @@ TEST_SUITE("vision") {
 
   TEST_CASE("bad folders: an error naming the file, or with skip_bad a warning and the file left out") {
     const auto root = make_folder("badfolder", 2);
-    std::ofstream(root + "/cat/notes.txt") << "hello";
-    CHECK(error_of([&] { vision::ImageFolder::scan(root); }) ==
-          "'" + root + "/cat/notes.txt' is not an image file (skip_bad leaves such files out)");
-    fs::remove(root + "/cat/notes.txt");
+    std::ofstream(root + "/cat/notes.txt") << "hello";  // not an image's name: skipped, as fastai's get_image_files
+    CHECK(vision::ImageFolder::scan(root).size() == 4);
     std::ofstream(root + "/dog/broken.png") << "not a png";
     auto strict = vision::ImageFolder::scan(root);
     CHECK(strict.size() == 5);
@@ -596,6 +607,32 @@ TEST_SUITE("vision") {
           "(8-bit, the channels of '" + root + "/cat/0.png') (batch 0 of epoch 0)");
     auto lenient = vision::ImageFolder::scan(root, {.skip_bad = true});
     CHECK(lenient.size() == 4);
+    // A random split as well: the broken file left out before the split, or its error on first use.
+    for (bool skip_bad : {false, true}) {
+      const auto split = vision::ImageDataLoaders::from_folder(root, {.valid_pct = 0.4, .workers = 0, .skip_bad = skip_bad});
+      CHECK(split.train.n_items() + split.valid.n_items() == (skip_bad ? 4 : 5));
+    }
+    // The classes are the training split's: an image of any other class is refused, as fastai's Categorize.
+    fs::create_directories(root + "/bird");
+    write(root + "/bird/0.png", gradient(40, 30));
+    int birds_refused = 0;
+    for (uint64_t seed = 0; seed < 12; ++seed) {
+      const auto error = error_of([&] {
+        vision::ImageDataLoaders::from_folder(root, {.valid_pct = 0.4, .seed = seed, .workers = 0, .skip_bad = true});
+      });
+      if (error == "(no fastcpp::Error thrown)") continue;
+      // Usually the lone bird; with some seeds every image of another class lands in validation.
+      std::set<std::string> expected;
+      const auto all = vision::ImageFolder::scan(root, {.skip_bad = true});
+      for (size_t i = 0; i < all.size(); ++i)
+        expected.insert("from_folder: the class of validation image '" + all.paths()[i] + "', '" +
+                        all.vocab()[all.labels()[i]] + "', has no training images (valid_pct 0.4, seed " +
+                        std::to_string(seed) + ")");
+      CHECK(expected.count(error) == 1);
+      birds_refused += error.find("'bird'") != std::string::npos;
+    }
+    CHECK(birds_refused > 0);
+    fs::remove_all(root + "/bird");
     fs::create_directories(root + "/empty_class");
     CHECK(error_of([&] { vision::ImageFolder::scan(root); }) ==
           "class folder '" + root + "/empty_class' has no images (skip_bad leaves such files out)");
@@ -1234,6 +1271,10 @@ TEST_SUITE("vision") {
                                                     vision::MultiCategoryBlock{});
     CHECK(dls.multi_label);
     CHECK(dls.vocab == std::vector<std::string>{"sand", "sea", "sky"});
+    // A given vocab keeps its order, each class once (fastai's CategoryMap).
+    const auto given = vision::ImageDataLoaders::from_lists(files, tags, {.bs = 4, .workers = 0},
+                                                            vision::MultiCategoryBlock{.vocab = {"sky", "sea", "sky", "sand"}});
+    CHECK(given.vocab == std::vector<std::string>{"sky", "sea", "sand"});
     const auto& train = dynamic_cast<const vision::ImageFolder&>(dls.train.dataset());
     const auto& first = train.paths()[0];
     const auto tags_of_first = tags[static_cast<size_t>(std::stoi(fs::path(first).stem().string()))];

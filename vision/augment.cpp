@@ -214,6 +214,8 @@ AugTransforms::AugTransforms(AugOptions options) : options_(std::move(options)) 
   check(o.max_lighting * o.mult >= 0 && o.max_lighting * o.mult < 1,
         "max_lighting (times mult) must be in [0, 1), got " + std::to_string(o.max_lighting * o.mult));
   check(o.max_rotate >= 0 && o.max_warp >= 0 && o.mult >= 0, "max_rotate, max_warp and mult must not be negative");
+  // At 1 a warp can fold two corners onto one point: the perspective has no solution.
+  check(o.max_warp * o.mult < 1, "max_warp (times mult) must be in [0, 1), got " + std::to_string(o.max_warp * o.mult));
   for (double p : {o.p_affine, o.p_lighting}) check(p >= 0 && p <= 1, "a probability must be in [0, 1], got " + std::to_string(p));
   if (o.size) check(o.size->first > 0 && o.size->second > 0, "size must be positive");
 }
@@ -275,6 +277,20 @@ std::string AugTransforms::spec() const {
   if (!resizes_only) return "";
   return "AugResize " + std::to_string(o.size->first) + " " + std::to_string(o.size->second) + " " +
          pad_mode_name(o.pad_mode) + " " + (o.align_corners ? "1" : "0");
+}
+
+torch::Tensor boxes_before_resizes(const std::vector<BatchAugmentPtr>& resizes, torch::Tensor boxes, int64_t height,
+                                   int64_t width) {
+  std::vector<const AugTransforms*> augments;
+  for (const auto& resize : resizes) {
+    augments.push_back(dynamic_cast<const AugTransforms*>(resize.get()));
+    if (!augments.back()) throw Error("boxes_before_resizes: a batch augmentation other than aug_transforms' resize");
+  }
+  // Each resize's input is the size before it, the first one's the item's.
+  std::vector<std::pair<int64_t, int64_t>> inputs{{height, width}};
+  for (const auto* augment : augments) inputs.push_back(augment->options().size.value_or(inputs.back()));
+  for (size_t k = augments.size(); k-- > 0;) boxes = augments[k]->boxes_to_input(boxes, inputs[k].first, inputs[k].second);
+  return boxes;
 }
 
 torch::Tensor AugTransforms::boxes_to_input(const torch::Tensor& boxes, int64_t height, int64_t width) const {

@@ -77,6 +77,12 @@ class AugTransforms : public BatchAugment {
   AugOptions options_;
 };
 
+// Boxes [n, 4] in the pixels of a batch made by `resizes` (validation forms: each an
+// AugTransforms resize alone, or none) back in those of its items, `height` x `width`:
+// fastai's presizing undone, from the last resize to the first. An Error for another kind.
+torch::Tensor boxes_before_resizes(const std::vector<BatchAugmentPtr>& resizes, torch::Tensor boxes, int64_t height,
+                                   int64_t width);
+
 BatchAugmentPtr aug_transforms(AugOptions options = {});
 // The batch augmentation of a text form (AugTransforms::spec); an Error naming it otherwise.
 BatchAugmentPtr batch_augment_from_spec(const std::string& spec);

@@ -7,8 +7,10 @@
 #include <filesystem>
 #include <map>
 #include <set>
-#include <thread>
 
+#include "core/cpus.h"
+#include "core/error.h"
+#include "distributed/env.h"
 #include "vision/augment.h"
 #include "vision/datasets/segmentation_data.h"
 
@@ -107,7 +109,9 @@ ImageDatasets multi_category_datasets(const LabelledImages& items, const MultiCa
   const auto& split = items.split;
   std::vector<std::vector<std::string>> labels;
   for (const auto& label : items.labels) labels.push_back(split_labels(label, block.delim));
-  auto vocab = block.vocab;
+  std::vector<std::string> vocab;
+  for (const auto& name : block.vocab)  // each class once, in the given order, as fastai's CategoryMap
+    if (std::find(vocab.begin(), vocab.end(), name) == vocab.end()) vocab.push_back(name);
   if (vocab.empty()) {
     std::set<std::string> seen;
     for (const auto i : split.train) seen.insert(labels[static_cast<size_t>(i)].begin(), labels[static_cast<size_t>(i)].end());
@@ -142,11 +146,15 @@ ImageDatasets mask_datasets(const LabelledImages& items, const MaskBlock& block,
           block.void_index, block.mask_fill};
 }
 
-// fastai's: one per core, at most 16; a launcher's processes on one machine share its cores.
+// fastai's: one per core this process may use, at most 16; the processes a launcher
+// (torchrun, fastcpp-launch, Slurm's srun, Open MPI) started on one machine share its cores.
 int default_workers() {
-  const char* local_world = std::getenv("LOCAL_WORLD_SIZE");
-  const int processes = local_world ? std::max(1, std::atoi(local_world)) : 1;
-  return std::clamp(static_cast<int>(std::thread::hardware_concurrency()) / processes, 1, 16);
+  int processes = 1;
+  try {
+    processes = std::max(1, distributed::read_env().local_world_size);
+  } catch (const Error&) {  // a malformed launcher environment: to_distributed names it
+  }
+  return std::clamp(usable_cores() / processes, 1, 16);
 }
 
 }  // namespace

@@ -138,16 +138,7 @@ ImageFolder Predictor::files(const std::vector<std::string>& image_paths) const 
 torch::Tensor Predictor::item(const std::string& image_path) const { return files({image_path}).get(0).x; }
 
 torch::Tensor Predictor::boxes_to_item(torch::Tensor boxes, int64_t height, int64_t width) const {
-  // Back through the batch resizes (fastai's presizing: aug_transforms' size) from the last,
-  // each one's input the size before it, the first one's the item's.
-  std::vector<std::pair<int64_t, int64_t>> inputs{{height, width}};
-  for (const auto& augment : aug_tfms_) {
-    const auto& size_after = static_cast<const AugTransforms&>(*augment).options().size;
-    inputs.push_back(size_after ? *size_after : inputs.back());
-  }
-  for (size_t k = aug_tfms_.size(); k-- > 0;)
-    boxes = static_cast<const AugTransforms&>(*aug_tfms_[k]).boxes_to_input(boxes, inputs[k].first, inputs[k].second);
-  return boxes;
+  return boxes_before_resizes(aug_tfms_, std::move(boxes), height, width);
 }
 
 void Predictor::boxes_to_file(Prediction& prediction) const {

@@ -225,27 +225,34 @@ std::vector<double> per_class_scores(const Metric& metric) {
 }
 
 MetricPtr foreground_acc(int64_t background, SegmentationMetricOptions options) {
-  // The void index is the learner's data's unless given, known at each batch.
-  class ForegroundAccuracy : public AvgMetric {
+  // fastai's per-batch accuracy weighted by batch size, but a batch without foreground
+  // pixels (0 / 0 there) weighs nothing, where in fastai it makes the epoch's value NaN.
+  // Summed on the device, read once at the epoch's end.
+  class ForegroundAccuracy : public Metric {
    public:
-    ForegroundAccuracy(int64_t background, SegmentationMetricOptions options,
-                       std::shared_ptr<std::optional<int64_t>> void_index = std::make_shared<std::optional<int64_t>>())
-        : AvgMetric("foreground_acc",
-                    [background, void_index](const torch::Tensor& pred, const torch::Tensor& target) {
-                      const auto [decided, mask, counts] = decided_pixels(pred, target, "foreground_acc", *void_index);
-                      const auto kept = counts * (mask != background).to(torch::kDouble);
-                      return ((decided == mask).to(torch::kDouble) * kept).sum() / kept.sum();
-                    }),
-          options_(options),
-          void_index_(std::move(void_index)) {}
+    ForegroundAccuracy(int64_t background, SegmentationMetricOptions options)
+        : background_(background), options_(options) {}
+    std::string name() const override { return "foreground_acc"; }
+    void reset() override { total_ = weight_ = torch::Tensor(); }
     void accumulate(const Learner& learn) override {
-      *void_index_ = void_of(options_, learn);
-      AvgMetric::accumulate(learn);
+      const auto [decided, mask, counts] = decided_pixels(learn.pred, learn.yb, name(), void_of(options_, learn));
+      const auto kept = counts * (mask != background_).to(torch::kDouble);
+      const auto n_kept = kept.sum();
+      const auto batch_weight = n_kept.gt(0).to(torch::kDouble) * static_cast<double>(learn.yb.size(0));
+      const auto accuracy = ((decided == mask).to(torch::kDouble) * kept).sum() / n_kept.clamp_min(1);
+      if (!total_.defined()) total_ = weight_ = torch::zeros({}, n_kept.options());
+      total_ = total_ + accuracy * batch_weight;
+      weight_ = weight_ + batch_weight;
+    }
+    double value() const override {
+      const double weight = weight_.defined() ? weight_.item<double>() : 0;
+      return weight == 0 ? std::nan("") : total_.item<double>() / weight;
     }
 
    private:
+    int64_t background_;
     SegmentationMetricOptions options_;
-    std::shared_ptr<std::optional<int64_t>> void_index_;
+    torch::Tensor total_, weight_;
   };
   return std::make_shared<ForegroundAccuracy>(background, options);
 }

@@ -62,7 +62,8 @@ std::vector<double> per_class_iou(const torch::Tensor& output, const torch::Tens
 std::vector<double> per_class_scores(const Metric& metric);
 
 // fastai's foreground_acc: the accuracy over the pixels whose mask is not the background
-// (nor void), a mean per batch weighted by its size.
+// (nor void), a mean per batch weighted by its size; a batch without such pixels counts
+// for nothing (in fastai it makes the epoch's value NaN).
 MetricPtr foreground_acc(int64_t background = 0, SegmentationMetricOptions options = {});
 
 }  // namespace fastcpp::vision

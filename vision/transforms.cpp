@@ -40,6 +40,10 @@ cv::Mat window(const cv::Mat& image, int x, int y, int size, const Sampling& sam
   return out;
 }
 
+// The offset that centres a `size` window on a `side` long image, rounded down as fastai's
+// CropPad (a window larger than the image pads one pixel more after than before).
+int centred(int side, int size) { return static_cast<int>(std::floor((side - size) / 2.0)); }
+
 void check_size(int size, const char* name) {
   if (size <= 0) throw Error(std::string(name) + ": size must be positive, got " + std::to_string(size));
 }
@@ -113,7 +117,9 @@ RandomResizedCrop::RandomResizedCrop(int size, std::pair<double, double> scale, 
 }
 
 int RandomResizedCrop::min_input_side() const {
-  return static_cast<int>(std::ceil(size_ * std::sqrt(ratio_.second / scale_.first)));
+  // The crop is shortest across at the ratio's ends: its height at the widest, its width at the narrowest.
+  const double longest_over_shortest = std::max(ratio_.second, 1 / ratio_.first);
+  return static_cast<int>(std::ceil(size_ * std::sqrt(longest_over_shortest / scale_.first)));
 }
 
 cv::Rect RandomResizedCrop::crop_for(cv::Size image, Rng& rng) const {
@@ -162,15 +168,15 @@ RandomCrop::RandomCrop(int size, int padding) : size_(size), padding_(padding) {
 }
 
 cv::Mat CenterCrop::transform(const cv::Mat& image, Rng&, bool, const Sampling& sampling) const {
-  return window(image, (image.cols - size_) / 2, (image.rows - size_) / 2, size_, sampling);
+  return window(image, centred(image.cols, size_), centred(image.rows, size_), size_, sampling);
 }
 
 std::optional<BoxMap> CenterCrop::box_map(cv::Size size, Rng&, bool) const {
-  return BoxMap{1, 1, double((size.width - size_) / 2), double((size.height - size_) / 2), {size_, size_}};
+  return BoxMap{1, 1, double(centred(size.width, size_)), double(centred(size.height, size_)), {size_, size_}};
 }
 
 cv::Point RandomCrop::corner(cv::Size size, Rng& rng, bool train) const {
-  if (!train) return {(size.width - size_) / 2, (size.height - size_) / 2};
+  if (!train) return {centred(size.width, size_), centred(size.height, size_)};
   const int x = int(rng.integer(-padding_, std::max(-padding_, size.width + padding_ - size_)));
   const int y = int(rng.integer(-padding_, std::max(-padding_, size.height + padding_ - size_)));
   return {x, y};
@@ -189,6 +195,10 @@ std::optional<BoxMap> RandomCrop::box_map(cv::Size size, Rng& rng, bool train) c
 std::optional<CropPlan> Resize::plan(cv::Size size, Rng&, bool) const {
   if (method_ != ResizeMethod::Squish) return std::nullopt;  // Crop and Pad round their sizes first
   return CropPlan{{0, 0, size.width, size.height}, {size_, size_}};
+}
+
+FlipItem::FlipItem(double p) : p_(p) {
+  if (!(p >= 0 && p <= 1)) throw Error("FlipItem: p must be a probability in [0, 1], got " + spec_text::number(p));
 }
 
 std::optional<CropPlan> FlipItem::plan(cv::Size size, Rng& rng, bool train) const {

@@ -190,7 +190,7 @@ class RandomCrop : public GeometricTransform {
 
 class FlipItem : public GeometricTransform {
  public:
-  explicit FlipItem(double p = 0.5) : p_(p) {}
+  explicit FlipItem(double p = 0.5);
   cv::Mat transform(const cv::Mat& pixels, Rng& rng, bool train, const Sampling& sampling) const override;
   std::optional<CropPlan> plan(cv::Size size, Rng& rng, bool train) const override;
   std::string spec() const override;

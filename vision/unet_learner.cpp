@@ -3,6 +3,7 @@
 #include "core/error.h"
 #include "core/sequential.h"
 #include "formats/torch_file.h"
+#include "vision/augment.h"
 #include "vision/models/unet.h"
 
 namespace fastcpp::vision {
@@ -113,6 +114,10 @@ Learner unet_learner(DataLoaders dls, const Arch& arch, std::vector<MetricPtr> m
     const auto x = dls.train.dataset().get(0).x;
     if (x.dim() < 2) throw Error("unet_learner: expected images [C, H, W], got an item of shape " + c10::str(x.sizes()));
     img_size = {x.size(-2), x.size(-1)};
+    // The batches' size, as fastai's (it reads one_batch): a batch augmentation's resize wins.
+    for (const auto& augment : dls.train.options().aug_tfms)
+      if (const auto* aug = dynamic_cast<const AugTransforms*>(augment.get()); aug && aug->options().size)
+        img_size = {aug->options().size->first, aug->options().size->second};
   }
   const auto body = unet_body(arch, o);
   size_t cut = 0;  // where the second parameter group starts, counted in the body's layers

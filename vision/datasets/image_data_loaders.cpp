@@ -3,6 +3,9 @@
 #include <algorithm>
 #include <filesystem>
 
+#include "core/error.h"
+#include "core/spec_text.h"
+
 namespace fastcpp::vision {
 namespace fs = std::filesystem;
 
@@ -32,17 +35,25 @@ DataLoaders ImageDataLoaders::from_folder(const std::string& root, FromFolderOpt
   ImageFolderOptions valid_options{o.channels, o.item_tfms, /*train=*/false, o.skip_bad, o.decode};
   std::shared_ptr<ImageFolder> train, valid;
   if (o.valid_pct > 0) {
-    // fastai's: every image under root, however deep (root/train/<class>/ too), labelled by its folder
-    const auto files = get_image_files(root);
-    std::vector<std::string> names;
-    for (const auto& file : files) names.push_back(parent_label(file));
-    auto vocab = names;
+    // fastai's: every image under root, however deep (root/train/<class>/ too), labelled by
+    // its folder, the classes those of the training split.
+    auto files = get_image_files(root);
+    if (o.skip_bad) files = decodable_images(files, o.channels);
+    const auto split = RandomSplitter{o.valid_pct, o.seed}.split(files.size());
+    std::vector<std::string> vocab;
+    for (auto i : split.train) vocab.push_back(parent_label(files[size_t(i)]));
     std::sort(vocab.begin(), vocab.end());
     vocab.erase(std::unique(vocab.begin(), vocab.end()), vocab.end());
     std::vector<int64_t> labels;
-    for (const auto& name : names) labels.push_back(std::lower_bound(vocab.begin(), vocab.end(), name) - vocab.begin());
+    for (const auto& file : files) {
+      const auto at = std::lower_bound(vocab.begin(), vocab.end(), parent_label(file));
+      if (at == vocab.end() || *at != parent_label(file))
+        throw Error("from_folder: the class of validation image '" + file + "', '" + parent_label(file) +
+                    "', has no training images (valid_pct " + spec_text::number(o.valid_pct) + ", seed " +
+                    std::to_string(o.seed) + ")");
+      labels.push_back(at - vocab.begin());
+    }
     const ImageFolder all(files, std::move(labels), std::move(vocab), train_options);
-    const auto split = RandomSplitter{o.valid_pct, o.seed}.split(all.size());
     train = std::make_shared<ImageFolder>(all.subset(split.train));
     valid = std::make_shared<ImageFolder>(all.subset(split.valid).with_options(valid_options));
   } else {

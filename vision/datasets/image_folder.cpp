@@ -38,6 +38,19 @@ std::vector<std::string> image_files_in(const std::string& folder) {
   return files;
 }
 
+std::vector<std::string> decodable_images(const std::vector<std::string>& paths, int channels) {
+  std::vector<std::string> kept;
+  for (const auto& path : paths) {
+    try {
+      read_image(path, {channels, 0});
+      kept.push_back(path);
+    } catch (const Error& e) {
+      std::cerr << "warning: " << e.what() << "; left out\n";
+    }
+  }
+  return kept;
+}
+
 ImageFolder::ImageFolder(std::vector<std::string> paths, std::vector<int64_t> labels, std::vector<std::string> vocab,
                          ImageFolderOptions options)
     : ImageFolder(std::move(paths), std::move(labels), std::move(vocab), std::move(options), torch::Tensor()) {}
@@ -85,26 +98,9 @@ ImageFolder ImageFolder::scan(const std::string& root, ImageFolderOptions option
   for (size_t label = 0; label < vocab.size(); ++label) {
     const auto dir = fs::path(root) / vocab[label];
     if (!fs::is_directory(dir, ec)) continue;  // a class absent from this split
-    std::vector<std::string> files;
-    for (const auto& entry : fs::directory_iterator(dir)) {
-      const auto name = entry.path().filename().string();
-      if (!entry.is_regular_file() || name[0] == '.') continue;
-      if (!is_image_file(name)) {
-        warn_or_throw("'" + entry.path().string() + "' is not an image file");
-        continue;
-      }
-      if (options.skip_bad) {
-        try {
-          read_image(entry.path().string(), {options.channels, 0});
-        } catch (const Error& e) {
-          warn_or_throw(e.what());
-          continue;
-        }
-      }
-      files.push_back(entry.path().string());
-    }
+    auto files = image_files_in(dir.string());  // other files skipped, as fastai's get_image_files
+    if (options.skip_bad) files = decodable_images(files, options.channels);
     if (files.empty() && given_vocab.empty()) warn_or_throw("class folder '" + dir.string() + "' has no images");
-    std::sort(files.begin(), files.end());
     for (auto& file : files) {
       paths.push_back(std::move(file));
       labels.push_back(static_cast<int64_t>(label));

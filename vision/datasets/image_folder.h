@@ -9,9 +9,10 @@
 // on its device through the batch transforms (Normalize reads uint8 directly; with
 // no batch transforms, IntToFloat is used).
 //
-// Bad input is an error naming the file: a corrupt, truncated or non-image file, an
-// unreadable path, an empty class folder. With skip_bad, every file is checked when
-// the folder is scanned, and a bad one is left out with a warning instead.
+// Files whose names are not images' are skipped, as fastai's get_image_files. Bad input is
+// an error naming the file: a corrupt or truncated image, an unreadable path, an empty
+// class folder. With skip_bad, every image is decoded once when the folder is scanned, and
+// a bad one is left out with a warning instead.
 #include <string>
 #include <vector>
 
@@ -92,5 +93,8 @@ bool is_image_file(const std::string& path);
 // The image files directly in `folder`, sorted; hidden ones ("._x.jpg", which macOS
 // leaves beside each image) left out, as fastai's get_files.
 std::vector<std::string> image_files_in(const std::string& folder);
+// The images of `paths` that decode; each other one is left out with a warning naming it
+// (ImageFolderOptions::skip_bad).
+std::vector<std::string> decodable_images(const std::vector<std::string>& paths, int channels);
 
 }  // namespace fastcpp::vision

@@ -6,6 +6,7 @@
 #include <string>
 
 #include "core/error.h"
+#include "core/spec_text.h"
 #include "vision/detection/boxes.h"
 
 namespace fastcpp::vision {
@@ -41,7 +42,18 @@ torch::Tensor AnchorGenerator::grid_anchors(const std::vector<std::pair<int64_t,
   return torch::cat(anchors);
 }
 
+namespace {
+
+void check_thresholds(const Matcher& m) {
+  if (!(m.low <= m.high))  // torchvision's Matcher asserts it too
+    throw Error("Matcher: low (" + spec_text::number(m.low) + ") must not exceed high (" + spec_text::number(m.high) +
+                "), the IoU from which an anchor is matched");
+}
+
+}  // namespace
+
 torch::Tensor Matcher::match(const torch::Tensor& boxes, const torch::Tensor& anchors) const {
+  check_thresholds(*this);
   if (boxes.size(0) == 0)
     return torch::full({anchors.size(0)}, below_low_threshold, torch::dtype(torch::kLong).device(anchors.device()));
   return (*this)(box_iou(boxes.to(anchors.dtype()), anchors));
@@ -101,6 +113,7 @@ DefaultBoxGenerator ssd300_default_boxes() {
 }
 
 torch::Tensor Matcher::operator()(const torch::Tensor& quality) const {
+  check_thresholds(*this);
   if (quality.dim() != 2) throw Error("Matcher: expected an IoU matrix [boxes, anchors], got " + c10::str(quality.sizes()));
   if (quality.size(0) == 0) throw Error("Matcher: an image has no ground-truth boxes");
   if (quality.size(1) == 0) throw Error("Matcher: there are no anchors");

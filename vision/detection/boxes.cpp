@@ -86,11 +86,15 @@ torch::Tensor box_area(const torch::Tensor& boxes) {
 }
 
 torch::Tensor box_iou(const torch::Tensor& a, const torch::Tensor& b) {
+  check_boxes("box_iou", a);
+  check_boxes("box_iou", b);
   const auto [inter, uni] = inter_union(a, b);
   return inter / uni;
 }
 
 torch::Tensor generalized_box_iou(const torch::Tensor& a, const torch::Tensor& b) {
+  check_boxes("generalized_box_iou", a);
+  check_boxes("generalized_box_iou", b);
   const auto [inter, uni] = inter_union(a, b);
   const auto top_left = torch::min(a.index({Slice(), None, Slice(0, 2)}), b.index({Slice(), Slice(0, 2)}));
   const auto bottom_right = torch::max(a.index({Slice(), None, Slice(2, 4)}), b.index({Slice(), Slice(2, 4)}));

@@ -5,6 +5,7 @@
 #include "core/error.h"
 #include "formats/state_dict.h"
 #include "vision/arch.h"
+#include "vision/augment.h"
 
 namespace fastcpp::vision {
 
@@ -134,7 +135,11 @@ Learner ssd_learner(DataLoaders dls, std::vector<MetricPtr> metrics, SsdLearnerO
 
 Detections detect(Learner& learn, const torch::Tensor& image, const PostprocessOptions& options) {
   if (image.dim() != 3) throw Error("detect: expected one image [C, H, W], got " + c10::str(image.sizes()));
-  return detections(learn.predict(image).unsqueeze(0), options).front();
+  auto found = detections(learn.predict(image).unsqueeze(0), options).front();
+  // predict ran the validation loader's batch resizes (fastai's presizing): back to the image's pixels.
+  found.boxes = boxes_before_resizes(learn.dls.valid.options().aug_tfms, std::move(found.boxes), image.size(1),
+                                     image.size(2));
+  return found;
 }
 
 }  // namespace fastcpp::vision

@@ -66,8 +66,8 @@ bool is_detection_spec(const ModelSpec& spec);
 Model create_detection_model(const ModelSpec& spec, const std::string& source);
 
 // The detections on one image as the data give it (uint8 or float CHW, the validation
-// loader's batch transforms applied), by the model's own post-processing: boxes in its
-// pixels, scores, labels (dls.vocab's).
+// loader's batch transforms applied), by the model's own post-processing: boxes in the
+// image's pixels (a batch resize undone), scores, labels (dls.vocab's).
 Detections detect(Learner& learn, const torch::Tensor& image, const PostprocessOptions& options = {});
 
 }  // namespace fastcpp::vision
