@@ -6,4 +6,9 @@ namespace fastcpp {
 
 int usable_cores();
 
+// This process's share of the usable cores when `local_processes` run on this machine:
+// all of them when a launcher pinned each process to cores of its own (srun's
+// --cpus-per-task, mpirun's binding), else the machine's cores split between the processes.
+int cores_per_process(int local_processes);
+
 }  // namespace fastcpp

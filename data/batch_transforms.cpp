@@ -88,14 +88,12 @@ Normalize Normalize::from_data(const Dataset& dataset, size_t max_items) {
   auto x = IntToFloat()(dataset.get_batch(indices).x).to(torch::kDouble);
   if (x.dim() < 2) throw Error("Normalize::from_data: items need a channel dimension, got " + c10::str(x.sizes()));
   auto per_channel = x.transpose(0, 1).reshape({x.size(1), -1});
-  auto mean = per_channel.mean(1), std = per_channel.std(1);
+  // fastai's 1e-7 more: a constant channel (an opaque alpha) normalizes to 0.
+  auto mean = per_channel.mean(1), std = per_channel.std(1) + 1e-7;
   Normalize result;
   for (int64_t c = 0; c < x.size(1); ++c) {
     result.mean.push_back(mean[c].item<double>());
     result.std.push_back(std[c].item<double>());
-    if (!(result.std.back() > 0))
-      throw Error("Normalize::from_data: channel " + std::to_string(c) + " is the same in all " + std::to_string(n) +
-                  " items (std 0): give Normalize its statistics");
   }
   return result;
 }

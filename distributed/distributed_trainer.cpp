@@ -44,7 +44,14 @@ void DistributedTrainer::before_fit() {
   for (auto* loader : {&l.dls.train, &l.dls.valid})
     loader->set_sampler(std::make_shared<DistributedSampler>(loader->sampler_ptr(), env_.rank, env_.world_size));
   l.rank = env_.rank;
-  l.barrier = [comm = comm_] { comm->barrier(); };
+  l.barrier = [comm = comm_, device = l.device](bool ok) {
+    comm->barrier();  // the long wait (a checkpoint being written), under the barrier's own timeout
+    // Then everybody is there: the outcomes summed at once (a CUDA group's through NCCL).
+    auto failed = torch::full({1}, ok ? 0 : 1, torch::kInt64);
+    if (comm->backend() == "nccl") failed = failed.to(device);
+    comm->all_reduce_sum(failed);
+    return failed.item<int64_t>() == 0;
+  };
   was_logging_ = l.logging;
   if (env_.rank != 0) l.logging = false;
 }

@@ -32,8 +32,7 @@ int main(int argc, char** argv) {
   cli.parse(argc, argv);
   try {
     const auto env = distributed::read_env();
-    torch::set_num_threads(threads > 0 ? threads
-                                       : std::max(1, usable_cores() / env.local_world_size));
+    torch::set_num_threads(threads > 0 ? threads : cores_per_process(env.local_world_size));
     torch::manual_seed(42);
     const std::vector<BatchTransform> tfms{Normalize{{0.2860}, {0.3530}}};
     DataLoaders dls{DataLoader(vision::idx_image_dataset(data, "train"), {.bs = bs, .shuffle = true, .seed = 42, .batch_tfms = tfms}),

@@ -50,15 +50,26 @@ const std::map<std::string, torch::Dtype>& storage_dtypes() {
   return dtypes;
 }
 
-// The dtypes _rebuild_tensor_v3 names (torch.save writes it for those without a storage class).
+// The dtypes _rebuild_tensor_v3 names: torch.save writes it for those without a storage
+// class, and may for every dtype later.
 const std::map<std::string, torch::Dtype>& rebuilt_dtypes() {
   static const std::map<std::string, torch::Dtype> dtypes{
       {"torch.uint16", torch::kUInt16},           {"torch.uint32", torch::kUInt32},
       {"torch.uint64", torch::kUInt64},           {"torch.float8_e4m3fn", torch::kFloat8_e4m3fn},
       {"torch.float8_e5m2", torch::kFloat8_e5m2}, {"torch.float8_e4m3fnuz", torch::kFloat8_e4m3fnuz},
-      {"torch.float8_e5m2fnuz", torch::kFloat8_e5m2fnuz}};
+      {"torch.float8_e5m2fnuz", torch::kFloat8_e5m2fnuz},
+      {"torch.float32", torch::kFloat},           {"torch.float64", torch::kDouble},
+      {"torch.float16", torch::kHalf},            {"torch.bfloat16", torch::kBFloat16},
+      {"torch.int64", torch::kLong},              {"torch.int32", torch::kInt},
+      {"torch.int16", torch::kShort},             {"torch.int8", torch::kChar},
+      {"torch.uint8", torch::kByte},              {"torch.bool", torch::kBool},
+      {"torch.complex32", torch::kComplexHalf},   {"torch.complex64", torch::kComplexFloat},
+      {"torch.complex128", torch::kComplexDouble}};
   return dtypes;
 }
+
+// A name read from the file, cut short for a message (a damaged file may hold megabytes).
+std::string quoted_name(const std::string& name) { return name.size() > 100 ? name.substr(0, 100) + "..." : name; }
 
 // What a valid file uses that this reader does not (where Error alone means damage), and
 // what to do about it.
@@ -294,16 +305,20 @@ class Unpickler {
     }
     if (name == "torch._utils._rebuild_tensor_v3") {  // (bytes, offset, size, stride, _, _, dtype, ...)
       const auto& a = args.data.toTupleRef().elements();
-      const auto dtype_name = a.at(6).isString() ? a.at(6).toStringRef() : "";
+      if (!a.at(6).isString()) throw Error("_rebuild_tensor_v3 without a dtype");
+      const auto& dtype_name = a.at(6).toStringRef();
       const auto dtype = rebuilt_dtypes().find(dtype_name);
-      if (dtype == rebuilt_dtypes().end()) throw Unsupported("a tensor of dtype " + dtype_name);
+      if (dtype == rebuilt_dtypes().end()) {
+        if (dtype_name.rfind("torch.", 0) != 0) throw Error("_rebuild_tensor_v3 of no dtype: " + quoted_name(dtype_name));
+        throw Unsupported("a tensor of dtype " + quoted_name(dtype_name));
+      }
       const auto bytes = a.at(0).toTensor();
-      if (bytes.numel() % c10::elementSize(dtype->second) != 0) throw Error("a storage of " + dtype_name + " is cut short");
+      if (bytes.nbytes() % c10::elementSize(dtype->second) != 0) throw Error("a storage of " + dtype_name + " is cut short");
       return {false, bytes.view(dtype->second).as_strided(int64s_of(a.at(2)), int64s_of(a.at(3)), a.at(1).toInt())};
     }
     // A tensor subclass's (fastai's TensorImage, say): the function and arguments that make
     // the plain tensor, then its class and state, which are not needed.
-    if (name == "torch._tensor._rebuild_from_type_v2") {
+    if (name == "torch._tensor._rebuild_from_type_v2" || name == "fastai.torch_core._rebuild_from_type") {
       const auto& a = args.data.toTupleRef().elements();
       return call(a.at(0), Item{false, a.at(2), args.nesting});
     }
@@ -325,7 +340,10 @@ class Unpickler {
     if (auto cached = storages_.find(key); cached != storages_.end()) return cached->second;
     const auto& type = id[1].toStringRef();  // the storage class, a GLOBAL kept as its name
     const auto dtype = storage_dtypes().find(type);
-    if (dtype == storage_dtypes().end()) throw Unsupported("a storage of type " + type);
+    if (dtype == storage_dtypes().end()) {
+      if (type.rfind("torch.", 0) != 0) throw Error("a storage of no type: " + quoted_name(type));
+      throw Unsupported("a storage of type " + quoted_name(type));
+    }
     const int64_t numel = id[4].toInt();
     const auto [data, size] = archive_.getRecord("data/" + key);
     // Checked before allocating: a damaged file may claim any number of elements.

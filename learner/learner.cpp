@@ -237,11 +237,13 @@ void Learner::fit(int n_epoch_, Lrs lr, FitOptions options) {
     Learner& l;
     int epochs;
     ~Cleanup() {
+      l.fitting_ = false;
       l.dl = nullptr;
       l.xb = l.yb = l.pred = l.loss = l.loss_grad = torch::Tensor();
       l.epochs_before += epochs;  // planned, not run: the count does not hang on where a fit stopped
     }
   } cleanup{*this, n_epoch_};
+  fitting_ = true;
   // A fit that fails gets no after_fit: the loss function is put back here, not left as a
   // callback swapped it for the fit (MixUp's), each callback's after_fit_failed runs, and
   // every callback runs again.
@@ -260,8 +262,7 @@ void Learner::fit(int n_epoch_, Lrs lr, FitOptions options) {
     try {
       throw;
     } catch (const CancelException& e) {  // e.g. CancelBatchException from after_batch, outside the batch it names
-      throw Error(std::string(e.what()) + " was raised where nothing it cancels was running (" + position() +
-                  "); each is caught only inside what it names, as in fastai");
+      throw uncaught(e);
     }
   }
 }
@@ -433,12 +434,22 @@ LrFindResult Learner::lr_find(LrFindOptions o) {
 
 // ---------------------------------------------------------------- inference
 
+Error Learner::uncaught(const CancelException& e) const {
+  return Error(std::string(e.what()) + " was raised where nothing it cancels was running (" + position() +
+               "); each is caught only inside what it names, as in fastai");
+}
+
 std::vector<double> Learner::validate(DataLoader* loader) {
   struct ForgetLoader {  // which may be a caller's temporary, also when a batch throws
     Learner& learn;
     ~ForgetLoader() { learn.dl = nullptr; }
   } forget{*this};
-  do_epoch_validate(loader ? *loader : dls.valid);
+  try {
+    do_epoch_validate(loader ? *loader : dls.valid);
+  } catch (const CancelException& e) {  // TerminateOnNaN's CancelFitException, say, with no fit to cancel
+    if (fitting_) throw;
+    throw uncaught(e);
+  }
   return recorder->valid_values();
 }
 
@@ -481,8 +492,10 @@ void Learner::write_on_rank_0(const std::function<void()>& write) const {
       failed = std::current_exception();
     }
   }
-  if (barrier) barrier();  // nobody loads before rank 0 has written
+  const bool all_written = barrier ? barrier(!failed) : !failed;  // nobody loads before rank 0 has written
   if (failed) std::rethrow_exception(failed);
+  if (!all_written) throw Error("rank 0 could not write a checkpoint (its own error says why): rank " +
+                                std::to_string(rank) + " stops with it");
 }
 
 void Learner::save(const std::string& path, bool with_opt, const checkpoint::Extras& extras) const {

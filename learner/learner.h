@@ -19,6 +19,7 @@
 
 #include "data/dataloader.h"
 #include "callbacks/schedule.h"
+#include "core/error.h"
 #include "learner/callback.h"
 #include "learner/checkpoint.h"
 #include "learner/export.h"
@@ -251,9 +252,11 @@ class Learner {
   bool training = false;
   bool logging = true;  // epoch rows and progress output
   // Set while training distributed: this process's rank (only rank 0 writes
-  // checkpoints) and a barrier across the processes (after each save).
+  // checkpoints) and a barrier across the processes after each save, which also shares
+  // each rank's outcome: given whether this rank's part went well, it returns whether
+  // every rank's did.
   int rank = 0;
-  std::function<void()> barrier;
+  std::function<bool(bool ok)> barrier;
   // Where messages go (epoch table, callbacks' notices); default: stdout.
   std::function<void(const std::string&)> logger;
 
@@ -278,9 +281,12 @@ class Learner {
   void fit_scheduled(int n_epoch, ParamScheduler::Scheds scheds, FitOptions options);
   // Adds callbacks for one fit (or get_preds) and removes them after, even on error.
   class AddedCallbacks;
-  // Rank 0 runs `write`; then every rank waits at the barrier, also when the write failed
-  // (then rank 0 throws its error after it), so that no rank waits for one that is gone.
+  // Rank 0 runs `write`; then every rank waits at the barrier, also when the write failed:
+  // then rank 0 throws its error and every other rank an Error saying so, so that no rank
+  // waits for one that is gone or trains on without its checkpoint.
   void write_on_rank_0(const std::function<void()>& write) const;
+  // The Error for a callback's cancel that nothing running catches.
+  Error uncaught(const CancelException& e) const;
   // Runs `event` on `cb`, errors re-thrown as event() says.
   void call(Callback& cb, Event event);
   // cb's after_create, unless it had it from this Learner already.
@@ -292,6 +298,7 @@ class Learner {
   std::shared_ptr<const std::vector<CallbackPtr>> cbs_ = std::make_shared<std::vector<CallbackPtr>>();
   bool created_ = false;  // the constructor has run: add_cb announces the creation itself
   int frozen_groups_ = 0;
+  bool fitting_ = false;  // inside fit: validate leaves a callback's cancel to it
 };
 
 }  // namespace fastcpp

@@ -40,6 +40,9 @@ void add_l2_to_grads(GroupTensors& group, const Wd& wd) {
   std::vector<torch::Tensor> params, grads;
   for (size_t i = 0; i < group.params.size(); ++i) {
     if (!group.do_wd[i]) continue;
+    if (group.grads[i].is_sparse())
+      throw Error("L2 weight decay (decouple_wd false) adds wd * param to each gradient, which a sparse one cannot "
+                  "take: decay it decoupled (decouple_wd true), or give its parameter no weight decay");
     params.push_back(group.params[i]);
     grads.push_back(group.grads[i]);
     group.do_wd[i] = false;

@@ -6,7 +6,7 @@
 //               unfreeze|single_unfreeze|unfreeze_acc|single_unfreeze_acc|unused_unfreeze_acc|
 //               single_unused_unfreeze_acc|unfreeze_between|single_unfreeze_between|
 //               unfreeze_between_acc|single_unfreeze_between_acc|resume|checkpointed|single_acc|ddp_acc|
-//               syncbn_single|syncbn|rank0_first|seed_by_rank OUT
+//               syncbn_single|syncbn|rank0_first|seed_by_rank|failed_save OUT
 //
 // On the CPU unless FASTCPP_WORKER_DEVICE names a device (cuda:0); FASTCPP_WORKER_BACKEND
 // (gloo, nccl; default auto) picks the process group's backend, and with gloo every rank
@@ -312,6 +312,9 @@ int main(int argc, char** argv) {
     if (mode == "resume" || mode == "checkpointed")
       resume = learn.add_cb(ResumeFromCheckpoint(std::string(argv[2]) + ".ckpt"));
     if (mode == "resume") learn.add_cb(CrashOnce());
+    // failed_save: a SaveModel into OUT.file/, where a file stands: rank 0's first save fails.
+    if (mode == "failed_save")
+      learn.add_cb(SaveModel({.model_dir = std::string(argv[2]) + ".file", .every_epoch = 1}));
     if (const char* ms = std::getenv("FASTCPP_WORKER_STEP_MS")) learn.add_cb(SlowSteps(std::atoi(ms)));
     // The U-Net at 0.05 on random masks turns the two sides' rounding (BatchNorm's sums in
     // another order) into weight differences of 4e-4; at 0.005 they stay within 1e-5.

@@ -411,6 +411,10 @@ TEST_SUITE("callbacks") {
     CHECK(stop_valid->reason() ==
           "TerminateOnNaN: the validation loss is nan at validation batch 0 of epoch 0; stopping the fit (try a lower "
           "learning rate, or gradient clipping)");
+    // Outside a fit there is nothing to cancel: validate's error says so.
+    CHECK(error_of([&] { valid_nan.validate(); }) ==
+          "CancelFitException was raised where nothing it cancels was running (validation batch 0 of epoch 0); each is "
+          "caught only inside what it names, as in fastai");
   }
 
   TEST_CASE("GradientClip bounds the gradient norm seen by the step") {

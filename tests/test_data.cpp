@@ -1,5 +1,6 @@
 // Datasets, the DataLoader's order and batches, batch transforms, and the idx reader.
 #include <sched.h>
+#include <unistd.h>
 #include <zlib.h>
 
 #include <filesystem>
@@ -87,7 +88,7 @@ class FailingBatches : public Dataset {
 }  // namespace
 
 TEST_SUITE("data") {
-  TEST_CASE("usable_cores counts the cores this thread may run on (its affinity), as fastai's num_cpus") {
+  TEST_CASE("usable_cores: the cores of this thread's affinity, as fastai's num_cpus; processes share them unless pinned") {
     cpu_set_t all;
     REQUIRE(sched_getaffinity(0, sizeof all, &all) == 0);
     CHECK(usable_cores() == CPU_COUNT(&all));
@@ -98,8 +99,17 @@ TEST_SUITE("data") {
     CPU_SET(first, &one);
     REQUIRE(sched_setaffinity(0, sizeof one, &one) == 0);  // this thread only
     const int pinned = usable_cores();
+    // Pinned, a process keeps its core whatever the number of processes; unpinned, they share.
+    const int pinned_share = cores_per_process(4);
     REQUIRE(sched_setaffinity(0, sizeof all, &all) == 0);
     CHECK(pinned == 1);
+    CHECK(pinned_share == 1);
+    const int online = static_cast<int>(sysconf(_SC_NPROCESSORS_ONLN));
+    if (CPU_COUNT(&all) == online) {
+      CHECK(cores_per_process(1) == online);
+      CHECK(cores_per_process(2) == std::max(1, online / 2));
+      CHECK(cores_per_process(online + 1) == 1);
+    }
   }
 
   TEST_CASE("DataLoader batches: sizes, drop_last, and every index once per epoch") {
@@ -201,7 +211,7 @@ TEST_SUITE("data") {
     CHECK(normalize_ops == count.stop());
   }
 
-  TEST_CASE("Normalize::from_data computes per-channel statistics; a constant channel or a std <= 0 is refused") {
+  TEST_CASE("Normalize::from_data computes per-channel statistics (a constant channel gives 0s); a std <= 0 is refused") {
     auto x = torch::zeros({4, 2, 1, 1}, torch::kUInt8);
     x.select(1, 0).copy_(torch::tensor({51, 51, 102, 102}, torch::kUInt8).view({4, 1, 1}));  // channel 0: 0.2 or 0.4
     x.select(1, 1).copy_(torch::tensor({0, 255, 0, 255}, torch::kUInt8).view({4, 1, 1}));    // channel 1: 0 or 1
@@ -211,9 +221,10 @@ TEST_SUITE("data") {
     CHECK(stats.std[0] == doctest::Approx(std::sqrt(0.04 / 3)));
     CHECK(stats.mean[1] == doctest::Approx(0.5));
     CHECK(stats.std[1] == doctest::Approx(std::sqrt(1.0 / 3)));  // unbiased, as torch.std
-    x.select(1, 1).fill_(7);
-    CHECK(error_of([&] { Normalize::from_data(TensorDataset(x, torch::zeros({4}, torch::kLong))); }) ==
-          "Normalize::from_data: channel 1 is the same in all 4 items (std 0): give Normalize its statistics");
+    x.select(1, 1).fill_(255);  // an opaque alpha channel: as fastai, std 1e-7 and every value 0
+    const auto opaque = Normalize::from_data(TensorDataset(x, torch::zeros({4}, torch::kLong)));
+    CHECK(opaque.std[1] == 1e-7);
+    CHECK(torch::equal(opaque(x).select(1, 1), torch::zeros({4, 1, 1})));
     CHECK(error_of([&] { Normalize{{0.1, 0.2}, {0.5, 0}}(x); }) == "Normalize: std 0 of channel 1 is not a positive number");
     CHECK(error_of([&] { Normalize{{0.1}, {NAN}}(x); }) == "Normalize: std nan of channel 0 is not a positive number");
   }

@@ -1008,6 +1008,26 @@ TEST_SUITE("distributed") {
     }
   }
 
+  TEST_CASE("a checkpoint rank 0 cannot write stops every rank after the save's barrier, each with its error") {
+    const auto base = temp_path("failed_save");
+    std::ofstream(base + ".file") << "x";  // where the checkpoints' folder would go
+    std::vector<pid_t> pids;
+    for (int rank = 0; rank < 2; ++rank) {
+      const auto log = base + ".log" + std::to_string(rank);
+      pids.push_back(spawn_worker("failed_save", base, rank_env(rank, 2, free_port() + 77), log));
+    }
+    for (auto pid : pids) CHECK(wait_for(pid, 120) == 1);
+    const auto log = [&](int rank) {
+      std::ifstream in(base + ".log" + std::to_string(rank));
+      return std::string((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+    };
+    const std::string event = "dist_worker failed_save: Exception occurred in `SaveModel` when calling event `after_epoch`:\n\t";
+    CHECK(log(0) == event + "cannot write checkpoint '" + base + ".file/model_0.pt': cannot make its folder '" + base +
+                        ".file': Not a directory\n");
+    CHECK(log(1) == event + std::string("rank 0 could not write a checkpoint (its own error says why): rank 1 stops with it\n"));
+    for (const auto* suffix : {".file", ".log0", ".log1"}) std::filesystem::remove(base + suffix);
+  }
+
   TEST_CASE("a rank that dies while the other waits in a collective: an error on the survivor, not a hang") {
     const auto base = temp_path("dies"), log = base + ".log";
     // `resume` mode's rank 1 kills itself after epoch 0 of a first attempt; no launcher restarts it.

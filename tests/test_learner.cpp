@@ -272,15 +272,23 @@ TEST_SUITE("learner") {
     CHECK(error_of([&] { learn.save(file + "/models/model.pt"); }) ==
           "cannot write checkpoint '" + file + "/models/model.pt': cannot make its folder '" + file +
               "/models': Not a directory");
-    // Distributed, rank 0 reaches the barrier before it throws, so that no rank waits for it in vain;
-    // the other ranks write nothing.
-    int barriers = 0;
-    learn.barrier = [&] { ++barriers; };
+    // Distributed, rank 0 reaches the barrier before it throws, so that no rank waits for it in vain,
+    // and says there that it failed; the other ranks write nothing and stop with it.
+    std::vector<bool> outcomes;
+    bool rank_0_wrote = false;
+    learn.barrier = [&](bool ok) {
+      outcomes.push_back(ok);
+      return ok && rank_0_wrote;
+    };
     CHECK(error_of([&] { learn.save(file + "/model.pt"); }).rfind("cannot write checkpoint '" + file + "/model.pt'", 0) == 0);
-    CHECK(barriers == 1);
+    CHECK(outcomes == std::vector<bool>{false});
     learn.rank = 1;
+    CHECK(error_of([&] { learn.save(file + "/models/model.pt"); }) ==
+          "rank 0 could not write a checkpoint (its own error says why): rank 1 stops with it");
+    rank_0_wrote = true;
     learn.save(file + "/models/model.pt");
-    CHECK(barriers == 2);
+    CHECK(outcomes == std::vector<bool>{false, true, true});
+    CHECK(!std::filesystem::exists(file + "/models"));
     std::filesystem::remove(file);
   }
 

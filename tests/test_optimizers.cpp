@@ -247,6 +247,13 @@ TEST_SUITE("optimizers") {
     CHECK(torch::allclose(decayed.detach(), torch::full({2}, 0.9)));
     CHECK(!opt->decouple_wd());
     CHECK(!lookahead(sgd({.decouple_wd = false}))({ParamGroup{{kept}, {true}, {}}})->decouple_wd());
+    // A sparse gradient (an Embedding's with sparse on) cannot take wd*p: an Error, not ATen's.
+    auto table = torch::ones({3, 2}).requires_grad_();
+    auto sparse = sgd({.wd = 0.5, .decouple_wd = false})({ParamGroup{{table}, {true}, {}}});
+    table.mutable_grad() = torch::ones({3, 2}).to_sparse();
+    CHECK(error_of([&] { sparse->step(); }) ==
+          "L2 weight decay (decouple_wd false) adds wd * param to each gradient, which a sparse one cannot take: decay "
+          "it decoupled (decouple_wd true), or give its parameter no weight decay");
   }
 
   TEST_CASE("decoupled weight decay: p *= 1 - lr*wd when the gradient is zero") {

@@ -325,9 +325,12 @@ TEST_SUITE("vision") {
     CHECK(vision::RandomResizedCrop(24, {0.08, 1.0}, {0.75, 4.0 / 3}, 0).validation_crop({120, 80}) ==
           cv::Rect(0, 0, 120, 80));  // no extra: the whole image squished
     // The decode keeps enough pixels for the narrowest crop of the ratios as well as the widest:
-    // 16 * sqrt(max(2/3, 1/0.5) / 0.25) = 45.3 for tall crops, 16 * sqrt(4/3) = 18.5 for the default ratios.
+    // 16 * sqrt(max(2/3, 1/0.5) / 0.25) = 45.3 for tall crops, 16 * sqrt(4/3) = 18.5 for the default ratios,
+    // and for the validation crop, which keeps 16 of each 16 + 8 (224 of 256).
     CHECK(vision::RandomResizedCrop(16, {0.25, 1.0}, {0.5, 2.0 / 3}).min_input_side() == 46);
-    CHECK(vision::RandomResizedCrop(16, {1.0, 1.0}).min_input_side() == 19);
+    CHECK(vision::RandomResizedCrop(16, {1.0, 1.0}).min_input_side() == 24);
+    CHECK(vision::RandomResizedCrop(16, {1.0, 1.0}, {3.0 / 4, 4.0 / 3}, 0).min_input_side() == 19);
+    CHECK(vision::RandomResizedCrop(224, {0.8, 1.0}, {1.0, 1.0}).min_input_side() == 256);
   }
 
   TEST_CASE("RandomCrop with padding, CenterCrop, Resize and FlipItem") {
@@ -338,7 +341,7 @@ TEST_SUITE("vision") {
     CHECK((vision::RandomCrop(32, 4).apply(image, rng, false).at<cv::Vec3b>(5, 6) == image.at<cv::Vec3b>(5, 6)));
     auto centre = vision::CenterCrop(8).apply(image, rng, false);
     CHECK((centre.at<cv::Vec3b>(0, 0) == image.at<cv::Vec3b>(12, 12)));
-    // Padding by an odd count puts the extra pixel after, as fastai's CropPad ((5 - 8) // 2 = -2).
+    // Padding by an odd count puts the extra pixel before, as fastai's CropPad ((5 - 8) // 2 = -2).
     const auto tiny = gradient(5, 5);
     for (const auto& pad : {vision::CenterCrop(8).apply(tiny, rng, false), vision::RandomCrop(8).apply(tiny, rng, false)}) {
       CHECK((pad.at<cv::Vec3b>(2, 2) == tiny.at<cv::Vec3b>(0, 0)));
@@ -636,6 +639,12 @@ TEST_SUITE("vision") {
     fs::create_directories(root + "/empty_class");
     CHECK(error_of([&] { vision::ImageFolder::scan(root); }) ==
           "class folder '" + root + "/empty_class' has no images (skip_bad leaves such files out)");
+    // With skip_bad a folder without images is no class (fastai's vocab: the labels there are).
+    fs::create_directories(root + "/annotations");
+    std::ofstream(root + "/annotations/0.xml") << "<annotation/>";
+    const auto kept = vision::ImageFolder::scan(root, {.skip_bad = true});
+    CHECK(kept.vocab() == std::vector<std::string>{"cat", "dog"});
+    CHECK(kept.labels() == std::vector<int64_t>{0, 0, 1, 1});
     CHECK(error_of([&] { vision::ImageFolder::scan(root + "/nowhere"); }) ==
           "image folder '" + root + "/nowhere' not found or not a directory");
     fs::remove_all(root);

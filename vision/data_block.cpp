@@ -147,14 +147,15 @@ ImageDatasets mask_datasets(const LabelledImages& items, const MaskBlock& block,
 }
 
 // fastai's: one per core this process may use, at most 16; the processes a launcher
-// (torchrun, fastcpp-launch, Slurm's srun, Open MPI) started on one machine share its cores.
+// (torchrun, fastcpp-launch, Slurm's srun, Open MPI) started on one machine share its
+// cores unless it pinned each to its own.
 int default_workers() {
   int processes = 1;
   try {
     processes = std::max(1, distributed::read_env().local_world_size);
   } catch (const Error&) {  // a malformed launcher environment: to_distributed names it
   }
-  return std::clamp(usable_cores() / processes, 1, 16);
+  return std::min(cores_per_process(processes), 16);
 }
 
 }  // namespace

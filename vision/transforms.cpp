@@ -41,7 +41,7 @@ cv::Mat window(const cv::Mat& image, int x, int y, int size, const Sampling& sam
 }
 
 // The offset that centres a `size` window on a `side` long image, rounded down as fastai's
-// CropPad (a window larger than the image pads one pixel more after than before).
+// CropPad (a window larger than the image pads one pixel more before than after).
 int centred(int side, int size) { return static_cast<int>(std::floor((side - size) / 2.0)); }
 
 void check_size(int size, const char* name) {
@@ -119,7 +119,10 @@ RandomResizedCrop::RandomResizedCrop(int size, std::pair<double, double> scale, 
 int RandomResizedCrop::min_input_side() const {
   // The crop is shortest across at the ratio's ends: its height at the widest, its width at the narrowest.
   const double longest_over_shortest = std::max(ratio_.second, 1 / ratio_.first);
-  return static_cast<int>(std::ceil(size_ * std::sqrt(longest_over_shortest / scale_.first)));
+  const int training = static_cast<int>(std::ceil(size_ * std::sqrt(longest_over_shortest / scale_.first)));
+  // The validation crop keeps size / (size + xtra) of each side.
+  const int xtra = static_cast<int>(std::ceil(size_ * val_xtra_ / 8)) * 8;
+  return std::max(training, size_ + xtra);
 }
 
 cv::Rect RandomResizedCrop::crop_for(cv::Size image, Rng& rng) const {
@@ -145,7 +148,7 @@ cv::Rect RandomResizedCrop::crop_for(cv::Size image, Rng& rng) const {
 }
 
 cv::Rect RandomResizedCrop::validation_crop(cv::Size image) const {
-  const int xtra = static_cast<int>(std::ceil(size_ * val_xtra_ / 8)) * 8;
+  const int xtra = static_cast<int>(std::ceil(size_ * val_xtra_ / 8)) * 8;  // fastai's, a multiple of 8
   const double kept = double(size_) / (size_ + xtra), offset = double(xtra / 2) / (size_ + xtra);
   const int w = std::max(1, int(std::lround(image.width * kept))), h = std::max(1, int(std::lround(image.height * kept)));
   return {std::min(int(image.width * offset), image.width - w), std::min(int(image.height * offset), image.height - h), w, h};

@@ -150,8 +150,9 @@ class RandomResizedCrop : public GeometricTransform {
   cv::Mat transform(const cv::Mat& pixels, Rng& rng, bool train, const Sampling& sampling) const override;
   std::optional<CropPlan> plan(cv::Size size, Rng& rng, bool train) const override;
   // Reduced decoding must keep even the smallest possible crop (scale.first of the
-  // area, at the widest ratio) at >= size pixels, so that no crop is upscaled more
-  // than torchvision's would be: short side >= size * sqrt(ratio.second / scale.first).
+  // area, at the ratios' ends) at >= size pixels, so that no crop is upscaled more than
+  // torchvision's would be: short side >= size * sqrt(max(ratio.second, 1 / ratio.first)
+  // / scale.first), and the validation crop too (short side >= size + its extra).
   int min_input_side() const override;
   std::string spec() const override;
   // The crop torchvision would take from a width x height image.

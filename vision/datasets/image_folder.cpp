@@ -93,20 +93,27 @@ ImageFolder ImageFolder::scan(const std::string& root, ImageFolderOptions option
     if (!options.skip_bad) throw Error(message + " (skip_bad leaves such files out)");
     std::cerr << "warning: " << message << "; left out\n";
   };
-  std::vector<std::string> paths;
+  std::vector<std::string> paths, classes = given_vocab;  // without a given vocab: the folders with images
   std::vector<int64_t> labels;
-  for (size_t label = 0; label < vocab.size(); ++label) {
-    const auto dir = fs::path(root) / vocab[label];
+  for (size_t k = 0; k < vocab.size(); ++k) {
+    const auto dir = fs::path(root) / vocab[k];
     if (!fs::is_directory(dir, ec)) continue;  // a class absent from this split
     auto files = image_files_in(dir.string());  // other files skipped, as fastai's get_image_files
     if (options.skip_bad) files = decodable_images(files, options.channels);
-    if (files.empty() && given_vocab.empty()) warn_or_throw("class folder '" + dir.string() + "' has no images");
+    if (given_vocab.empty()) {
+      if (files.empty()) {
+        warn_or_throw("class folder '" + dir.string() + "' has no images");
+        continue;  // no class of the model's
+      }
+      classes.push_back(vocab[k]);
+    }
+    const auto label = given_vocab.empty() ? static_cast<int64_t>(classes.size() - 1) : static_cast<int64_t>(k);
     for (auto& file : files) {
       paths.push_back(std::move(file));
-      labels.push_back(static_cast<int64_t>(label));
+      labels.push_back(label);
     }
   }
-  return ImageFolder(std::move(paths), std::move(labels), std::move(vocab), std::move(options));
+  return ImageFolder(std::move(paths), std::move(labels), std::move(classes), std::move(options));
 }
 
 ImageFolder ImageFolder::with_options(ImageFolderOptions options) const {
