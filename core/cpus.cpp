@@ -25,7 +25,8 @@ int cores_per_process(int local_processes) {
   const int usable = usable_cores();
   // How many processes share this process's cores: all of them when each may use the whole
   // machine, one when each has a slice (4 processes of 8 cores on a 32-core machine).
-  const int sharing = std::clamp(std::max(1, local_processes) * usable / online_cores(), 1, std::max(1, local_processes));
+  const int processes = std::max(1, local_processes);
+  const int sharing = std::clamp(processes * usable / online_cores(), 1, processes);
   return std::max(1, usable / sharing);
 }
 

@@ -309,11 +309,13 @@ class Unpickler {
       const auto& dtype_name = a.at(6).toStringRef();
       const auto dtype = rebuilt_dtypes().find(dtype_name);
       if (dtype == rebuilt_dtypes().end()) {
-        if (dtype_name.rfind("torch.", 0) != 0) throw Error("_rebuild_tensor_v3 of no dtype: " + quoted_name(dtype_name));
+        if (dtype_name.rfind("torch.", 0) != 0)
+          throw Error("_rebuild_tensor_v3 of no dtype: " + quoted_name(dtype_name));
         throw Unsupported("a tensor of dtype " + quoted_name(dtype_name));
       }
       const auto bytes = a.at(0).toTensor();
-      if (bytes.nbytes() % c10::elementSize(dtype->second) != 0) throw Error("a storage of " + dtype_name + " is cut short");
+      if (bytes.nbytes() % c10::elementSize(dtype->second) != 0)
+        throw Error("a storage of " + dtype_name + " is cut short");
       return {false, bytes.view(dtype->second).as_strided(int64s_of(a.at(2)), int64s_of(a.at(3)), a.at(1).toInt())};
     }
     // A tensor subclass's (fastai's TensorImage, say): the function and arguments that make
@@ -405,7 +407,8 @@ void refuse_other_formats(const std::vector<char>& bytes) {
                       "in Python, torch.save(torch.load(f), f) rewrites it in the current one");
   // safetensors: an 8-byte header length, then the JSON header.
   if (bytes.size() > 9 && bytes[8] == '{' && bytes[9] == '"')
-    throw Unsupported("the safetensors format", "in Python, torch.save(safetensors.torch.load_file(f), out) converts it");
+    throw Unsupported("the safetensors format",
+                      "in Python, torch.save(safetensors.torch.load_file(f), out) converts it");
 }
 
 c10::IValue read_torch_file(const std::vector<char>& bytes) {

@@ -202,7 +202,8 @@ OptFunc lars(LarcOptions o) {
 }
 
 OptFunc lamb(LambOptions o) {
-  return with_hypers(o.mom, o.sqr_mom, o.eps, o.wd, o.decouple_wd, [](std::vector<ParamGroup> g) { return std::make_unique<Lamb>(std::move(g)); });
+  return with_hypers(o.mom, o.sqr_mom, o.eps, o.wd, o.decouple_wd,
+                     [](std::vector<ParamGroup> g) { return std::make_unique<Lamb>(std::move(g)); });
 }
 
 OptFunc lookahead(OptFunc inner, LookaheadOptions o) {

@@ -88,7 +88,7 @@ class FailingBatches : public Dataset {
 }  // namespace
 
 TEST_SUITE("data") {
-  TEST_CASE("usable_cores: the cores of this thread's affinity, as fastai's num_cpus; processes share them unless pinned") {
+  TEST_CASE("usable_cores: this thread's affinity, as fastai's num_cpus; processes share it unless pinned") {
     cpu_set_t all;
     REQUIRE(sched_getaffinity(0, sizeof all, &all) == 0);
     CHECK(usable_cores() == CPU_COUNT(&all));
@@ -211,7 +211,7 @@ TEST_SUITE("data") {
     CHECK(normalize_ops == count.stop());
   }
 
-  TEST_CASE("Normalize::from_data computes per-channel statistics (a constant channel gives 0s); a std <= 0 is refused") {
+  TEST_CASE("Normalize::from_data: per-channel statistics (a constant channel gives 0s); a std <= 0 is refused") {
     auto x = torch::zeros({4, 2, 1, 1}, torch::kUInt8);
     x.select(1, 0).copy_(torch::tensor({51, 51, 102, 102}, torch::kUInt8).view({4, 1, 1}));  // channel 0: 0.2 or 0.4
     x.select(1, 1).copy_(torch::tensor({0, 255, 0, 255}, torch::kUInt8).view({4, 1, 1}));    // channel 1: 0 or 1
@@ -225,7 +225,8 @@ TEST_SUITE("data") {
     const auto opaque = Normalize::from_data(TensorDataset(x, torch::zeros({4}, torch::kLong)));
     CHECK(opaque.std[1] == 1e-7);
     CHECK(torch::equal(opaque(x).select(1, 1), torch::zeros({4, 1, 1})));
-    CHECK(error_of([&] { Normalize{{0.1, 0.2}, {0.5, 0}}(x); }) == "Normalize: std 0 of channel 1 is not a positive number");
+    CHECK(error_of([&] { Normalize{{0.1, 0.2}, {0.5, 0}}(x); }) ==
+          "Normalize: std 0 of channel 1 is not a positive number");
     CHECK(error_of([&] { Normalize{{0.1}, {NAN}}(x); }) == "Normalize: std nan of channel 0 is not a positive number");
   }
 

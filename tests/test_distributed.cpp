@@ -1021,10 +1021,11 @@ TEST_SUITE("distributed") {
       std::ifstream in(base + ".log" + std::to_string(rank));
       return std::string((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
     };
-    const std::string event = "dist_worker failed_save: Exception occurred in `SaveModel` when calling event `after_epoch`:\n\t";
+    const std::string event =
+        "dist_worker failed_save: Exception occurred in `SaveModel` when calling event `after_epoch`:\n\t";
     CHECK(log(0) == event + "cannot write checkpoint '" + base + ".file/model_0.pt': cannot make its folder '" + base +
                         ".file': Not a directory\n");
-    CHECK(log(1) == event + std::string("rank 0 could not write a checkpoint (its own error says why): rank 1 stops with it\n"));
+    CHECK(log(1) == event + "rank 0 could not write a checkpoint (its own error says why): rank 1 stops with it\n");
     for (const auto* suffix : {".file", ".log0", ".log1"}) std::filesystem::remove(base + suffix);
   }
 

@@ -280,7 +280,8 @@ TEST_SUITE("learner") {
       outcomes.push_back(ok);
       return ok && rank_0_wrote;
     };
-    CHECK(error_of([&] { learn.save(file + "/model.pt"); }).rfind("cannot write checkpoint '" + file + "/model.pt'", 0) == 0);
+    const auto written = error_of([&] { learn.save(file + "/model.pt"); });
+    CHECK(written.rfind("cannot write checkpoint '" + file + "/model.pt'", 0) == 0);
     CHECK(outcomes == std::vector<bool>{false});
     learn.rank = 1;
     CHECK(error_of([&] { learn.save(file + "/models/model.pt"); }) ==

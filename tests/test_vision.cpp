@@ -343,7 +343,8 @@ TEST_SUITE("vision") {
     CHECK((centre.at<cv::Vec3b>(0, 0) == image.at<cv::Vec3b>(12, 12)));
     // Padding by an odd count puts the extra pixel before, as fastai's CropPad ((5 - 8) // 2 = -2).
     const auto tiny = gradient(5, 5);
-    for (const auto& pad : {vision::CenterCrop(8).apply(tiny, rng, false), vision::RandomCrop(8).apply(tiny, rng, false)}) {
+    for (const auto& pad : {vision::CenterCrop(8).apply(tiny, rng, false),
+                            vision::RandomCrop(8).apply(tiny, rng, false)}) {
       CHECK((pad.at<cv::Vec3b>(2, 2) == tiny.at<cv::Vec3b>(0, 0)));
       CHECK((pad.at<cv::Vec3b>(1, 1) == cv::Vec3b(0, 0, 0)));
       CHECK((pad.at<cv::Vec3b>(7, 7) == cv::Vec3b(0, 0, 0)));
@@ -612,7 +613,8 @@ TEST_SUITE("vision") {
     CHECK(lenient.size() == 4);
     // A random split as well: the broken file left out before the split, or its error on first use.
     for (bool skip_bad : {false, true}) {
-      const auto split = vision::ImageDataLoaders::from_folder(root, {.valid_pct = 0.4, .workers = 0, .skip_bad = skip_bad});
+      const auto split =
+          vision::ImageDataLoaders::from_folder(root, {.valid_pct = 0.4, .workers = 0, .skip_bad = skip_bad});
       CHECK(split.train.n_items() + split.valid.n_items() == (skip_bad ? 4 : 5));
     }
     // The classes are the training split's: an image of any other class is refused, as fastai's Categorize.

@@ -289,7 +289,8 @@ torch::Tensor boxes_before_resizes(const std::vector<BatchAugmentPtr>& resizes, 
   // Each resize's input is the size before it, the first one's the item's.
   std::vector<std::pair<int64_t, int64_t>> inputs{{height, width}};
   for (const auto* augment : augments) inputs.push_back(augment->options().size.value_or(inputs.back()));
-  for (size_t k = augments.size(); k-- > 0;) boxes = augments[k]->boxes_to_input(boxes, inputs[k].first, inputs[k].second);
+  for (size_t k = augments.size(); k-- > 0;)
+    boxes = augments[k]->boxes_to_input(boxes, inputs[k].first, inputs[k].second);
   return boxes;
 }
 
