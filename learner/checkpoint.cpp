@@ -68,11 +68,12 @@ Extras extras_of(const c10::IValue& file, const std::string& source) {
   return extras;
 }
 
-bool decode_into(Learner& learn, const std::vector<char>& bytes, bool with_opt, const std::string& source) {
-  return decode_into(learn, unpickle(bytes, source, "a checkpoint"), with_opt, source);
+bool decode_into(Learner& learn, const std::vector<char>& bytes, bool with_opt, const std::string& source,
+                 bool strict) {
+  return decode_into(learn, unpickle(bytes, source, "a checkpoint"), with_opt, source, strict);
 }
 
-bool decode_into(Learner& learn, const c10::IValue& file, bool with_opt, const std::string& source) {
+bool decode_into(Learner& learn, const c10::IValue& file, bool with_opt, const std::string& source, bool strict) {
   const auto root = checkpoint_root(file, source);
   auto optional_entry = [&](const std::string& key) -> std::optional<c10::impl::GenericDict> {
     if (!with_opt || root.find(c10::IValue(key)) == root.end()) return std::nullopt;
@@ -81,8 +82,8 @@ bool decode_into(Learner& learn, const c10::IValue& file, bool with_opt, const s
 
   // Check every entry first, so that a bad file changes nothing.
   const auto entries = named_state(learn.model.module());
-  const auto loaded =
-      match_state(entries, typed_entry(root, "model", &c10::IValue::isGenericDict, source).toGenericDict(), source);
+  const auto loaded = match_state(entries, typed_entry(root, "model", &c10::IValue::isGenericDict, source).toGenericDict(),
+                                  source, {.strict = strict});
   const auto epoch = typed_entry(root, "epoch", &c10::IValue::isInt, source).toInt();
   if (epoch < 0 || epoch > std::numeric_limits<int>::max())
     throw Error("cannot read " + source + ": its 'epoch' entry " + std::to_string(epoch) + " is out of range");
@@ -98,14 +99,17 @@ bool decode_into(Learner& learn, const c10::IValue& file, bool with_opt, const s
   const auto scaler_state = scaler ? std::optional(GradScaler::parse(*scaler, source)) : std::nullopt;
 
   torch::NoGradGuard no_grad;
+  bool opt_loaded = opt.has_value();
   if (opt) {  // the optimizer checks everything before it writes
     const bool created = !learn.opt;
     if (created) learn.create_opt();
     try {
       learn.opt->load_state_dict(*opt, source);
-    } catch (const Error&) {
+    } catch (const Error& e) {
       if (created) learn.opt.reset();
-      throw;
+      if (strict) throw;
+      learn.logger("could not load the optimizer state of " + source + ", which keeps its own (" + e.what() + ")");
+      opt_loaded = false;
     }
   }
   // Nothing below can fail.
@@ -113,10 +117,11 @@ bool decode_into(Learner& learn, const c10::IValue& file, bool with_opt, const s
     if (!learn.scaler) learn.scaler = std::make_shared<GradScaler>();
     learn.scaler->restore(*scaler_state);
   }
-  for (size_t i = 0; i < entries.size(); ++i) entries[i].second.copy_(loaded[i]);
+  for (size_t i = 0; i < entries.size(); ++i)
+    if (loaded[i].defined()) entries[i].second.copy_(loaded[i]);
   learn.epoch = static_cast<int>(epoch);
   learn.epochs_before = epochs_before;
-  return opt.has_value();
+  return opt_loaded;
 }
 
 }  // namespace fastcpp::checkpoint

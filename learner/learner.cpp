@@ -502,15 +502,16 @@ void Learner::save(const std::string& path, bool with_opt, const checkpoint::Ext
   write_on_rank_0([&] { write_atomically(path, checkpoint::encode(*this, with_opt, extras)); });
 }
 
-void Learner::load(const std::string& path, bool with_opt) {
+void Learner::load(const std::string& path, bool with_opt, bool strict) {
   const auto source = "checkpoint '" + path + "'";
   const auto file = unpickle(read_file(path), source, "a checkpoint");
   if (!checkpoint::is_checkpoint(file)) {  // torch.save(model.state_dict()), fastai's learn.save
-    load_state_dict(model.module(), state_dict_in(file, source), source);
+    load_state_dict(model.module(), state_dict_in(file, source), source, {.strict = strict});
     logger(source + " is a state dict, not a fastcpp checkpoint: the model's weights were loaded, nothing else");
     return;
   }
-  if (!checkpoint::decode_into(*this, file, with_opt, source) && with_opt)
+  checkpoint::decode_into(*this, file, with_opt, source, strict);
+  if (with_opt && !file.toGenericDict().contains(c10::IValue(std::string("opt"))))
     logger(source + " holds no optimizer state (saved with with_opt = false): the optimizer keeps its own");
 }
 

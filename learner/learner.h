@@ -169,7 +169,9 @@ class Learner {
   // Model, optimizer state and epoch, written atomically (temporary file + rename);
   // `extras`: numbers a callback keeps with them (checkpoint::extras_of reads them back).
   void save(const std::string& path, bool with_opt = true, const checkpoint::Extras& extras = {}) const;
-  void load(const std::string& path, bool with_opt = true);
+  // Not strict (fastai's strict=False): the model's entries the file lacks keep their
+  // values (a new head), the file's other entries are ignored; shapes must still match.
+  void load(const std::string& path, bool with_opt = true, bool strict = true);
   // What inference needs, in one file without the data (learner/export.h): fastai's
   // learn.export (export is a C++ keyword). Read back with vision::load_learner.
   void export_learner(const std::string& path = "export.pt") const;

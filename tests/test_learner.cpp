@@ -424,6 +424,31 @@ TEST_SUITE("learner") {
     std::filesystem::remove(path);
   }
 
+  TEST_CASE("load with strict false (fastai's strict=False): a new head keeps its weights, the body is loaded") {
+    const auto path = temp_path("body.pt");
+    Learner a(synthetic_dls(), tiny_model(4, 3, 1), CrossEntropyLoss(), {}, quiet());
+    silence(a);
+    a.fit(1, 1e-2);
+    a.save(path);
+    torch::nn::Sequential longer(torch::nn::Linear(4, 8), torch::nn::ReLU(), torch::nn::Linear(8, 3), torch::nn::ReLU(),
+                                 torch::nn::Linear(3, 3));
+    Learner b(synthetic_dls(), longer, CrossEntropyLoss(), {}, quiet());
+    std::vector<std::string> said;
+    b.logger = [&](const std::string& line) { said.push_back(line); };
+    b.create_opt();
+    const auto before = snapshot(b.model.module());
+    CHECK(error_of([&] { b.load(path); }).rfind("checkpoint '" + path + "' does not fit the model", 0) == 0);
+    CHECK(all_equal(snapshot(b.model.module()), before));
+    b.load(path, /*with_opt=*/true, /*strict=*/false);
+    const auto loaded = snapshot(b.model.module()), saved = snapshot(a.model.module());
+    for (size_t k = 0; k < 4; ++k) CHECK(torch::equal(loaded[k], saved[k]));  // 0.weight ... 2.bias
+    for (size_t k = 4; k < 6; ++k) CHECK(torch::equal(loaded[k], before[k]));  // the new layer's own
+    // The saved optimizer state is for 4 parameters, the model has 6: it keeps its own, and says so.
+    REQUIRE(said.size() == 1);
+    CHECK(said[0].rfind("could not load the optimizer state of checkpoint '" + path + "', which keeps its own (", 0) == 0);
+    std::filesystem::remove(path);
+  }
+
   TEST_CASE("a corrupt or mismatched checkpoint names the file and the entry, and changes nothing") {
     const auto path = temp_path("model.pt");
     Learner a(synthetic_dls(), tiny_model(), CrossEntropyLoss(), {}, quiet());
