@@ -23,7 +23,12 @@ class OperatorCount {
             })
             .scopes({at::RecordScope::FUNCTION}));
   }
-  ~OperatorCount() { at::removeCallback(handle_); }
+  OperatorCount(const OperatorCount&) = delete;
+  OperatorCount& operator=(const OperatorCount&) = delete;
+  ~OperatorCount() {
+    active_ = nullptr;  // also when a test threw between start and stop
+    at::removeCallback(handle_);
+  }
   void start() {
     counts_.clear();
     active_ = &counts_;

@@ -366,7 +366,11 @@ struct Deterministic {
 TEST_SUITE("gpu" * doctest::skip(!torch::cuda::is_available())) {
   TEST_CASE("to_graphs: recorded and replayed steps equal eager ones in fp32, a short last batch eager") {
     Deterministic deterministic;
-    for (const auto& [name, opt_func] : {std::pair{"SGD", sgd({.mom = 0.9})}, std::pair{"Adam", adam()}}) {
+    // With L2 too: wd*p added into the recorded gradients, wd read from the device.
+    for (const auto& [name, opt_func] :
+         {std::pair{"SGD", sgd({.mom = 0.9})}, std::pair{"Adam", adam()},
+          std::pair{"SGD with L2", sgd({.mom = 0.9, .wd = 0.01, .decouple_wd = false})},
+          std::pair{"Adam with L2", adam({.wd = 0.01, .decouple_wd = false})}}) {
       CAPTURE(name);
       const auto eager = train_on_gpu(Training::eager_device_step, opt_func, [](Learner&) {});
       const auto graphed = train_on_gpu(Training::graphed, opt_func, [](Learner&) {});
