@@ -68,12 +68,12 @@ Extras extras_of(const c10::IValue& file, const std::string& source) {
   return extras;
 }
 
-bool decode_into(Learner& learn, const std::vector<char>& bytes, bool with_opt, const std::string& source,
+void decode_into(Learner& learn, const std::vector<char>& bytes, bool with_opt, const std::string& source,
                  bool strict) {
-  return decode_into(learn, unpickle(bytes, source, "a checkpoint"), with_opt, source, strict);
+  decode_into(learn, unpickle(bytes, source, "a checkpoint"), with_opt, source, strict);
 }
 
-bool decode_into(Learner& learn, const c10::IValue& file, bool with_opt, const std::string& source, bool strict) {
+void decode_into(Learner& learn, const c10::IValue& file, bool with_opt, const std::string& source, bool strict) {
   const auto root = checkpoint_root(file, source);
   auto optional_entry = [&](const std::string& key) -> std::optional<c10::impl::GenericDict> {
     if (!with_opt || root.find(c10::IValue(key)) == root.end()) return std::nullopt;
@@ -99,7 +99,6 @@ bool decode_into(Learner& learn, const c10::IValue& file, bool with_opt, const s
   const auto scaler_state = scaler ? std::optional(GradScaler::parse(*scaler, source)) : std::nullopt;
 
   torch::NoGradGuard no_grad;
-  bool opt_loaded = opt.has_value();
   if (opt) {  // the optimizer checks everything before it writes
     const bool created = !learn.opt;
     if (created) learn.create_opt();
@@ -109,7 +108,6 @@ bool decode_into(Learner& learn, const c10::IValue& file, bool with_opt, const s
       if (created) learn.opt.reset();
       if (strict) throw;
       learn.logger("could not load the optimizer state of " + source + ", which keeps its own (" + e.what() + ")");
-      opt_loaded = false;
     }
   }
   // Nothing below can fail.
@@ -121,7 +119,6 @@ bool decode_into(Learner& learn, const c10::IValue& file, bool with_opt, const s
     if (loaded[i].defined()) entries[i].second.copy_(loaded[i]);
   learn.epoch = static_cast<int>(epoch);
   learn.epochs_before = epochs_before;
-  return opt_loaded;
 }
 
 }  // namespace fastcpp::checkpoint

@@ -24,13 +24,13 @@ namespace checkpoint {
 using Extras = std::map<std::string, c10::IValue>;
 
 std::vector<char> encode(const Learner& learn, bool with_opt, const Extras& extras = {});
-// Whether it loaded an optimizer state (with_opt, and the file holds one). Not strict
+// The model, and with_opt the optimizer state where the file holds one. Not strict
 // (fastai's strict=False): the model's entries the file lacks keep their values, the
 // file's the model lacks are ignored, and an optimizer state that does not fit is left.
-bool decode_into(Learner& learn, const std::vector<char>& bytes, bool with_opt, const std::string& source,
+void decode_into(Learner& learn, const std::vector<char>& bytes, bool with_opt, const std::string& source,
                  bool strict = true);
 // The same from the file's unpickled value.
-bool decode_into(Learner& learn, const c10::IValue& file, bool with_opt, const std::string& source,
+void decode_into(Learner& learn, const c10::IValue& file, bool with_opt, const std::string& source,
                  bool strict = true);
 // Whether a file's unpickled value is a fastcpp checkpoint (it holds the format marker).
 bool is_checkpoint(const c10::IValue& file);

@@ -494,7 +494,7 @@ void Learner::write_on_rank_0(const std::function<void()>& write) const {
   }
   const bool all_written = barrier ? barrier(!failed) : !failed;  // nobody loads before rank 0 has written
   if (failed) std::rethrow_exception(failed);
-  if (!all_written) throw Error("rank 0 could not write a checkpoint (its own error says why): rank " +
+  if (!all_written) throw Error("rank 0 could not write its file (its own error says why): rank " +
                                 std::to_string(rank) + " stops with it");
 }
 

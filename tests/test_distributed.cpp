@@ -1025,7 +1025,7 @@ TEST_SUITE("distributed") {
         "dist_worker failed_save: Exception occurred in `SaveModel` when calling event `after_epoch`:\n\t";
     CHECK(log(0) == event + "cannot write checkpoint '" + base + ".file/model_0.pt': cannot make its folder '" + base +
                         ".file': Not a directory\n");
-    CHECK(log(1) == event + "rank 0 could not write a checkpoint (its own error says why): rank 1 stops with it\n");
+    CHECK(log(1) == event + "rank 0 could not write its file (its own error says why): rank 1 stops with it\n");
     for (const auto* suffix : {".file", ".log0", ".log1"}) std::filesystem::remove(base + suffix);
   }
 

@@ -285,7 +285,7 @@ TEST_SUITE("learner") {
     CHECK(outcomes == std::vector<bool>{false});
     learn.rank = 1;
     CHECK(error_of([&] { learn.save(file + "/models/model.pt"); }) ==
-          "rank 0 could not write a checkpoint (its own error says why): rank 1 stops with it");
+          "rank 0 could not write its file (its own error says why): rank 1 stops with it");
     rank_0_wrote = true;
     learn.save(file + "/models/model.pt");
     CHECK(outcomes == std::vector<bool>{false, true, true});

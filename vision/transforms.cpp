@@ -120,9 +120,8 @@ int RandomResizedCrop::min_input_side() const {
   // The crop is shortest across at the ratio's ends: its height at the widest, its width at the narrowest.
   const double longest_over_shortest = std::max(ratio_.second, 1 / ratio_.first);
   const int training = static_cast<int>(std::ceil(size_ * std::sqrt(longest_over_shortest / scale_.first)));
-  // The validation crop keeps size / (size + xtra) of each side.
-  const int xtra = static_cast<int>(std::ceil(size_ * val_xtra_ / 8)) * 8;
-  return std::max(training, size_ + xtra);
+  // The validation crop keeps size / (size + extra) of each side.
+  return std::max(training, size_ + validation_extra());
 }
 
 cv::Rect RandomResizedCrop::crop_for(cv::Size image, Rng& rng) const {
@@ -147,8 +146,12 @@ cv::Rect RandomResizedCrop::crop_for(cv::Size image, Rng& rng) const {
   return {(image.width - w) / 2, (image.height - h) / 2, w, h};
 }
 
+int RandomResizedCrop::validation_extra() const {
+  return static_cast<int>(std::ceil(size_ * val_xtra_ / 8)) * 8;  // fastai's, a multiple of 8
+}
+
 cv::Rect RandomResizedCrop::validation_crop(cv::Size image) const {
-  const int xtra = static_cast<int>(std::ceil(size_ * val_xtra_ / 8)) * 8;  // fastai's, a multiple of 8
+  const int xtra = validation_extra();
   const double kept = double(size_) / (size_ + xtra), offset = double(xtra / 2) / (size_ + xtra);
   const int w = std::max(1, int(std::lround(image.width * kept))), h = std::max(1, int(std::lround(image.height * kept)));
   return {std::min(int(image.width * offset), image.width - w), std::min(int(image.height * offset), image.height - h), w, h};

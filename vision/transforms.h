@@ -159,6 +159,8 @@ class RandomResizedCrop : public GeometricTransform {
   cv::Rect crop_for(cv::Size image, Rng& rng) const;
   // What fastai's validation form keeps of a width x height image.
   cv::Rect validation_crop(cv::Size image) const;
+  // The pixels a side has beyond `size` before the validation crop (fastai's size * val_xtra).
+  int validation_extra() const;
 
  private:
   int size_;

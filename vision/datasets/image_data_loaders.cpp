@@ -46,9 +46,10 @@ DataLoaders ImageDataLoaders::from_folder(const std::string& root, FromFolderOpt
     vocab.erase(std::unique(vocab.begin(), vocab.end()), vocab.end());
     std::vector<int64_t> labels;
     for (const auto& file : files) {
-      const auto at = std::lower_bound(vocab.begin(), vocab.end(), parent_label(file));
-      if (at == vocab.end() || *at != parent_label(file))
-        throw Error("from_folder: the class of validation image '" + file + "', '" + parent_label(file) +
+      const auto name = parent_label(file);
+      const auto at = std::lower_bound(vocab.begin(), vocab.end(), name);
+      if (at == vocab.end() || *at != name)
+        throw Error("from_folder: the class of validation image '" + file + "', '" + name +
                     "', has no training images (valid_pct " + spec_text::number(o.valid_pct) + ", seed " +
                     std::to_string(o.seed) + ")");
       labels.push_back(at - vocab.begin());

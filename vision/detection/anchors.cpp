@@ -53,9 +53,10 @@ void check_thresholds(const Matcher& m) {
 }  // namespace
 
 torch::Tensor Matcher::match(const torch::Tensor& boxes, const torch::Tensor& anchors) const {
-  check_thresholds(*this);
-  if (boxes.size(0) == 0)
+  if (boxes.size(0) == 0) {
+    check_thresholds(*this);  // operator() checks them otherwise
     return torch::full({anchors.size(0)}, below_low_threshold, torch::dtype(torch::kLong).device(anchors.device()));
+  }
   return (*this)(box_iou(boxes.to(anchors.dtype()), anchors));
 }
 
