@@ -377,6 +377,13 @@ TEST_SUITE("detection") {
     CHECK(torch::equal(found.labels, expected.labels));
     CHECK(torch::allclose(found.boxes, expected.boxes));
     CHECK(error_of([&] { vision::detect(learn, image.unsqueeze(0)); }) == "detect: expected one image [C, H, W], got [1, 3, 64, 64]");
+    // A validation augmentation boxes cannot go back through: refused before the model runs.
+    const auto kept_valid = learn.dls.valid;
+    learn.dls.valid = DataLoader(squares(8, 2), {.bs = 4, .aug_tfms = {vision::aug_transforms()}});
+    CHECK(error_of([&] { vision::detect(learn, image); }) ==
+          "detect: validation batch augmentation 0 ('aug_transforms') is not a resize alone, so boxes cannot be mapped "
+          "back to the image's pixels through it");
+    learn.dls.valid = kept_valid;
 
     torch::manual_seed(0);
     auto pretrained = vision::resnet18({.width = 8});

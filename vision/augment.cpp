@@ -279,13 +279,20 @@ std::string AugTransforms::spec() const {
          pad_mode_name(o.pad_mode) + " " + (o.align_corners ? "1" : "0");
 }
 
+void check_boxes_can_go_back(const std::vector<BatchAugmentPtr>& resizes, const std::string& who) {
+  for (size_t i = 0; i < resizes.size(); ++i) {
+    const auto* augment = dynamic_cast<const AugTransforms*>(resizes[i].get());
+    if (!augment || augment->spec().empty())
+      throw Error(who + ": validation batch augmentation " + std::to_string(i) + (augment ? " ('aug_transforms')" : "") +
+                  " is not a resize alone, so boxes cannot be mapped back to the image's pixels through it");
+  }
+}
+
 torch::Tensor boxes_before_resizes(const std::vector<BatchAugmentPtr>& resizes, torch::Tensor boxes, int64_t height,
                                    int64_t width) {
+  check_boxes_can_go_back(resizes, "boxes_before_resizes");
   std::vector<const AugTransforms*> augments;
-  for (const auto& resize : resizes) {
-    augments.push_back(dynamic_cast<const AugTransforms*>(resize.get()));
-    if (!augments.back()) throw Error("boxes_before_resizes: a batch augmentation other than aug_transforms' resize");
-  }
+  for (const auto& resize : resizes) augments.push_back(static_cast<const AugTransforms*>(resize.get()));
   // Each resize's input is the size before it, the first one's the item's.
   std::vector<std::pair<int64_t, int64_t>> inputs{{height, width}};
   for (const auto* augment : augments) inputs.push_back(augment->options().size.value_or(inputs.back()));

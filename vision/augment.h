@@ -77,6 +77,9 @@ class AugTransforms : public BatchAugment {
   AugOptions options_;
 };
 
+// An Error, naming `who`, unless each of `resizes` is an AugTransforms resize alone (a
+// validation form): what boxes_before_resizes can undo, checked before a model runs.
+void check_boxes_can_go_back(const std::vector<BatchAugmentPtr>& resizes, const std::string& who);
 // Boxes [n, 4] in the pixels of a batch made by `resizes` (validation forms: each an
 // AugTransforms resize alone, or none) back in those of its items, `height` x `width`:
 // fastai's presizing undone, from the last resize to the first. An Error for another kind.

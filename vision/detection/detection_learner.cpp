@@ -135,10 +135,11 @@ Learner ssd_learner(DataLoaders dls, std::vector<MetricPtr> metrics, SsdLearnerO
 
 Detections detect(Learner& learn, const torch::Tensor& image, const PostprocessOptions& options) {
   if (image.dim() != 3) throw Error("detect: expected one image [C, H, W], got " + c10::str(image.sizes()));
+  // predict runs the validation loader's batch resizes (fastai's presizing), undone below.
+  const auto& resizes = learn.dls.valid.options().aug_tfms;
+  check_boxes_can_go_back(resizes, "detect");
   auto found = detections(learn.predict(image).unsqueeze(0), options).front();
-  // predict ran the validation loader's batch resizes (fastai's presizing): back to the image's pixels.
-  found.boxes = boxes_before_resizes(learn.dls.valid.options().aug_tfms, std::move(found.boxes), image.size(1),
-                                     image.size(2));
+  found.boxes = boxes_before_resizes(resizes, std::move(found.boxes), image.size(1), image.size(2));
   return found;
 }
 
