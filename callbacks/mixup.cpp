@@ -48,6 +48,11 @@ void MixHandler::mix_targets(const torch::Tensor& shuffle) {
   const auto shuffled = l.yb.index_select(0, shuffle);
   if (c10::isIntegralType(l.yb.scalar_type(), /*includeBool=*/true)) {
     batch_->shuffled_y = shuffled;
+    if (plain_loss_ && !plain_loss_->has_per_item() && !said_per_item_ && l.logger) {
+      l.logger("MixUp/CutMix: the loss has no unreduced form, so each item's loss is a call of its own (" +
+               std::to_string(l.yb.size(0)) + " a batch): give Loss its per_item function to make them one call");
+      said_per_item_ = true;
+    }
     return;
   }
   batch_->shuffled_y = torch::Tensor();

@@ -48,6 +48,7 @@ class MixHandler : public Callback {
  private:
   double alpha_;
   std::optional<Loss> plain_loss_;
+  bool said_per_item_ = false;
 };
 
 class MixUp : public MixHandler {

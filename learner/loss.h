@@ -32,6 +32,8 @@ class Loss {
   // positions where it keeps them: a mask's pixels), else the loss of each item as a batch
   // of one (for losses that average over the batch). MixUp mixes these.
   torch::Tensor per_item(const torch::Tensor& pred, const torch::Tensor& target) const;
+  // Whether it has its unreduced form (else per_item calls it once per item).
+  bool has_per_item() const { return static_cast<bool>(per_item_); }
   torch::Tensor activation(const torch::Tensor& pred) const { return activation_ ? activation_(pred) : pred; }
   bool has_activation() const { return static_cast<bool>(activation_); }
   const std::string& activation_name() const { return activation_name_; }

@@ -642,6 +642,24 @@ TEST_SUITE("fastai") {
     CHECK_THROWS_WITH_AS(MixUp(0), "MixUp/CutMix: alpha must be positive, got 0.000000", Error);
   }
 
+  TEST_CASE("MixUp with a loss that has no unreduced form: each item's loss on its own, said once") {
+    auto images = std::make_shared<TensorDataset>(torch::randn({16, 3, 8, 8}), torch::randint(3, {16}, torch::kLong));
+    auto model = torch::nn::Sequential(torch::nn::Flatten(), torch::nn::Linear(192, 3));
+    const Loss mean_only([](const torch::Tensor& pred, const torch::Tensor& y) {
+      return torch::nn::functional::cross_entropy(pred, y);
+    });
+    Learner learn({DataLoader(images, {.bs = 4}), DataLoader(images, {.bs = 4})}, model, mean_only, {},
+                  quiet({.cbs = {std::make_shared<MixUp>()}}));
+    std::vector<std::string> lines;
+    silence(learn, &lines);
+    const auto before = learn.validate()[0];
+    learn.fit(2, 1e-2);
+    CHECK(learn.validate()[0] < before);
+    CHECK(std::count(lines.begin(), lines.end(),
+                     "MixUp/CutMix: the loss has no unreduced form, so each item's loss is a call of its own (4 a "
+                     "batch): give Loss its per_item function to make them one call") == 1);
+  }
+
   TEST_CASE("MixUp gives the plain loss back however its fit ends: an epoch cancelled in training, a failed fit") {
     auto images = std::make_shared<TensorDataset>(torch::randn({16, 3, 8, 8}), torch::randint(3, {16}, torch::kLong));
     auto model = torch::nn::Sequential(torch::nn::Flatten(), torch::nn::Linear(192, 3));
