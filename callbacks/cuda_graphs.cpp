@@ -4,6 +4,7 @@
 
 #include <array>
 #include <cstdint>
+#include <mutex>
 #include <sstream>
 
 #if FASTCPP_HAS_CUDA
@@ -139,6 +140,23 @@ void CudaGraphs::before_batch() {
 
 #if FASTCPP_HAS_CUDA
 
+namespace {
+
+// The stream every recording on a device uses, one for the process, as torch.cuda.graph's
+// default capture stream: libraries keep state per stream (cuBLAS's workspace), which a
+// new stream at each recording would allocate again inside the recording, and keep.
+c10::cuda::CUDAStream recording_stream(c10::DeviceIndex device) {
+  static std::mutex mutex;
+  static std::map<c10::DeviceIndex, c10::cuda::CUDAStream> streams;
+  std::lock_guard<std::mutex> lock(mutex);
+  auto it = streams.find(device);
+  if (it == streams.end())
+    it = streams.emplace(device, c10::cuda::getStreamFromPool(/*isHighPriority=*/false, device)).first;
+  return it->second;
+}
+
+}  // namespace
+
 void CudaGraphs::record(const std::string& shape) {
   auto& l = learn();
   auto graph = std::make_unique<Graph>();
@@ -149,7 +167,7 @@ void CudaGraphs::record(const std::string& shape) {
   l.yb = graph->y;
   // Recording needs a stream of its own; it starts after the work queued so far.
   const auto main = c10::cuda::getCurrentCUDAStream(l.device.index());
-  const auto side = c10::cuda::getStreamFromPool(/*isHighPriority=*/false, l.device.index());
+  const auto side = recording_stream(l.device.index());
   at::cuda::CUDAEvent queued;
   queued.record(main);
   queued.block(side);

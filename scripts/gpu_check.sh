@@ -113,9 +113,10 @@ if [[ " $stages " == *" test "* ]]; then
   export FASTCPP_FASHION_MNIST="$bundle/data/fashion-mnist"  # the install test trains on it
   start=$(now)
   # Not the fuzzing and multi-host entries: CPU-only, checked by CI, minutes of device
-  # time. For the goals, the GPU entries alone, and a hung one may not take half the call.
+  # time. For the goals, the GPU entries alone (side by side), and a hung one may not take
+  # half the call.
   select=(-E '^(fuzz_|multinode$)' --timeout 250)
-  [ $goals -eq 1 ] && select=(-R '^gpu' --timeout 150)
+  [ $goals -eq 1 ] && select=(-R '^gpu' --timeout 200)
   left=$((call_seconds - $(since "$call_start")))
   (cd "$build" && timeout -k 10 "$((left > 60 ? left : 60))" ctest --output-on-failure -j 4 "${select[@]}") \
     > "$out/tests.log" 2>&1
@@ -124,7 +125,9 @@ if [[ " $stages " == *" test "* ]]; then
     row tests "cut at the call's $call_seconds s: the entries that had not ended are in tests.log"
   fi
   row tests "$(grep -E 'tests passed|tests failed' "$out/tests.log" | tail -1) in $(since "$start") s (log: tests.log)"
-  row "gpu suite" "$(grep -A3 -E '^ *[0-9]+/[0-9]+ Test +#[0-9]+: gpu ' "$out/tests.log" | head -1 | sed 's/  */ /g')"
+  for entry in gpu gpu_loop gpu_graphs; do  # the gpu suite's entries (tests/CMakeLists.txt)
+    row "gpu suite: $entry" "$(grep -E "^ *[0-9]+/[0-9]+ Test +#[0-9]+: $entry " "$out/tests.log" | head -1 | sed 's/  */ /g')"
+  done
   grep -E '\(Failed\)|\(Skipped\)|\(Timeout\)|\(SEGFAULT\)' "$out/tests.log" | while read -r line; do row "not passed" "$line"; done
   gpus=$(nvidia-smi -L 2>/dev/null | wc -l)
   [ "$gpus" -lt 2 ] && row "NCCL rank whose peer stops answering" "not run: NCCL needs two GPUs for two ranks, this machine has $gpus"
