@@ -36,6 +36,8 @@ class Recorder : public Callback {
   void after_cancel_validate() override { cancel_valid_ = true; }
   void after_epoch() override;
   void after_fit() override;
+  // As fastai's, which records each batch as it goes: the losses up to the failure.
+  void after_fit_failed() override { flush_losses(); }
 
   // Smoothed training loss now (reads the batch losses back from the device).
   double smooth_loss();

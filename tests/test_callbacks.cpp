@@ -688,7 +688,7 @@ TEST_SUITE("callbacks") {
     std::filesystem::remove_all(dir);
   }
 
-  TEST_CASE("TensorBoardLogger: a file of its own for each fit, lr_find not logged, a cancelled fit's last steps kept") {
+  TEST_CASE("TensorBoardLogger: a file of its own for each fit, lr_find not logged, a cancelled or failed fit's last steps kept") {
     const auto dir = temp_path("runs_fits");
     std::filesystem::remove_all(dir);
     Learner learn(synthetic_dls(16, 8, 4), tiny_model(), CrossEntropyLoss(), {}, quiet());
@@ -712,17 +712,31 @@ TEST_SUITE("callbacks") {
         if (learn().training && learn().train_iter == 6) throw CancelFitException();
       }
     };
+    const auto steps_of = [&](const std::string& tag_wanted) {
+      std::istringstream lines(output_of(std::string(FASTCPP_PYTHON) + " " + FASTCPP_FIXTURES +
+                                         "/read_tensorboard.py " + logger->path()));
+      std::vector<int64_t> steps;
+      for (std::string line; std::getline(lines, line);) {
+        std::istringstream words(line);
+        std::string kind, tag;
+        int64_t step = 0;
+        if (words >> kind >> tag >> step && tag == tag_wanted) steps.push_back(step);
+      }
+      return steps;
+    };
     learn.fit(3, {}, {.cbs = {std::make_shared<StopAtBatch>()}});
-    std::istringstream lines(output_of(std::string(FASTCPP_PYTHON) + " " + FASTCPP_FIXTURES + "/read_tensorboard.py " +
-                                       logger->path()));
-    std::vector<int64_t> loss_steps;
-    for (std::string line; std::getline(lines, line);) {
-      std::istringstream words(line);
-      std::string kind, tag;
-      int64_t step = 0;
-      if (words >> kind >> tag >> step && tag == "train_loss") loss_steps.push_back(step);
-    }
-    CHECK(loss_steps == std::vector<int64_t>{1, 2, 3, 4, 5, 6});  // epoch 1's batches 5 and 6 too
+    CHECK(steps_of("train_loss") == std::vector<int64_t>{1, 2, 3, 4, 5, 6});  // epoch 1's batches 5 and 6 too
+
+    struct FailAtBatch : Callback {  // a fit that fails: its steps up to the failure, each with its loss
+      FailAtBatch() { order = 70; }
+      void after_batch() override {
+        if (learn().training && learn().train_iter == 6) throw std::runtime_error("disk full");
+      }
+    };
+    CHECK_THROWS_AS(learn.fit(3, {}, {.cbs = {std::make_shared<FailAtBatch>()}}), Error);
+    CHECK(learn.recorder->losses.size() == 6);
+    CHECK(steps_of("train_loss") == std::vector<int64_t>{1, 2, 3, 4, 5, 6});
+    CHECK(steps_of("lr_0") == std::vector<int64_t>{1, 2, 3, 4, 5, 6});
     std::filesystem::remove_all(dir);
   }
 
