@@ -27,7 +27,8 @@ class PeakMemMetric : public Callback {
   int batches_ = 0;
 };
 
-// Resident memory of this process in MB (VmRSS), and its high-water mark (VmHWM).
+// Resident memory of this process in MB (VmRSS), and its high-water mark (VmHWM): the
+// process's since a PeakMemMetric last reset it (each epoch), not since the start.
 double resident_mb();
 double resident_peak_mb();
 
