@@ -866,6 +866,48 @@ TEST_SUITE("vision") {
     CHECK_THROWS(unaware.validate());  // 255 is no class: what the declaration prevents
   }
 
+  TEST_CASE("a batch wholly void: the flat losses are 0 with no gradient, not torch's 0 / 0 NaN") {
+    auto gen = at::make_generator<at::CPUGeneratorImpl>(7);
+    const auto pred = torch::randn({1, 3, 4, 4}, gen).requires_grad_();
+    const auto void_mask = torch::full({1, 4, 4}, 255, torch::kLong);
+    for (const auto& loss : {vision::CrossEntropyLossFlat({.ignore_index = 255}),
+                             vision::FocalLossFlat(2.0, {.ignore_index = 255})}) {
+      const auto value = loss(pred, void_mask);
+      CHECK(value.item<double>() == 0);
+      value.backward();
+      CHECK(torch::equal(pred.grad(), torch::zeros_like(pred)));
+      pred.mutable_grad().reset();
+    }
+    // With labelled pixels, torch's mean over them.
+    auto mask = void_mask.clone();
+    mask.index_put_({0, 0}, torch::tensor({0, 1, 2, 1}));
+    CHECK(vision::CrossEntropyLossFlat({.ignore_index = 255})(pred, mask).item<double>() ==
+          doctest::Approx(torch::nn::functional::cross_entropy(
+                              pred, mask, torch::nn::functional::CrossEntropyFuncOptions().ignore_index(255))
+                              .item<double>())
+              .epsilon(1e-6));
+  }
+
+  TEST_CASE("a void index that is a class's code (CamVid's 'Void') is no class: its score is NaN, out of the mean") {
+    // 3 codes, void 2. Pixels (mask, prediction): (0, 0), (0, 2), (1, 1), (2, 1): the void pixel
+    // is left out; predicting the void code on a class-0 pixel counts against class 0.
+    const auto mask = torch::tensor({0, 0, 1, 2}, torch::kLong).view({1, 1, 4});
+    const auto output = torch::one_hot(torch::tensor({0, 2, 1, 1}), 3).to(torch::kFloat).t().reshape({1, 3, 1, 4});
+    const auto iou = vision::per_class_iou(output, mask, {.void_index = 2});
+    REQUIRE(iou.size() == 3);
+    CHECK(iou[0] == 0.5);
+    CHECK(iou[1] == 1.0);
+    CHECK(std::isnan(iou[2]));
+    Learner learn(synthetic_dls(), tiny_model(), CrossEntropyLoss(), {}, quiet());
+    learn.pred = output;
+    learn.yb = mask;
+    learn.dls.void_index = 2;
+    const auto metric = vision::jaccard_coeff_multi();
+    metric->reset();
+    metric->accumulate(learn);
+    CHECK(metric->value() == 0.75);
+  }
+
   TEST_CASE("show_batch and show_results: the images decoded back exactly, labels, red where wrong, masks") {
     auto gen = at::make_generator<at::CPUGeneratorImpl>(4);
     const auto images = torch::randint(0, 256, {12, 1, 8, 8}, gen, torch::kLong).to(torch::kByte);

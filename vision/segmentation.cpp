@@ -81,11 +81,20 @@ torch::Tensor confusion(const torch::Tensor& output, const torch::Tensor& mask, 
   return counts.narrow(0, 0, (n + 1) * n).view({n + 1, n});
 }
 
-// Each class's intersection and union (in pixels) of a confusion matrix: [C] each.
-std::pair<torch::Tensor, torch::Tensor> class_overlaps(const torch::Tensor& confusion) {
+// Each class's intersection and union (in pixels) of a confusion matrix: [C] each. A void
+// index that is a class's code (CamVid's 'Void') is no class: 0 and 0, so its score is NaN
+// and left out of the mean (its pixels are not in the matrix; a prediction of it elsewhere
+// counts against the pixel's own class).
+std::pair<torch::Tensor, torch::Tensor> class_overlaps(const torch::Tensor& confusion,
+                                                       std::optional<int64_t> void_index) {
   const auto cm = confusion.to(torch::kDouble);
   const auto classes = cm.narrow(0, 0, cm.size(1));
-  return {classes.diagonal(), cm.sum(0) + classes.sum(1)};
+  auto inter = classes.diagonal().clone(), uni = cm.sum(0) + classes.sum(1);
+  if (void_index && *void_index >= 0 && *void_index < cm.size(1)) {
+    inter[*void_index].zero_();
+    uni[*void_index].zero_();
+  }
+  return {inter, uni};
 }
 
 // Sums of intersections and unions over the epoch, kept on the device (no sync per batch).
@@ -99,7 +108,8 @@ class OverlapMetric : public Metric {
   void accumulate(const Learner& learn) override {
     torch::Tensor inter, uni;
     if (per_class_) {
-      std::tie(inter, uni) = class_overlaps(confusion(learn.pred, learn.yb, name_, void_of(options_, learn)));
+      const auto void_index = void_of(options_, learn);
+      std::tie(inter, uni) = class_overlaps(confusion(learn.pred, learn.yb, name_, void_index), void_index);
     } else {  // fastai's binary Dice multiplies and adds the class indices themselves
       const auto pixels = decided_pixels(learn.pred, learn.yb, name_, void_of(options_, learn));
       inter = ((pixels.pred * pixels.target).to(torch::kDouble) * pixels.counts).sum().reshape({1});
@@ -133,6 +143,13 @@ class OverlapMetric : public Metric {
   torch::Tensor inter_, union_;
 };
 
+// A summed loss over the pixels not ignored, as torch's mean, but 0 where every pixel is
+// (torch's 0 / 0 is NaN, which mixed precision takes for a diverged model): a crop wholly
+// in void has nothing to learn, not an error.
+torch::Tensor mean_over_counted(const torch::Tensor& sum, const torch::Tensor& classes, const FlatLossOptions& options) {
+  return sum / classes.ne(options.ignore_index).sum().clamp_min(1);
+}
+
 }  // namespace
 
 Loss CrossEntropyLossFlat(FlatLossOptions options) {
@@ -140,10 +157,12 @@ Loss CrossEntropyLossFlat(FlatLossOptions options) {
   const auto ce = [options, checks](const torch::Tensor& pred, const torch::Tensor& target,
                                     F::CrossEntropyFuncOptions::reduction_t reduction) {
     const auto classes = checked_classes("CrossEntropyLossFlat", pred, target, options.ignore_index, *checks);
-    return F::cross_entropy(pred, classes,
-                            F::CrossEntropyFuncOptions().ignore_index(options.ignore_index).reduction(reduction));
+    const auto losses = F::cross_entropy(
+        pred, classes, F::CrossEntropyFuncOptions().ignore_index(options.ignore_index).reduction(reduction));
+    return std::holds_alternative<torch::enumtype::kSum>(reduction) ? mean_over_counted(losses, classes, options)
+                                                                     : losses;
   };
-  return Loss([ce](const torch::Tensor& pred, const torch::Tensor& target) { return ce(pred, target, torch::kMean); },
+  return Loss([ce](const torch::Tensor& pred, const torch::Tensor& target) { return ce(pred, target, torch::kSum); },
               softmax_over_classes(),
               // Each pixel's: Loss::per_item averages each image's, as fastai's get_preds(with_loss=True),
               // the ignored pixels counting 0.
@@ -160,7 +179,7 @@ Loss FocalLossFlat(double gamma, FlatLossOptions options) {
         const auto ce = F::cross_entropy(
             pred, classes, F::CrossEntropyFuncOptions().ignore_index(options.ignore_index).reduction(torch::kNone));
         // An ignored pixel's ce is 0: it adds nothing, and is not counted.
-        return ((1 - torch::exp(-ce)).pow(gamma) * ce).sum() / classes.ne(options.ignore_index).sum();
+        return mean_over_counted(((1 - torch::exp(-ce)).pow(gamma) * ce).sum(), classes, options);
       },
       softmax_over_classes(), nullptr, "softmax_classes")
       .share_checks(checks);
@@ -211,7 +230,8 @@ MetricPtr jaccard_coeff_multi(SegmentationMetricOptions options) {
 
 std::vector<double> per_class_iou(const torch::Tensor& output, const torch::Tensor& masks,
                                   SegmentationMetricOptions options) {
-  const auto [inter, uni] = class_overlaps(confusion(output, masks, "per_class_iou", options.void_index));
+  const auto [inter, uni] =
+      class_overlaps(confusion(output, masks, "per_class_iou", options.void_index), options.void_index);
   const auto iou = (inter / (uni - inter)).cpu();  // 0 / 0: NaN for an absent class
   return {iou.data_ptr<double>(), iou.data_ptr<double>() + iou.numel()};
 }

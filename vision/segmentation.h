@@ -19,12 +19,14 @@ struct FlatLossOptions {
   int64_t ignore_index = -100;  // pixels of this value add nothing (torch's default: none)
 };
 
-// fastai's CrossEntropyLossFlat(axis=1): the mean over the pixels not ignored. Per item
+// fastai's CrossEntropyLossFlat(axis=1): the mean over the pixels not ignored (0 for a
+// batch wholly ignored, where torch's mean is NaN). Per item
 // (interpretation), each image's mean over all its pixels, as fastai's.
 Loss CrossEntropyLossFlat(FlatLossOptions options = {});
 
 // fastai's FocalLossFlat(axis=1, gamma): cross-entropy scaled by (1 - p_t)^gamma, the
-// mean over the pixels not ignored (fastai's has no ignore_index: every pixel).
+// mean over the pixels not ignored, as CrossEntropyLossFlat's (fastai's has no ignore_index:
+// every pixel).
 Loss FocalLossFlat(double gamma = 2.0, FlatLossOptions options = {});
 
 struct DiceLossOptions {
@@ -37,7 +39,9 @@ struct DiceLossOptions {
 Loss DiceLoss(DiceLossOptions options = {});
 
 struct SegmentationMetricOptions {
-  std::optional<int64_t> void_index;  // pixels whose mask holds it are left out; default: the data's
+  // Pixels whose mask holds it are left out; default: the data's. Where it is a class's
+  // code (CamVid's 'Void'), that class is no class: NaN in the per-class scores.
+  std::optional<int64_t> void_index;
 };
 
 // fastai's Dice and JaccardCoeff for 2 classes: over the epoch, inter = sum(pred * mask),
