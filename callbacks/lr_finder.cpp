@@ -55,9 +55,18 @@ LrFindResult suggest_lrs(const std::vector<double>& all_lrs, const std::vector<d
   result.losses = all_losses;
   const size_t n_all = std::min(all_lrs.size(), all_losses.size());
   const size_t first = static_cast<size_t>(num_it / 10);
-  size_t last = n_all > 5 ? n_all - 5 : 0;
-  for (size_t i = first; i < last; ++i)
-    if (std::isnan(all_losses[i])) last = i;
+  // fastai's: the record less its first num_it/10 and last 5 points, cut at its first NaN.
+  // A NaN loss stops lr_find here, where fastai's runs on to num_it (NaN is never above 4x
+  // the best): its record is then num_it long, and every point before the NaN counts.
+  size_t first_nan = n_all;
+  for (size_t i = 0; i < n_all && first_nan == n_all; ++i)
+    if (std::isnan(all_losses[i])) first_nan = i;
+  const size_t recorded = first_nan + 1 == n_all ? std::max<size_t>(n_all, static_cast<size_t>(num_it)) : n_all;
+  const size_t last = std::min(recorded > 5 ? recorded - 5 : 0, first_nan);
+  if (last <= first + 1 && first_nan < n_all && first_nan <= first + 1)
+    throw Error("lr_find: the loss is NaN from training batch " + std::to_string(first_nan + 1) + " (lr " +
+                spec_text::number(all_lrs[first_nan]) +
+                "), too early to suggest a learning rate: lower start_lr, or find what makes the loss NaN");
   if (last <= first + 1)
     throw Error("lr_find: too few batches recorded (" + std::to_string(n_all) +
                 ") to suggest a learning rate; use a larger dataset or num_it");

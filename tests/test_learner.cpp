@@ -17,6 +17,7 @@
 #include <thread>
 
 #include "core/host_memory.h"
+#include "core/spec_text.h"
 
 using namespace fastcpp;
 using namespace fastcpp::testing;
@@ -263,6 +264,40 @@ TEST_SUITE("learner") {
     CHECK(learn.recorder->losses.size() == 20);  // stopped at the first infinite loss
     CHECK(all_equal(weights, snapshot(learn.model.module())));
     CHECK(found.valley > 1e-7);
+  }
+
+  TEST_CASE("lr_find stopped by a NaN loss suggests from every point before it, as fastai's, which runs on to num_it") {
+    std::vector<double> lrs, losses;
+    for (int i = 0; i < 100; ++i) {
+      lrs.push_back(1e-7 * std::pow(1e8, i / 100.0));
+      losses.push_back(i < 14 ? 2 - 0.01 * i + 0.005 * (i % 3) : std::nan(""));
+    }
+    // fastai's whole record: points 10 to 13 (from num_it / 10 to the NaN); the record lr_find keeps ends at the NaN.
+    const auto whole = suggest_lrs(lrs, losses, 100);
+    const auto cut = suggest_lrs({lrs.begin(), lrs.begin() + 15}, {losses.begin(), losses.begin() + 15}, 100);
+    CHECK(whole.minimum == lrs[13] / 10);
+    CHECK(cut.minimum == whole.minimum);
+    CHECK(cut.steep == whole.steep);
+    CHECK(cut.valley == whole.valley);
+
+    const auto nan_from = [](int call) {
+      auto calls = std::make_shared<int>(0);
+      return Loss([calls, call](const torch::Tensor& pred, const torch::Tensor& target) {
+        const auto loss = torch::nn::functional::cross_entropy(pred, target);
+        return ++*calls >= call ? loss * std::nan("") : loss;
+      });
+    };
+    Learner learn(synthetic_dls(64, 8, 8), tiny_model(), nan_from(15), {}, quiet());
+    silence(learn);
+    const auto found = learn.lr_find({.plot = ""});
+    CHECK(found.losses.size() == 15);
+    CHECK(found.minimum >= found.lrs[10] / 10);  // from points 10 to 13 (before: too few points, an Error)
+    CHECK(found.minimum <= found.lrs[13] / 10);
+    Learner at_once(synthetic_dls(64, 8, 8), tiny_model(), nan_from(1), {}, quiet());
+    silence(at_once);
+    CHECK(error_of([&] { at_once.lr_find({.plot = ""}); }) ==
+          "lr_find: the loss is NaN from training batch 1 (lr " + spec_text::number(1e-7) +
+              "), too early to suggest a learning rate: lower start_lr, or find what makes the loss NaN");
   }
 
   TEST_CASE("a checkpoint whose folder cannot be made is an Error naming the folder, after the barrier") {
