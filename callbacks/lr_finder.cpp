@@ -114,7 +114,7 @@ LrFindResult suggest_lrs(const std::vector<double>& all_lrs, const std::vector<d
     slope[i] = i == 0 ? losses[1] - losses[0]
                : i + 1 == n ? losses[i] - losses[i - 1]
                             : (losses[i + 1] - losses[i - 1]) / 2;
-  result.slide = lrs.front();
+  result.slide = std::nan("");  // a window needs more points (fastai's fails there)
   if (n > window) {
     size_t right = n - 1, left = right - window;
     result.slide = lrs[left];

@@ -30,7 +30,7 @@ class LRFinder : public ParamScheduler {
 
 // fastai's suggestions from the recorded (lr, smoothed loss) pairs: valley (the
 // default), minimum/10, steepest descent and slide; skips the first num_it/10 and the
-// last 5, and everything from the first nan on.
+// last 5, and everything from the first nan on. Slide is NaN from 15 points or fewer.
 LrFindResult suggest_lrs(const std::vector<double>& lrs, const std::vector<double>& losses, int num_it);
 
 }  // namespace fastcpp

@@ -279,6 +279,7 @@ TEST_SUITE("learner") {
     CHECK(cut.minimum == whole.minimum);
     CHECK(cut.steep == whole.steep);
     CHECK(cut.valley == whole.valley);
+    CHECK(std::isnan(cut.slide));  // 4 points: no window of 15 to slide
 
     const auto nan_from = [](int call) {
       auto calls = std::make_shared<int>(0);
