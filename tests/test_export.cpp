@@ -317,6 +317,15 @@ TEST_SUITE("export") {
                           "xresnet18, xresnet34, xresnet50, xresnet101)")
                              .c_str(),
                          Error);
+    // An architecture whose weights are not the file's (a learner's model changed after its making).
+    c10::impl::GenericDict other(c10::StringType::get(), c10::AnyType::get());
+    for (const auto& [key, value] : vision::vision_model_spec(vision::resnet18, 3, {.width = 8})) other.insert(key, value);
+    edit_export(path, bad, "arch", other);
+    CHECK_THROWS_WITH_AS(vision::load_learner(bad),
+                         doctest::Contains("(the model was built from the architecture the file records; if the "
+                                           "learner's model was changed after it was made, give that model: "
+                                           "load_learner(path, {.model = make_model()}))"),
+                         Error);
     edit_export(path, bad, "item_tfms", c10::List<std::string>({"Rotate 10"}));
     CHECK_THROWS_WITH_AS(vision::load_learner(bad, {.model = grey_model()}),
                          ("load_learner: exported model '" + bad +

@@ -68,7 +68,15 @@ Predictor::Predictor(ExportedModel exported, LoadLearnerOptions options)
   if (item_tfms_.empty() && shape.size() == 3 && shape[1] == shape[2])
     item_tfms_.push_back(Resize(static_cast<int>(shape[1]), ResizeMethod::Squish));
 
-  load_state_dict(model_.module(), exported_.state, exported_.source);
+  try {
+    load_state_dict(model_.module(), exported_.state, exported_.source);
+  } catch (const Error& e) {
+    if (options.model) throw;
+    // The record is the learner's at its making: a model swapped in since is not it.
+    throw Error(std::string("load_learner: ") + e.what() + " (the model was built from the architecture the file " +
+                "records; if the learner's model was changed after it was made, give that model: " +
+                "load_learner(path, {.model = make_model()}))");
+  }
   model_.module().to(device_);
   model_.module().eval();
 }
