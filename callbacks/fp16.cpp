@@ -92,7 +92,8 @@ void MixedPrecision::before_step() {
 
 void MixedPrecision::after_step() {
   auto& l = learn();
-  if (scaling()) l.scaler->update();
+  // Not after a step another callback cancelled before this one unscaled it.
+  if (scaling() && l.scaler->unscaled()) l.scaler->update();
 }
 
 namespace {

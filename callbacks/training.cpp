@@ -19,6 +19,7 @@ GradientAccumulation::GradientAccumulation(int64_t n_acc) : n_acc_(n_acc) {
 
 void GradientAccumulation::after_loss() {
   auto& l = learn();
+  if (!l.yb.defined()) return;  // no target, no loss, no step
   l.loss_grad = l.loss_grad * (static_cast<double>(l.yb.size(0)) / n_acc_);
 }
 

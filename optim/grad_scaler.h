@@ -55,6 +55,9 @@ class GradScaler {
     skip_step_.reset();
   }
 
+  // Whether this step's gradients were unscaled (and update() is due).
+  bool unscaled() const { return unscaled_; }
+
   double get_scale() const { return scale_.item<double>(); }
   int64_t growth_tracker() const { return growth_tracker_.item<int64_t>(); }
   // The scale after each update of this scaler, for diagnostics (read from the device);

@@ -784,7 +784,7 @@ TEST_SUITE("learner") {
     CHECK(learn.dl == nullptr);  // not left pointing at the in-order copy
   }
 
-  TEST_CASE("validation batches without targets count in no loss: the training batches' last one is not theirs") {
+  TEST_CASE("batches without targets: validation ones count in no loss, training ones take no step") {
     struct Unlabelled : Dataset {  // the items of a test set: images, no labels
       size_t size() const override { return 4; }
       Example get(size_t i) const override { return {torch::full({4}, double(i)), torch::Tensor()}; }
@@ -802,6 +802,15 @@ TEST_SUITE("learner") {
     CHECK(std::isfinite(row[0]));  // train_loss
     CHECK(std::isnan(row[1]));     // valid_loss: no batch had a target
     CHECK(std::isnan(row[2]));     // accuracy
+
+    auto unlabelled = dls;
+    unlabelled.train = DataLoader(std::make_shared<Unlabelled>(), {.bs = 2});
+    Learner idle(unlabelled, tiny_model(), CrossEntropyLoss(), {},
+                 quiet({.cbs = {std::make_shared<GradientAccumulation>(4)}}));
+    silence(idle);
+    const auto weights = snapshot(idle.model.module());
+    idle.fit(1, 1e-2);
+    CHECK(all_equal(weights, snapshot(idle.model.module())));
   }
 
   TEST_CASE("get_preds returns activated predictions and targets; predict one item") {

@@ -162,6 +162,21 @@ TEST_SUITE("precision") {
     CHECK(!all_equal(probe->weights[1], probe->weights[2]));
   }
 
+  TEST_CASE("a step cancelled before loss scaling unscaled it: no update, no error, and the fit goes on") {
+    Learner learn(synthetic_dls(8, 4, 2), tiny_model(), CrossEntropyLoss(), {},
+                  quiet({.cbs = {std::make_shared<MixedPrecision>(MixedPrecisionOptions{
+                      .dtype = torch::kBFloat16, .scaler = {.init_scale = 1024}, .loss_scale = true})}}));
+    silence(learn);
+    struct SkipSecondStep : Callback {  // before MixedPrecision (order 10) in before_step
+      SkipSecondStep() { order = 5; }
+      void before_step() override {
+        if (learn().iter == 1) throw CancelStepException();
+      }
+    };
+    learn.fit(1, 1e-2, {.cbs = {std::make_shared<SkipSecondStep>()}});
+    CHECK(learn.scaler->history().size() == 3);  // 4 batches, 3 steps unscaled and updated
+  }
+
   TEST_CASE("a fit that failed between unscaling and stepping leaves nothing to the next: it trains as a fresh one") {
     struct FailingStep : Callback {  // an optimizer step that fails once (out of memory, say), after the unscale
       FailingStep() { order = 100; }
