@@ -688,7 +688,7 @@ TEST_SUITE("callbacks") {
     std::filesystem::remove_all(dir);
   }
 
-  TEST_CASE("TensorBoardLogger: a file of its own for each fit, lr_find not logged, a cancelled or failed fit's last steps kept") {
+  TEST_CASE("TensorBoardLogger: a file per fit, lr_find not logged, a cancelled or failed fit's last steps kept") {
     const auto dir = temp_path("runs_fits");
     std::filesystem::remove_all(dir);
     Learner learn(synthetic_dls(16, 8, 4), tiny_model(), CrossEntropyLoss(), {}, quiet());

@@ -319,7 +319,8 @@ TEST_SUITE("export") {
                          Error);
     // An architecture whose weights are not the file's (a learner's model changed after its making).
     c10::impl::GenericDict other(c10::StringType::get(), c10::AnyType::get());
-    for (const auto& [key, value] : vision::vision_model_spec(vision::resnet18, 3, {.width = 8})) other.insert(key, value);
+    for (const auto& [key, value] : vision::vision_model_spec(vision::resnet18, 3, {.width = 8}))
+      other.insert(key, value);
     edit_export(path, bad, "arch", other);
     CHECK_THROWS_WITH_AS(vision::load_learner(bad),
                          doctest::Contains("(the model was built from the architecture the file records; if the "

@@ -283,7 +283,8 @@ void check_boxes_can_go_back(const std::vector<BatchAugmentPtr>& resizes, const 
   for (size_t i = 0; i < resizes.size(); ++i) {
     const auto* augment = dynamic_cast<const AugTransforms*>(resizes[i].get());
     if (!augment || augment->spec().empty())
-      throw Error(who + ": validation batch augmentation " + std::to_string(i) + (augment ? " ('aug_transforms')" : "") +
+      throw Error(who + ": validation batch augmentation " + std::to_string(i) +
+                  (augment ? " ('aug_transforms')" : "") +
                   " is not a resize alone, so boxes cannot be mapped back to the image's pixels through it");
   }
 }

@@ -146,7 +146,8 @@ class OverlapMetric : public Metric {
 // A summed loss over the pixels not ignored, as torch's mean, but 0 where every pixel is
 // (torch's 0 / 0 is NaN, which mixed precision takes for a diverged model): a crop wholly
 // in void has nothing to learn, not an error.
-torch::Tensor mean_over_counted(const torch::Tensor& sum, const torch::Tensor& classes, const FlatLossOptions& options) {
+torch::Tensor mean_over_counted(const torch::Tensor& sum, const torch::Tensor& classes,
+                                const FlatLossOptions& options) {
   return sum / classes.ne(options.ignore_index).sum().clamp_min(1);
 }
 
