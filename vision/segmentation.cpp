@@ -155,20 +155,23 @@ torch::Tensor mean_over_counted(const torch::Tensor& sum, const torch::Tensor& c
 
 Loss CrossEntropyLossFlat(FlatLossOptions options) {
   auto checks = std::make_shared<DeviceCheck>();
+  // The loss reduced as asked (ignored pixels add 0), and the checked class indices.
   const auto ce = [options, checks](const torch::Tensor& pred, const torch::Tensor& target,
                                     F::CrossEntropyFuncOptions::reduction_t reduction) {
     const auto classes = checked_classes("CrossEntropyLossFlat", pred, target, options.ignore_index, *checks);
-    const auto losses = F::cross_entropy(
-        pred, classes, F::CrossEntropyFuncOptions().ignore_index(options.ignore_index).reduction(reduction));
-    return std::holds_alternative<torch::enumtype::kSum>(reduction) ? mean_over_counted(losses, classes, options)
-                                                                     : losses;
+    const auto how = F::CrossEntropyFuncOptions().ignore_index(options.ignore_index).reduction(reduction);
+    return std::pair{F::cross_entropy(pred, classes, how), classes};
   };
-  return Loss([ce](const torch::Tensor& pred, const torch::Tensor& target) { return ce(pred, target, torch::kSum); },
-              softmax_over_classes(),
-              // Each pixel's: Loss::per_item averages each image's, as fastai's get_preds(with_loss=True),
-              // the ignored pixels counting 0.
-              [ce](const torch::Tensor& pred, const torch::Tensor& target) { return ce(pred, target, torch::kNone); },
-              "softmax_classes")
+  return Loss(
+      [ce, options](const torch::Tensor& pred, const torch::Tensor& target) {
+        const auto [sum, classes] = ce(pred, target, torch::kSum);
+        return mean_over_counted(sum, classes, options);
+      },
+      softmax_over_classes(),
+      // Each pixel's: Loss::per_item averages each image's, as fastai's get_preds(with_loss=True),
+      // the ignored pixels counting 0.
+      [ce](const torch::Tensor& pred, const torch::Tensor& target) { return ce(pred, target, torch::kNone).first; },
+      "softmax_classes")
       .share_checks(checks);
 }
 
