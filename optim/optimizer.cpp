@@ -74,6 +74,7 @@ void Optimizer::step() {
     }
     if (with_grads.params.empty()) continue;
     if (device_step_) {
+      for (auto* state : with_grads.states) state->counted_on_device = true;
       step_on_device(g, with_grads, found_inf);
       continue;
     }
@@ -104,7 +105,7 @@ void Optimizer::set_device_step(bool on) {
     const auto counts = device_step_counts();
     for (size_t g = 0; g < groups_.size(); ++g)
       for (auto& state : state_[g])
-        if (counts[g] >= 0 && !state.buffers.empty()) state.step = counts[g];
+        if (std::exchange(state.counted_on_device, false)) state.step = counts[g];
     device_hypers_.clear();
     device_step_ = false;
     return;
@@ -190,7 +191,7 @@ c10::impl::GenericDict Optimizer::state_dict() const {
     for (size_t i = 0; i < state_[g].size(); ++i) {
       const auto& state = state_[g][i];
       const auto param_prefix = prefix + std::to_string(i) + ".";
-      dict.insert(param_prefix + "step", counts[g] >= 0 && !state.buffers.empty() ? counts[g] : state.step);
+      dict.insert(param_prefix + "step", state.counted_on_device ? counts[g] : state.step);
       for (const auto& [name, buffer] : state.buffers) dict.insert(param_prefix + name, buffer.to(torch::kCPU, /*non_blocking=*/false, /*copy=*/true));
     }
   }

@@ -32,6 +32,8 @@ struct DeviceHypers;
 struct ParamState {
   std::map<std::string, torch::Tensor> buffers;  // e.g. grad_avg, sqr_avg
   int64_t step = 0;
+  // Stepped on the device, whose count is the group's: `step` is stale until it goes back.
+  bool counted_on_device = false;
 };
 
 // The state buffer `name`, zeros shaped and laid out as `like` on first use.

@@ -172,15 +172,19 @@ TEST_SUITE("optimizers") {
   }
 
   TEST_CASE("the device step keeps its counts across set_device_step and clear_state; others refuse it") {
-    auto param = torch::ones({3}).requires_grad_(true);
-    auto opt = sgd({.mom = 0.9})({ParamGroup{{param}, {}, {}}});
+    // `unused` never gets a gradient: it keeps its own count, 0, not the group's.
+    auto param = torch::ones({3}).requires_grad_(true), unused = torch::ones({2}).requires_grad_(true);
+    auto opt = sgd({.mom = 0.9})({ParamGroup{{param, unused}, {}, {}}});
     opt->set_device_step(true);
     for (int k = 0; k < 3; ++k) {
       param.mutable_grad() = torch::ones({3});
       opt->step();
     }
+    CHECK(opt->state_dict().at("0.0.step").toInt() == 3);
+    CHECK(opt->state_dict().at("0.1.step").toInt() == 0);
     opt->set_device_step(false);
     CHECK(opt->state_dict().at("0.0.step").toInt() == 3);
+    CHECK(opt->state_dict().at("0.1.step").toInt() == 0);
     opt->set_device_step(true);
     opt->clear_state();
     CHECK(opt->state_dict().at("0.0.step").toInt() == 0);
