@@ -51,6 +51,7 @@ class GatherPreds : public Callback {
   void after_batch() override {
     const auto pred = learn().pred.detach();
     preds.push_back(learn().loss_func.activation(pred).cpu());
+    if (!learn().yb.defined()) return;  // a test set's batches: predictions only, as fastai's targs None
     targets.push_back(learn().yb.cpu());
     if (!with_loss) return;
     torch::NoGradGuard no_grad;
@@ -463,7 +464,11 @@ Preds Learner::get_preds(DataLoader* loader, bool with_loss) {
   AddedCallbacks added(*this, {gather});
   validate(loader);
   if (gather->preds.empty()) return {};
-  return {torch::cat(gather->preds), cat_targets(gather->targets),
+  if (gather->targets.empty() && with_loss)
+    throw Error("get_preds: with_loss needs targets, and the loader's batches have none");
+  if (!gather->targets.empty() && gather->targets.size() != gather->preds.size())
+    throw Error("get_preds: some of the loader's batches have targets and some do not");
+  return {torch::cat(gather->preds), gather->targets.empty() ? torch::Tensor() : cat_targets(gather->targets),
           with_loss ? torch::cat(gather->losses) : torch::Tensor()};
 }
 

@@ -802,6 +802,11 @@ TEST_SUITE("learner") {
     CHECK(std::isfinite(row[0]));  // train_loss
     CHECK(std::isnan(row[1]));     // valid_loss: no batch had a target
     CHECK(std::isnan(row[2]));     // accuracy
+    const auto test_preds = learn.get_preds();  // a test set's predictions, as fastai's targs None
+    CHECK(test_preds.preds.size(0) == 4);
+    CHECK_FALSE(test_preds.targets.defined());
+    CHECK(error_of([&] { learn.get_preds(nullptr, /*with_loss=*/true); }) ==
+          "get_preds: with_loss needs targets, and the loader's batches have none");
 
     auto unlabelled = dls;
     unlabelled.train = DataLoader(std::make_shared<Unlabelled>(), {.bs = 2});
