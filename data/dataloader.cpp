@@ -91,7 +91,11 @@ void DataLoader::add_batch_tfms(const std::vector<BatchTransform>& tfms) {
 }
 
 Batch DataLoader::apply_batch_tfms(Batch batch, uint64_t seed) const {
-  for (const auto& augment : options_.aug_tfms) batch = augment->apply(std::move(batch), seed);
+  // Each augmentation draws its own stream (two flips on one would flip the same items back);
+  // the first keeps the batch's, and the others' lie far from the items' streams (their indices).
+  constexpr uint64_t kAugmentStreams = uint64_t{1} << 62;
+  for (size_t k = 0; k < options_.aug_tfms.size(); ++k)
+    batch = options_.aug_tfms[k]->apply(std::move(batch), k == 0 ? seed : mix_seed(seed, kAugmentStreams + k));
   for (const auto& tfm : options_.batch_tfms) batch.x = tfm(batch.x);
   return batch;
 }

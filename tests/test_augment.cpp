@@ -88,6 +88,24 @@ TEST_SUITE("augment") {
     CHECK_FALSE(torch::equal(next_epoch.x, first[0].x));
   }
 
+  TEST_CASE("two augmentations in one loader draw apart: two flips do not flip the same items back") {
+    const auto b = blocks(16, 8, 12);
+    auto data = std::make_shared<TensorDataset>(b.x, b.y);
+    const vision::AugOptions flip_only{.max_rotate = 0, .max_zoom = 1, .max_lighting = 0, .max_warp = 0};
+    auto first_batch = [&](std::vector<BatchAugmentPtr> augs) {
+      return *DataLoader(data, {.bs = 16, .seed = 3, .aug_tfms = std::move(augs)}).begin();
+    };
+    const auto once = first_batch({vision::aug_transforms(flip_only)});
+    const auto twice = first_batch({vision::aug_transforms(flip_only), vision::aug_transforms(flip_only)});
+    const auto unflipped = first_batch({vision::aug_transforms({.do_flip = false, .max_rotate = 0, .max_zoom = 1,
+                                                                .max_lighting = 0, .max_warp = 0})});
+    int flipped_twice = 0;
+    for (int64_t i = 0; i < 16; ++i)  // a resample that moves nothing is exact to rounding
+      flipped_twice += !torch::allclose(twice.x[i], unflipped.x[i], 0, 1e-3);
+    CHECK(flipped_twice > 0);
+    CHECK_FALSE(torch::equal(twice.x, once.x));
+  }
+
   TEST_CASE("aug_transforms moves masks with their images: nearest classes where the image is not blended") {
     const auto b = blocks(8, 24, 32);
     const vision::AugTransforms aug({.max_lighting = 0});
