@@ -133,6 +133,13 @@ pid_t start_worker(const Job& job, int local_rank, int restart) {
   _exit(127);
 }
 
+// A child that has exited, not yet reaped (its pid still taken), or 0.
+pid_t next_exited() {
+  siginfo_t info{};
+  if (waitid(P_ALL, 0, &info, WEXITED | WNOHANG | WNOWAIT) != 0) return 0;
+  return info.si_pid;
+}
+
 int exit_code(int status) { return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status); }
 
 // Runs one attempt of this node's group; returns 0 or the first failure's exit code.
@@ -159,19 +166,19 @@ int run_group(const Job& job, int restart, int* failed_local_rank) {
     }
     workers.push_back(std::max<pid_t>(pid, 0));
   }
-  const auto started = workers;  // each the id of its process group
   for (;;) {
-    int status = 0;
-    for (pid_t pid; (pid = waitpid(-1, &status, WNOHANG)) > 0;) {
+    for (pid_t pid; (pid = next_exited()) > 0;) {
       const auto worker = std::find(workers.begin(), workers.end(), pid);
+      // What it left running (a script's background jobs) ends with it, while its exit still
+      // holds the group's id: once reaped, the id may name another process's group.
+      if (worker != workers.end()) killpg(pid, SIGKILL);
+      int status = 0;
+      waitpid(pid, &status, 0);
       if (worker == workers.end()) continue;
       *worker = 0;
       if (exit_code(status) != 0) fail(static_cast<int>(worker - workers.begin()), exit_code(status));
     }
-    if (std::all_of(workers.begin(), workers.end(), [](pid_t pid) { return pid == 0; })) {
-      signal_groups(started, SIGKILL);  // what the workers left running (a script's background jobs)
-      return code;
-    }
+    if (std::all_of(workers.begin(), workers.end(), [](pid_t pid) { return pid == 0; })) return code;
     Clock::duration timeout = std::chrono::seconds(1);
     if (code != 0) {
       const auto elapsed = Clock::now() - failed_at;

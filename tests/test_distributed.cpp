@@ -149,7 +149,6 @@ pid_t spawn_launcher(const std::vector<std::string>& args, int stderr_fd = -1) {
   return pid;
 }
 
-// The lines of a file, waiting up to `seconds` for it to have `n` of them.
 // Whether a process runs: neither gone nor a zombie (whose parent may never reap it: an
 // orphan's new parent here may be a PID 1 that does not).
 bool running(pid_t pid) {
@@ -159,6 +158,7 @@ bool running(pid_t pid) {
   return state != std::string::npos && state + 2 < text.size() && text[state + 2] != 'Z';
 }
 
+// The lines of a file, waiting up to `seconds` for it to have `n` of them.
 std::vector<std::string> await_lines(const std::string& path, size_t n, int seconds = 30) {
   std::vector<std::string> lines;
   const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(seconds);
@@ -330,6 +330,21 @@ TEST_SUITE("distributed") {
     const bool still_running = running(std::stoi(left[0]));
     CHECK_FALSE(still_running);
     if (still_running) ::kill(std::stoi(left[0]), SIGKILL);
+    // A worker that ends leaves nothing behind either, at once, while the others run on.
+    std::filesystem::remove(background);
+    const pid_t ending = spawn_launcher(
+        {"--nproc-per-node", "2", "sh", "-c",
+         "if [ $LOCAL_RANK = 0 ]; then sleep 300 & echo $! > " + background + "; else sleep 6; fi"});
+    const auto orphan = await_lines(background, 1);
+    REQUIRE(orphan.size() == 1);
+    const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(4);
+    while (running(std::stoi(orphan[0])) && std::chrono::steady_clock::now() < deadline)
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    const bool orphan_running = running(std::stoi(orphan[0]));
+    CHECK_FALSE(orphan_running);
+    CHECK(running(ending));
+    if (orphan_running) ::kill(std::stoi(orphan[0]), SIGKILL);
+    CHECK(wait_for(ending, 30) == 0);
     // A worker that ignores SIGTERM (its checkpoint hangs, say) gets SIGKILL 30 s after it.
     const auto pids = temp_path("launch_stubborn_pid");
     std::filesystem::remove(pids);
