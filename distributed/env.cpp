@@ -6,6 +6,7 @@
 #include <functional>
 #include <iostream>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -42,9 +43,12 @@ struct Names {
 // The run's processes are not all on this node, by the launcher's counts: "" when they
 // are (or nothing says), else what shows it ("SLURM_JOB_NUM_NODES 2").
 std::string spread_over_nodes(const DistEnv& env, const Names& names) {
-  if (env.source == "slurm")
-    for (const char* nodes : {"SLURM_JOB_NUM_NODES", "SLURM_NNODES"})
+  if (env.source == "slurm")  // the step's count first: srun -N1 in an allocation of two runs on one
+    for (const char* nodes : {"SLURM_STEP_NUM_NODES", "SLURM_NNODES", "SLURM_JOB_NUM_NODES"}) {
+      if (!get(nodes)) continue;
       if (const int count = integer(nodes, 1); count > 1) return std::string(nodes) + " " + std::to_string(count);
+      break;
+    }
   if (env.source != "none" && get(names.local_world_size) && env.local_world_size < env.world_size)
     return std::string(names.local_world_size) + " " + std::to_string(env.local_world_size) + " of " +
            names.world_size + " " + std::to_string(env.world_size);
@@ -107,6 +111,60 @@ unsigned long long job_id() {
   throw Error("environment variable SLURM_JOB_ID='" + value + "' is not a job number");
 }
 
+// Digits alone (at most 9 of them), as a number.
+std::optional<int> whole_number(const std::string& text) {
+  if (text.empty() || text.size() > 9 ||
+      !std::all_of(text.begin(), text.end(), [](char c) { return std::isdigit(static_cast<unsigned char>(c)); }))
+    return std::nullopt;
+  return std::stoi(text);
+}
+
+// This node's share of a Slurm step's tasks. SLURM_NTASKS_PER_NODE is set only with
+// --ntasks-per-node, and is the job's; SLURM_STEP_TASKS_PER_NODE always, per node of the step
+// ("4(x2),3": 4 on the first two, 3 on the third; SLURM_NODEID picks where they differ).
+// The variable read, and its count; no variable: nullptr.
+std::pair<const char*, int> slurm_tasks_on_this_node() {
+  const char* name = "SLURM_STEP_TASKS_PER_NODE";
+  const char* value = get(name);
+  if (!value) {
+    name = "SLURM_NTASKS_PER_NODE";
+    return {get(name) ? name : nullptr, integer(name, 0)};
+  }
+  const std::string list = value;
+  std::vector<int> counts;
+  for (size_t start = 0; start <= list.size();) {
+    const size_t comma = std::min(list.find(',', start), list.size());
+    const std::string part = list.substr(start, comma - start);
+    const size_t paren = part.find("(x");
+    const auto count = whole_number(part.substr(0, paren));
+    const auto times = paren == std::string::npos ? std::optional<int>(1)
+                       : part.back() == ')'       ? whole_number(part.substr(paren + 2, part.size() - paren - 3))
+                                                  : std::nullopt;
+    if (!count || !times)
+      throw Error(std::string("environment variable ") + name + "='" + list +
+                  "' is not a list of task counts such as 4(x2),3");
+    counts.insert(counts.end(), static_cast<size_t>(*times), *count);
+    start = comma + 1;
+  }
+  const bool uniform = std::all_of(counts.begin(), counts.end(), [&](int c) { return c == counts.front(); });
+  if (uniform) return {name, counts.front()};
+  const int node = integer("SLURM_NODEID", -1);
+  if (node < 0 || node >= static_cast<int>(counts.size()))
+    throw Error(std::string("environment variable ") + name + "='" + list +
+                "' gives the nodes different task counts, and SLURM_NODEID does not say which node this is");
+  return {name, counts[static_cast<size_t>(node)]};
+}
+
+// The step's number, so that two steps of one job on a node (srun ... & srun ... &) get
+// ports of their own; 0 where Slurm gives none.
+unsigned long long step_id() {
+  for (const char* name : {"SLURM_STEP_ID", "SLURM_STEPID"})
+    if (const char* value = get(name)) {
+      if (const auto number = whole_number(value)) return static_cast<unsigned long long>(*number);
+    }
+  return 0;
+}
+
 }  // namespace
 
 std::vector<std::string> expand_hostlist(const std::string& list, const std::string& name) {
@@ -163,13 +221,21 @@ DistEnv read_env() {
              "OMPI_COMM_WORLD_LOCAL_SIZE"};
   } else if (get("SLURM_PROCID") && get("SLURM_NTASKS") && !in_slurm_batch_shell()) {
     env.source = "slurm";
-    names = {"SLURM_PROCID", "SLURM_NTASKS", "SLURM_LOCALID", "SLURM_NTASKS_PER_NODE"};
+    names = {"SLURM_PROCID", "SLURM_NTASKS", "SLURM_LOCALID", "SLURM_STEP_TASKS_PER_NODE"};
   }
   if (env.source != "none") {
     env.rank = integer(names.rank, 0);
     env.world_size = integer(names.world_size, 1);
-    env.local_rank = integer(names.local_rank, env.source == "torchrun" ? env.rank : 0);
-    env.local_world_size = integer(names.local_world_size, env.world_size);
+    if (env.source == "slurm") {
+      const auto [name, count] = slurm_tasks_on_this_node();
+      names.local_world_size = name ? name : "SLURM_STEP_TASKS_PER_NODE";
+      env.local_world_size = name ? count : env.world_size;
+    } else {
+      env.local_world_size = integer(names.local_world_size, env.world_size);
+    }
+    // A node started by hand with RANK and no LOCAL_RANK: its place among the node's processes.
+    const int local_world_size = std::max(env.local_world_size, 1);
+    env.local_rank = integer(names.local_rank, env.source == "torchrun" ? env.rank % local_world_size : 0);
   }
   // Without a variable of its own, the node's size is the world's.
   const std::string local_size_name =
@@ -217,7 +283,7 @@ DistEnv read_env() {
   if (get("MASTER_PORT"))
     env.master_port = integer("MASTER_PORT", env.master_port);
   else if (env.source == "slurm" && get("SLURM_JOB_ID"))
-    env.master_port = 10000 + static_cast<int>(job_id() % 20000);
+    env.master_port = 10000 + static_cast<int>((job_id() + 7919 * step_id()) % 20000);
   env.restart_count = integer("TORCHELASTIC_RESTART_COUNT", 0);
   if (const char* agent = get("TORCHELASTIC_USE_AGENT_STORE")) env.agent_store = std::string(agent) == "True";
   if (env.master_port <= 0 || env.master_port > 65535)

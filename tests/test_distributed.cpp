@@ -196,7 +196,8 @@ class LauncherVariables {
   static constexpr const char* kNames[] = {
       "RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT",
       "TORCHELASTIC_RESTART_COUNT", "TORCHELASTIC_USE_AGENT_STORE", "SLURM_PROCID", "SLURM_NTASKS", "SLURM_LOCALID",
-      "SLURM_NTASKS_PER_NODE", "SLURM_JOB_NUM_NODES", "SLURM_NNODES", "SLURM_STEP_NODELIST", "SLURM_JOB_NODELIST",
+      "SLURM_NTASKS_PER_NODE", "SLURM_STEP_TASKS_PER_NODE", "SLURM_NODEID", "SLURM_JOB_NUM_NODES", "SLURM_NNODES",
+      "SLURM_STEP_NUM_NODES", "SLURM_STEP_NODELIST", "SLURM_JOB_NODELIST",
       "SLURM_STEP_ID", "SLURM_STEPID", "SLURM_JOB_ID",
       "OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE", "OMPI_COMM_WORLD_LOCAL_RANK", "OMPI_COMM_WORLD_LOCAL_SIZE"};
   std::vector<std::pair<std::string, std::string>> saved_;
@@ -1113,6 +1114,9 @@ TEST_SUITE("distributed") {
     CHECK(with("SLURM_LOCALID", "1") == 1);
     CHECK(with("OMPI_COMM_WORLD_LOCAL_RANK", "2") == 2);
     CHECK(!with("LOCAL_RANK", "x"));
+    ::setenv("SLURM_LOCALID", "0", 1);  // mpirun's daemon's, in an allocation
+    CHECK(with("OMPI_COMM_WORLD_LOCAL_RANK", "2") == 2);
+    ::unsetenv("SLURM_LOCALID");
   }
 
   TEST_CASE("DDP's gradients are views into its buckets, laid out as the params: nothing is copied per parameter") {
@@ -1392,9 +1396,16 @@ TEST_SUITE("distributed") {
     CHECK(env_error({{"SLURM_PROCID", "0"}, {"SLURM_STEP_ID", "0"}, {"SLURM_NTASKS", "4"},
                      {"SLURM_NTASKS_PER_NODE", "0"}}) ==
           "SLURM_NTASKS_PER_NODE must be >= 1, got 0");
-    // Without SLURM_NTASKS_PER_NODE the node's share is the whole world.
+    // Without SLURM_STEP_TASKS_PER_NODE or SLURM_NTASKS_PER_NODE the node's share is the whole world.
     CHECK(env_error({{"SLURM_PROCID", "0"}, {"SLURM_STEP_ID", "0"}, {"SLURM_NTASKS", "2"}, {"SLURM_LOCALID", "2"}}) ==
           "SLURM_LOCALID 2 is outside the 2 processes of this node (SLURM_NTASKS)");
+    CHECK(env_error({{"SLURM_PROCID", "0"}, {"SLURM_STEP_ID", "0"}, {"SLURM_NTASKS", "4"},
+                     {"SLURM_STEP_TASKS_PER_NODE", "2(x2"}}) ==
+          "environment variable SLURM_STEP_TASKS_PER_NODE='2(x2' is not a list of task counts such as 4(x2),3");
+    CHECK(env_error({{"SLURM_PROCID", "0"}, {"SLURM_STEP_ID", "0"}, {"SLURM_NTASKS", "5"},
+                     {"SLURM_STEP_TASKS_PER_NODE", "2(x2),1"}}) ==
+          "environment variable SLURM_STEP_TASKS_PER_NODE='2(x2),1' gives the nodes different task counts, and "
+          "SLURM_NODEID does not say which node this is");
     CHECK(env_error({{"OMPI_COMM_WORLD_RANK", "2"}, {"OMPI_COMM_WORLD_SIZE", "2"}}) ==
           "OMPI_COMM_WORLD_RANK 2 is outside the world of 2 processes (OMPI_COMM_WORLD_SIZE)");
     CHECK(env_error({{"OMPI_COMM_WORLD_RANK", "0"}, {"OMPI_COMM_WORLD_SIZE", "2"}, {"OMPI_COMM_WORLD_LOCAL_RANK", "3"},
@@ -1468,6 +1479,39 @@ TEST_SUITE("distributed") {
                      {"OMPI_COMM_WORLD_LOCAL_SIZE", "2"}}) ==
           "MASTER_ADDR is not set, and the run spans nodes (OMPI_COMM_WORLD_LOCAL_SIZE 2 of OMPI_COMM_WORLD_SIZE 4): "
           "set it to the address of the host running rank 0");
+  }
+
+  TEST_CASE("a Slurm step's share of each node is the step's (SLURM_STEP_TASKS_PER_NODE), its nodes the step's") {
+    // sbatch -N2 -n8 without --ntasks-per-node: no SLURM_NTASKS_PER_NODE, 4 tasks on each node.
+    const Variables step{{"SLURM_PROCID", "5"}, {"SLURM_STEP_ID", "0"}, {"SLURM_NTASKS", "8"}, {"SLURM_LOCALID", "1"},
+                         {"SLURM_STEP_TASKS_PER_NODE", "4(x2)"}, {"SLURM_NNODES", "2"},
+                         {"SLURM_STEP_NODELIST", "node[1-2]"}, {"SLURM_JOB_ID", "100"}};
+    const auto env = env_from(step);
+    CHECK(env.local_world_size == 4);
+    CHECK(env.master_addr == "node1");
+    CHECK(env.master_port == 10100);
+    // Before the job's SLURM_NTASKS_PER_NODE: srun -n2 under --ntasks-per-node=8.
+    CHECK(env_from({{"SLURM_PROCID", "1"}, {"SLURM_STEP_ID", "0"}, {"SLURM_NTASKS", "2"},
+                    {"SLURM_STEP_TASKS_PER_NODE", "2"}, {"SLURM_NTASKS_PER_NODE", "8"}})
+              .local_world_size == 2);
+    // Nodes with different counts: SLURM_NODEID says which is this one.
+    CHECK(env_from({{"SLURM_PROCID", "4"}, {"SLURM_STEP_ID", "0"}, {"SLURM_NTASKS", "5"}, {"SLURM_NODEID", "2"},
+                    {"SLURM_STEP_TASKS_PER_NODE", "2(x2),1"}, {"MASTER_ADDR", "node1"}})
+              .local_world_size == 1);
+    // srun -N1 inside an allocation of two nodes: one node, the loopback.
+    CHECK(env_from({{"SLURM_PROCID", "1"}, {"SLURM_STEP_ID", "0"}, {"SLURM_NTASKS", "2"},
+                    {"SLURM_STEP_NUM_NODES", "1"}, {"SLURM_JOB_NUM_NODES", "2"}, {"SLURM_JOB_NODELIST", "node[1-2]"}})
+              .master_addr == "127.0.0.1");
+    // Two steps of one job at once on a node: a port each.
+    auto second_step = step;
+    second_step[1] = {"SLURM_STEP_ID", "1"};
+    CHECK(env_from(second_step).master_port == 10000 + (100 + 7919) % 20000);
+  }
+
+  TEST_CASE("RANK without LOCAL_RANK (a node started by hand): the place among the node's LOCAL_WORLD_SIZE") {
+    const auto env = env_from({{"RANK", "5"}, {"WORLD_SIZE", "8"}, {"LOCAL_WORLD_SIZE", "4"},
+                               {"MASTER_ADDR", "node0"}, {"MASTER_PORT", "29500"}});
+    CHECK(env.local_rank == 1);
   }
 
   TEST_CASE("a batch script's shell is one process although Slurm's task variables say more, and says so once") {
