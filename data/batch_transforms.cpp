@@ -83,15 +83,40 @@ torch::Tensor Normalize::normalize_tensor(const torch::Tensor& x) const {
 Normalize Normalize::from_data(const Dataset& dataset, size_t max_items) {
   const size_t n = std::min(dataset.size(), max_items);
   if (n == 0) throw Error("Normalize::from_data: the dataset is empty");
+  // Items spread evenly over the dataset: a folder's first ones are often all one class.
   std::vector<int64_t> indices(n);
-  for (size_t i = 0; i < n; ++i) indices[i] = static_cast<int64_t>(i);
-  auto x = IntToFloat()(dataset.get_batch(indices).x).to(torch::kDouble);
-  if (x.dim() < 2) throw Error("Normalize::from_data: items need a channel dimension, got " + c10::str(x.sizes()));
-  auto per_channel = x.transpose(0, 1).reshape({x.size(1), -1});
-  // fastai's 1e-7 more: a constant channel (an opaque alpha) normalizes to 0.
-  auto mean = per_channel.mean(1), std = per_channel.std(1) + 1e-7;
+  for (size_t i = 0; i < n; ++i) indices[i] = static_cast<int64_t>(i * dataset.size() / n);
+  // Chunk by chunk (2048 224-pixel images in doubles would be 2.5 GB), each chunk's mean and
+  // sum of squared deviations merged into the running ones (Chan et al.), per channel.
+  constexpr size_t kChunk = 128;
+  torch::Tensor mean, squares;  // [channels]
+  double count = 0;
+  for (size_t begin = 0; begin < n; begin += kChunk) {
+    const std::vector<int64_t> chunk(indices.begin() + static_cast<std::ptrdiff_t>(begin),
+                                     indices.begin() + static_cast<std::ptrdiff_t>(std::min(n, begin + kChunk)));
+    const auto x = IntToFloat()(dataset.get_batch(chunk).x).to(torch::kDouble);
+    if (x.dim() < 2) throw Error("Normalize::from_data: items need a channel dimension, got " + c10::str(x.sizes()));
+    const auto per_channel = x.transpose(0, 1).reshape({x.size(1), -1});
+    const auto chunk_count = static_cast<double>(per_channel.size(1));
+    const auto chunk_mean = per_channel.mean(1);
+    const auto chunk_squares = (per_channel - chunk_mean.unsqueeze(1)).square().sum(1);
+    if (!mean.defined()) {
+      mean = chunk_mean, squares = chunk_squares, count = chunk_count;
+      continue;
+    }
+    if (chunk_mean.size(0) != mean.size(0))
+      throw Error("Normalize::from_data: items have " + std::to_string(chunk_mean.size(0)) + " channels here and " +
+                  std::to_string(mean.size(0)) + " before");
+    const auto delta = chunk_mean - mean;
+    const double total = count + chunk_count;
+    mean = mean + delta * (chunk_count / total);
+    squares = squares + chunk_squares + delta.square() * (count * chunk_count / total);
+    count = total;
+  }
+  // Unbiased, as torch.std, and fastai's 1e-7 more: a constant channel (an opaque alpha) normalizes to 0.
+  const auto std = (squares / (count - 1)).sqrt() + 1e-7;
   Normalize result;
-  for (int64_t c = 0; c < x.size(1); ++c) {
+  for (int64_t c = 0; c < mean.size(0); ++c) {
     result.mean.push_back(mean[c].item<double>());
     result.std.push_back(std[c].item<double>());
   }

@@ -31,8 +31,8 @@ struct Normalize {
   torch::Tensor normalize_bytes(const torch::Tensor& x) const;   // uint8 on the CPU
   torch::Tensor normalize_tensor(const torch::Tensor& x) const;  // any dtype and device
   static Normalize imagenet() { return {{0.485, 0.456, 0.406}, {0.229, 0.224, 0.225}}; }
-  // Per-channel statistics of the first max_items items (uint8 read as x/255), the std
-  // 1e-7 more as fastai's Normalize.setups.
+  // Per-channel statistics of max_items items spread evenly over the dataset (uint8 read
+  // as x/255), the std 1e-7 more as fastai's Normalize.setups.
   static Normalize from_data(const Dataset& dataset, size_t max_items = 2048);
 };
 

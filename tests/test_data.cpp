@@ -230,6 +230,25 @@ TEST_SUITE("data") {
     CHECK(error_of([&] { Normalize{{0.1}, {NAN}}(x); }) == "Normalize: std nan of channel 0 is not a positive number");
   }
 
+  TEST_CASE("Normalize::from_data: items spread over the whole dataset, chunk by chunk as one pass would") {
+    // Sorted by class, as a folder's items: item i is all i/1000, so the first half alone would say 0.0495.
+    const auto values = torch::arange(200, torch::kDouble).div(1000);
+    const auto x = values.view({200, 1, 1, 1}).expand({200, 2, 3, 3}).contiguous().to(torch::kFloat);
+    TensorDataset sorted(x, torch::zeros({200}, torch::kLong));
+    const auto half = Normalize::from_data(sorted, 100);  // items 0, 2, ..., 198
+    const auto even = values.index({torch::indexing::Slice(0, 200, 2)});
+    CHECK(half.mean[0] == doctest::Approx(even.mean().item<double>()).epsilon(1e-6));
+    // 300 random items in chunks equal the statistics of all of them at once.
+    torch::manual_seed(0);
+    const auto many = torch::rand({300, 3, 4, 5});
+    const auto stats = Normalize::from_data(TensorDataset(many, torch::zeros({300}, torch::kLong)));
+    const auto per_channel = many.to(torch::kDouble).transpose(0, 1).reshape({3, -1});
+    for (int64_t c = 0; c < 3; ++c) {
+      CHECK(stats.mean[size_t(c)] == doctest::Approx(per_channel[c].mean().item<double>()).epsilon(1e-12));
+      CHECK(stats.std[size_t(c)] == doctest::Approx(per_channel[c].std().item<double>() + 1e-7).epsilon(1e-12));
+    }
+  }
+
   TEST_CASE("read_idx reads raw and gzipped idx files, and names the file when corrupt") {
     const auto dir = temp_dir("idx");
     const auto images = idx_bytes({3, 2, 2}, 10), labels = idx_bytes({3}, 1);
