@@ -212,6 +212,59 @@ TEST_SUITE("augment") {
     }
   }
 
+  TEST_CASE("min_scale: a random square crop of the moved image resized to size, as fastai's RandomResizedCropGPU "
+            "(a slice, then a resize with align_corners); validation takes the centre square") {
+    namespace F = torch::nn::functional;
+    const auto resize = [](const torch::Tensor& image, int64_t size) {  // fastai's affine_coord(sz) of a slice
+      return F::interpolate(image.unsqueeze(0), F::InterpolateFuncOptions()
+                                                    .size(std::vector<int64_t>{size, size})
+                                                    .mode(torch::kBilinear)
+                                                    .align_corners(true))
+          .squeeze(0);
+    };
+    torch::manual_seed(0);
+    const auto x = torch::rand({64, 3, 10, 10});
+    const vision::AugTransforms crop({.do_flip = false, .max_rotate = 0, .max_zoom = 1, .max_lighting = 0,
+                                      .max_warp = 0, .size = std::pair<int64_t, int64_t>{6, 6}, .min_scale = 0.5});
+    const auto draws = crop.draw(64, 7);
+    const auto out = crop.apply_draws({x, torch::Tensor()}, draws).x;
+    std::set<int64_t> sides, tops;
+    for (int64_t i = 0; i < 64; ++i) {
+      const auto& d = draws[size_t(i)];
+      CHECK(d.crop_area >= 0.5);
+      CHECK(d.crop_area < 1);
+      const auto side = std::llround(std::sqrt(d.crop_area * 100));
+      const auto top = int64_t(std::floor(d.crop_row * double(10 - side + 1)));
+      const auto left = int64_t(std::floor(d.crop_col * double(10 - side + 1)));
+      sides.insert(side);
+      tops.insert(top);
+      using torch::indexing::Slice;
+      const auto expected = resize(x[i].index({Slice(), Slice(top, top + side), Slice(left, left + side)}), 6);
+      CHECK(torch::allclose(out[i], expected, 0, 1e-5));
+    }
+    CHECK(sides == std::set<int64_t>{7, 8, 9, 10});
+    CHECK(tops.size() >= 3);
+
+    // Validation: the centre square of a wide image (fastai's (w - h) // 2), resized; its spec carries it.
+    const auto wide = torch::rand({2, 3, 8, 13});
+    const auto valid = crop.validation();
+    REQUIRE(valid);
+    CHECK(valid->spec() == "AugResize 6 6 reflection 1 centre_square");
+    const auto centre = valid->apply({wide, torch::Tensor()}, 1).x;
+    using torch::indexing::Slice;
+    CHECK(torch::allclose(centre[1], resize(wide[1].index({Slice(), Slice(), Slice(2, 10)}), 6), 0, 1e-5));
+    CHECK(torch::equal(vision::batch_augment_from_spec(valid->spec())->apply({wide, torch::Tensor()}, 1).x, centre));
+    // A detector's boxes through it go back to the item's pixels: the output's outer pixel centres are
+    // the square's (align_corners), 2.5 and 9.5, and its edges half an output pixel (7/5 / 2) beyond.
+    const auto& centre_resize = dynamic_cast<const vision::AugTransforms&>(*valid);
+    CHECK(torch::allclose(centre_resize.boxes_to_input(torch::tensor({{0.5, 0.5, 5.5, 5.5}, {0.0, 0.0, 6.0, 6.0}}), 8, 13),
+                          torch::tensor({{2.5, 0.5, 9.5, 7.5}, {1.8, 0.0, 10.2, 8.0}})));
+    CHECK(error_of([] { vision::AugTransforms({.min_scale = 0.75}); }) ==
+          "aug_transforms: min_scale below 1 (a crop) needs a size to resize it to");
+    CHECK(error_of([] { vision::AugTransforms({.size = std::pair<int64_t, int64_t>{4, 4}, .min_scale = 0}); }) ==
+          "aug_transforms: min_scale must be in (0, 1], got 0.000000");
+  }
+
   TEST_CASE("aug_transforms: bad options and batches are errors that say what is wrong") {
     CHECK_THROWS_WITH_AS(vision::AugTransforms({.min_zoom = 1.2, .max_zoom = 1.1}),
                          "aug_transforms: min_zoom must be positive and at most max_zoom, got 1.200000 and 1.100000", Error);

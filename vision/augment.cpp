@@ -89,6 +89,40 @@ Mat3 item_map(const AugDraw& d, double h, double w) {
   return warp_mat(d.warp_x, d.warp_y) * affine;
 }
 
+// A square crop of an h x w image: its side and top-left pixel.
+struct SquareCrop {
+  int64_t side, top, left;
+};
+
+// The draw's crop; the centre square (fastai's validation crop) where `centre`.
+SquareCrop square_crop(const AugDraw& d, int64_t h, int64_t w, bool centre) {
+  const int64_t shorter = std::min(h, w);
+  if (centre) return {shorter, (h - shorter) / 2, (w - shorter) / 2};
+  const auto side = std::clamp<int64_t>(std::llround(std::sqrt(d.crop_area * double(h) * double(w))), 1, shorter);
+  // A fraction in [0, 1) of the room left, rounded down: each place equally likely, as randint(0, room).
+  const auto place = [](double fraction, int64_t room) {
+    return std::clamp<int64_t>(static_cast<int64_t>(std::floor(fraction * double(room + 1))), 0, room);
+  };
+  return {side, place(d.crop_row, h - side), place(d.crop_col, w - side)};
+}
+
+// Output coordinates to those of the crop's region in an h x w image (normalized), as a
+// resize of the region: its outer pixel centres (align_corners) or edges on the output's.
+Mat3 crop_mat(const SquareCrop& crop, int64_t h, int64_t w, bool align_corners) {
+  const auto axis = [&](int64_t start, int64_t n) -> std::pair<double, double> {  // scale, shift
+    if (n == 1) return {0, 0};
+    const auto normalized = [&](double p) {
+      return align_corners ? (p - 0.5) * (2.0 / double(n - 1)) - 1 : p * (2.0 / double(n)) - 1;
+    };
+    const double margin = align_corners ? 0.5 : 0;
+    const double first = normalized(double(start) + margin), last = normalized(double(start + crop.side) - margin);
+    return {(last - first) / 2, (last + first) / 2};
+  };
+  const auto [sx, tx] = axis(crop.left, w);
+  const auto [sy, ty] = axis(crop.top, h);
+  return {{{sx, 0, tx}, {0, sy, ty}, {0, 0, 1}}};
+}
+
 Mat3 inverse(const Mat3& m) {
   const double det = m[0][0] * (m[1][1] * m[2][2] - m[1][2] * m[2][1]) - m[0][1] * (m[1][0] * m[2][2] - m[1][2] * m[2][0]) +
                      m[0][2] * (m[1][0] * m[2][1] - m[1][1] * m[2][0]);
@@ -218,6 +252,8 @@ AugTransforms::AugTransforms(AugOptions options) : options_(std::move(options)) 
   check(o.max_warp * o.mult < 1, "max_warp (times mult) must be in [0, 1), got " + std::to_string(o.max_warp * o.mult));
   for (double p : {o.p_affine, o.p_lighting}) check(p >= 0 && p <= 1, "a probability must be in [0, 1], got " + std::to_string(p));
   if (o.size) check(o.size->first > 0 && o.size->second > 0, "size must be positive");
+  check(o.min_scale > 0 && o.min_scale <= 1, "min_scale must be in (0, 1], got " + std::to_string(o.min_scale));
+  check(o.size || (o.min_scale == 1 && !o.centre_square), "min_scale below 1 (a crop) needs a size to resize it to");
 }
 
 std::vector<AugDraw> AugTransforms::draw(size_t n, uint64_t seed) const {
@@ -246,6 +282,11 @@ std::vector<AugDraw> AugTransforms::draw(size_t n, uint64_t seed) const {
       if (rng.bernoulli(o.p_lighting)) d.brightness = rng.uniform(0.5 * (1 - lighting), 0.5 * (1 + lighting));
       if (rng.bernoulli(o.p_lighting)) d.contrast = std::exp(rng.uniform(std::log(1 - lighting), -std::log(1 - lighting)));
     }
+    if (o.min_scale < 1) {
+      d.crop_area = rng.uniform(o.min_scale, 1);
+      d.crop_row = rng.uniform();
+      d.crop_col = rng.uniform();
+    }
   }
   return draws;
 }
@@ -267,16 +308,18 @@ AugOptions resize_only(std::pair<int64_t, int64_t> size, PadMode pad_mode, bool 
 
 BatchAugmentPtr AugTransforms::validation() const {
   if (!options_.size) return nullptr;
-  return std::make_shared<AugTransforms>(resize_only(*options_.size, options_.pad_mode, options_.align_corners));
+  auto resize = resize_only(*options_.size, options_.pad_mode, options_.align_corners);
+  resize.centre_square = options_.centre_square || options_.min_scale < 1;
+  return std::make_shared<AugTransforms>(resize);
 }
 
 std::string AugTransforms::spec() const {
   const auto& o = options_;
   const bool resizes_only = o.size && !o.do_flip && !o.flip_vert && o.max_rotate == 0 && o.min_zoom == 1 &&
-                            o.max_zoom == 1 && o.max_lighting == 0 && o.max_warp == 0;
+                            o.max_zoom == 1 && o.max_lighting == 0 && o.max_warp == 0 && o.min_scale == 1;
   if (!resizes_only) return "";
   return "AugResize " + std::to_string(o.size->first) + " " + std::to_string(o.size->second) + " " +
-         pad_mode_name(o.pad_mode) + " " + (o.align_corners ? "1" : "0");
+         pad_mode_name(o.pad_mode) + " " + (o.align_corners ? "1" : "0") + (o.centre_square ? " centre_square" : "");
 }
 
 void check_boxes_can_go_back(const std::vector<BatchAugmentPtr>& resizes, const std::string& who) {
@@ -306,26 +349,35 @@ torch::Tensor AugTransforms::boxes_to_input(const torch::Tensor& boxes, int64_t 
   if (spec().empty()) throw Error("AugTransforms::boxes_to_input: only a resize alone maps boxes back");
   using torch::indexing::Slice;
   const auto [out_h, out_w] = *options_.size;
-  // The resize's map is the identity on grid_sample's normalized coordinates.
-  const auto back = [&](const torch::Tensor& v, int64_t out, int64_t in) {
-    return from_normalized(to_normalized(v.to(torch::kDouble), out, options_.align_corners), in, options_.align_corners)
-        .clamp(0, double(in));
+  // The resize's map is the identity on grid_sample's normalized coordinates, or the centre square's crop.
+  const auto crop = options_.centre_square ? crop_mat(square_crop({}, height, width, /*centre=*/true), height, width,
+                                                      options_.align_corners)
+                                           : kIdentity;
+  const auto back = [&](const torch::Tensor& v, int64_t out, int64_t in, int axis) {
+    const auto normalized = to_normalized(v.to(torch::kDouble), out, options_.align_corners) * crop[axis][axis] +
+                            crop[axis][2];
+    return from_normalized(normalized, in, options_.align_corners).clamp(0, double(in));
   };
-  const auto x = back(boxes.index({Slice(), Slice(0, 4, 2)}), out_w, width);
-  const auto y = back(boxes.index({Slice(), Slice(1, 4, 2)}), out_h, height);
+  const auto x = back(boxes.index({Slice(), Slice(0, 4, 2)}), out_w, width, 0);
+  const auto y = back(boxes.index({Slice(), Slice(1, 4, 2)}), out_h, height, 1);
   return torch::stack({x.select(1, 0), y.select(1, 0), x.select(1, 1), y.select(1, 1)}, 1).to(boxes.scalar_type());
 }
 
 BatchAugmentPtr batch_augment_from_spec(const std::string& spec) {
   const auto words = spec_text::words(spec);
-  if (words.size() == 5 && words[0] == "AugResize" && (words[4] == "0" || words[4] == "1")) {
+  const bool centre_square = words.size() == 6 && words[5] == "centre_square";
+  if ((words.size() == 5 || centre_square) && words[0] == "AugResize" && (words[4] == "0" || words[4] == "1")) {
     const auto height = spec_text::to_number(words[1]), width = spec_text::to_number(words[2]);
     const auto mode = pad_mode_named(words[3]);
     if (height && width && mode && *height >= 1 && *width >= 1 && *height == std::floor(*height) &&
-        *width == std::floor(*width))
-      return aug_transforms(resize_only({int64_t(*height), int64_t(*width)}, *mode, words[4] == "1"));
+        *width == std::floor(*width)) {
+      auto resize = resize_only({int64_t(*height), int64_t(*width)}, *mode, words[4] == "1");
+      resize.centre_square = centre_square;
+      return aug_transforms(resize);
+    }
   }
-  throw Error("batch augmentation '" + spec + "' is not 'AugResize HEIGHT WIDTH reflection|border|zeros 0|1'");
+  throw Error("batch augmentation '" + spec +
+              "' is not 'AugResize HEIGHT WIDTH reflection|border|zeros 0|1', optionally followed by 'centre_square'");
 }
 
 Batch AugTransforms::apply_draws(Batch batch, const std::vector<AugDraw>& draws) const {
@@ -347,6 +399,9 @@ Batch AugTransforms::apply_draws(Batch batch, const std::vector<AugDraw>& draws)
   for (const auto& d : draws) {
     if (d.dihedral < 0 || d.dihedral > 7) throw Error("aug_transforms: a dihedral index must be in [0, 7], got " + std::to_string(d.dihedral));
     maps.push_back(item_map(d, double(h), double(w)));
+    // fastai's crop comes after the moves: it samples the moved image (of the input's size).
+    if (o.min_scale < 1 || o.centre_square)
+      maps.back() = maps.back() * crop_mat(square_crop(d, h, w, o.centre_square), h, w, o.align_corners);
     moves = moves || !is_identity(maps.back());
   }
   if (moves) {

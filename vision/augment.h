@@ -43,6 +43,15 @@ struct AugOptions {
   int mask_fill = 0;            // masks' value where PadMode::Zeros pads (the segmentation loaders set theirs)
   bool align_corners = true;
   bool batch = false;           // one draw for the whole batch
+  // Below 1, fastai's presizing recipe (aug_transforms(size=224, min_scale=0.75)): after the
+  // moves above, a square crop of at least min_scale of the image's area at a random place
+  // (as fastai's RandomResizedCropGPU with ratio 1, in the same grid_sample), resized to
+  // `size`, which it needs. Where the square would not fit (a wide image) it is the shorter
+  // side's, at a random place (fastai draws again up to 10 times, then takes the centre).
+  // Each item draws its own (fastai's one for the batch), unless `batch`.
+  double min_scale = 1.0;
+  // min_scale's validation form: the centre square, as fastai's on the validation set.
+  bool centre_square = false;
 };
 
 // One item's draws; the defaults change nothing.
@@ -52,15 +61,20 @@ struct AugDraw {
   double zoom = 1, zoom_col = 0.5, zoom_row = 0.5;  // scale, and its centre as fractions of width and height
   double warp_x = 0, warp_y = 0;
   double brightness = 0.5, contrast = 1;
+  // With min_scale: the crop's share of the image's area, and where it lies as fractions
+  // of the room left above it and left of it.
+  double crop_area = 1, crop_row = 0.5, crop_col = 0.5;
 };
 
 class AugTransforms : public BatchAugment {
  public:
   explicit AugTransforms(AugOptions options = {});
   Batch apply(Batch batch, uint64_t seed) const override;
-  // On validation data: the resize to `size` alone, or nothing.
+  // On validation data: the resize to `size` alone (after the centre square with
+  // min_scale), or nothing.
   BatchAugmentPtr validation() const override;
-  // That resize alone has one: "AugResize HEIGHT WIDTH reflection|border|zeros ALIGN_CORNERS(0|1)".
+  // That resize alone has one: "AugResize HEIGHT WIDTH reflection|border|zeros ALIGN_CORNERS(0|1)",
+  // then " centre_square" where it crops it.
   std::string spec() const override;
 
   // The draws of a batch of n items.
