@@ -95,6 +95,10 @@ int main(int argc, char** argv) {
         std::filesystem::create_directories(std::filesystem::path(file).parent_path());
         return vision::write_mask_png(file, p.mask);
       }
+      if (p.index < 0) {  // a regression model's values
+        std::cout << p.path << ": " << p.label << "\n";
+        return;
+      }
       const auto [probs, indices] = p.probs.topk(std::min<int64_t>(top, p.probs.numel()));
       std::cout << p.path << ":";
       for (int64_t j = 0; j < probs.numel(); ++j)

@@ -6,6 +6,7 @@
 #include <fstream>
 #include <opencv2/imgcodecs.hpp>
 
+#include "core/spec_text.h"
 #include "helpers.h"
 #include "learner/export.h"
 #include "vision/predictor.h"
@@ -165,7 +166,11 @@ TEST_SUITE("export") {
     const auto spec = read_exported(path).spec;
     CHECK(range_of(spec, "y_range") == std::pair{-1.0, 3.0});
     const auto predictor = vision::load_learner(path, {.device = torch::kCPU});
-    CHECK(torch::allclose(predictor.predict(valid.get(0).x).probs, output, 1e-5, 1e-6));
+    const auto predicted = predictor.predict(valid.get(0).x);
+    CHECK(torch::allclose(predicted.probs, output, 1e-5, 1e-6));
+    CHECK(predicted.index == -1);  // values, not classes
+    CHECK(predicted.label == spec_text::number(predicted.probs[0].item<double>()) + " " +
+                                 spec_text::number(predicted.probs[1].item<double>()));
     CHECK(error_of([] { vision::SigmoidRange(3, -1); }) == "SigmoidRange: low must be below high, got (3, -1)");
     auto bad_spec = spec;
     bad_spec["y_range"] = c10::List<double>({-1.0, 1.0, 3.0});

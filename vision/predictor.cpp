@@ -7,6 +7,7 @@
 
 #include "core/device.h"
 #include "core/error.h"
+#include "core/spec_text.h"
 #include "data/dataloader.h"
 #include "formats/state_dict.h"
 #include "vision/augment.h"
@@ -103,6 +104,12 @@ Prediction Predictor::decode(const torch::Tensor& probs, std::string path) const
   }
   if (probs.dim() >= 3)  // a class per pixel: [classes, H, W]
     return {std::move(path), "", 0, probs, probs.argmax(0)};
+  if (exported_.activation.empty()) {  // a regression model's values (MSELoss): no class to name
+    const auto values = probs.flatten().to(torch::kDouble).contiguous();
+    std::string text;
+    for (int64_t k = 0; k < values.numel(); ++k) text.append(k ? " " : "").append(spec_text::number(values[k].item<double>()));
+    return {std::move(path), text, -1, probs, {}};
+  }
   const auto index = probs.flatten().argmax().item<int64_t>();
   if (exported_.activation == "sigmoid") {  // several classes an item: every one above 0.5
     std::string labels;

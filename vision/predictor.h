@@ -40,8 +40,10 @@ class ImageFolder;
 struct Prediction {
   std::string path;     // the image file (empty for a tensor)
   std::string label;    // the class name (its index as text when there is no vocab); empty for a mask;
-                        // a multi-label model's: every class above 0.5, separated by spaces
-  int64_t index = 0;    // the most probable class (a detector's: its best detection's, -1 for none)
+                        // a multi-label model's: every class above 0.5, separated by spaces; a
+                        // regression model's (no activation): its values, separated by spaces
+  int64_t index = 0;    // the most probable class (a detector's: its best detection's, -1 for none;
+                        // -1 for a regression model's)
   torch::Tensor probs;  // the activated output, on the CPU ([classes, H, W] for a segmentation model)
   torch::Tensor mask;   // a segmentation model's: the most probable class of each pixel, int64 [H, W]
   // A detector's (probs: its output for the image): boxes x1 y1 x2 y2 in the image file's
