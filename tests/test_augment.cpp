@@ -259,6 +259,9 @@ TEST_SUITE("augment") {
     const auto& centre_resize = dynamic_cast<const vision::AugTransforms&>(*valid);
     CHECK(torch::allclose(centre_resize.boxes_to_input(torch::tensor({{0.5, 0.5, 5.5, 5.5}, {0.0, 0.0, 6.0, 6.0}}), 8, 13),
                           torch::tensor({{2.5, 0.5, 9.5, 7.5}, {1.8, 0.0, 10.2, 8.0}})));
+    CHECK(error_of([&] { crop.apply({x, torch::zeros({64, 1, 10, 10}, torch::kLong)}, 1); }) ==
+          "aug_transforms: cannot move targets [64, 1, 10, 10] with images [64, 3, 10, 10]: masks are [batch, height, "
+          "width] of the images' height and width, boxes [batch, boxes, 5]");
     CHECK(error_of([] { vision::AugTransforms({.min_scale = 0.75}); }) ==
           "aug_transforms: min_scale below 1 (a crop) needs a size to resize it to");
     CHECK(error_of([] { vision::AugTransforms({.size = std::pair<int64_t, int64_t>{4, 4}, .min_scale = 0}); }) ==

@@ -393,6 +393,11 @@ Batch AugTransforms::apply_draws(Batch batch, const std::vector<AugDraw>& draws)
   const bool masks = batch.y.defined() && batch.y.dim() == 3 && batch.y.size(1) == h && batch.y.size(2) == w;
   const bool boxes = !masks && batch.y.defined() && batch.y.dim() == 3 && batch.y.size(2) == 5;
   if (boxes && !batch.y.is_floating_point()) batch.y = batch.y.to(torch::kFloat);  // whole pixels move to fractions
+  // Labels ([batch], or [batch, classes]) stay; anything else shaped like a picture would be left behind.
+  if (batch.y.defined() && batch.y.dim() >= 3 && !masks && !boxes)
+    throw Error("aug_transforms: cannot move targets " + c10::str(batch.y.sizes()) + " with images " +
+                c10::str(batch.x.sizes()) + ": masks are [batch, height, width] of the images' height and width, "
+                "boxes [batch, boxes, 5]");
 
   std::vector<Mat3> maps;
   bool moves = out_h != h || out_w != w;
