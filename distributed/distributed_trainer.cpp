@@ -159,10 +159,13 @@ void DistributedTrainer::after_loss() {
 
 void DistributedTrainer::gather_validation_batch() {
   auto& l = learn();
-  const auto& sampler = l.dls.valid.sampler();
-  const int64_t per_rank = static_cast<int64_t>(sampler.size());
-  const int64_t n = static_cast<int64_t>(whole_samplers_[1]->size());  // the epoch before padding
-  const int64_t first = static_cast<int64_t>(l.iter) * l.dls.valid.bs();
+  // The loader being validated: the valid one, its in-order copy (get_preds) or a caller's.
+  // One that is not shared out holds every item on every rank: nothing to gather.
+  const auto* shard = l.dl ? dynamic_cast<const DistributedSampler*>(&l.dl->sampler()) : nullptr;
+  if (!shard) return;
+  const int64_t per_rank = static_cast<int64_t>(shard->size());
+  const int64_t n = static_cast<int64_t>(shard->base()->size());  // the epoch before padding
+  const int64_t first = static_cast<int64_t>(l.iter) * l.dl->bs();
   const auto preds = gather_same_shape(*comm_, l.pred.detach()), targets = gather_padded(*comm_, l.yb);
   std::vector<torch::Tensor> kept_preds, kept_targets;
   for (int r = 0; r < env_.world_size; ++r) {

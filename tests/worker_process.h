@@ -129,6 +129,10 @@ inline double check_two_ranks_equal_one_process(int port_offset, const std::vect
     // The same items, batched otherwise: each batch's float mean rounds otherwise.
     CHECK(row.get(2) == doctest::Approx(expected_row.get(2)).epsilon(1e-6));
     CHECK(row.get(1) == doctest::Approx(valid.get(0)).epsilon(rtol));  // the fit's last validation is validate()'s
+    // A loader of the program's own validated within the fit: its whole set on each rank, as in one process.
+    const auto own = read_result(out).get(6).toDoubleList(), expected_own = single.get(6).toDoubleList();
+    CHECK(own.get(0) == doctest::Approx(expected_own.get(0)).epsilon(rtol));
+    CHECK(own.get(1) == doctest::Approx(expected_own.get(1)).epsilon(1e-9));
   }
   check_same_params(outs[0], outs[1], rtol, atol);
   for (const auto& out : outs) std::filesystem::remove(out);
