@@ -58,7 +58,7 @@ torch::Tensor DeviceDecode::run(torch::Device device) const {
   // Per item: where the output samples the canvas (its crop, flipped or not), the crop's
   // outermost pixel centres, so that its edge repeats as OpenCV's resize does, and how
   // many samples a side each output pixel averages: one (bilinear) unless the crop
-  // shrinks more than twice both ways, where OpenCV's resize averages areas.
+  // shrinks both ways, where OpenCV's resize averages areas.
   auto theta = torch::zeros({n, 2, 3}, torch::kDouble);
   auto bounds = torch::empty({n, 4}, torch::kDouble);
   auto t = theta.accessor<double, 3>();
@@ -81,7 +81,7 @@ torch::Tensor DeviceDecode::run(torch::Device device) const {
     b[i][2] = normalized(crop.y, height);
     b[i][3] = normalized(crop.y + crop.height - 1, height);
     const double shrink = std::min(crop.width / double(out_.width), crop.height / double(out_.height));
-    by_samples[shrink > 2 ? std::min(8, int(std::ceil(shrink))) : 1].push_back(i);
+    by_samples[shrink > 1 ? std::min(8, int(std::ceil(shrink))) : 1].push_back(i);
   }
   namespace F = torch::nn::functional;
   const auto options = torch::TensorOptions(torch::kFloat).device(device);

@@ -12,13 +12,13 @@ namespace {
 cv::Mat resize_to(const cv::Mat& image, cv::Size size, const Sampling& sampling) {
   if (image.size() == size) return image;
   cv::Mat out;
-  // Area averaging only for strong shrinking, where bilinear would alias; it costs
-  // several times more.
-  const bool strong = size.width * 2 < image.cols && size.height * 2 < image.rows;
+  // Shrinking, an average over each output pixel's area (antialiased, as fastai's Pillow
+  // resize): bilinear reads 2 of the pixels an output pixel covers, and aliases.
+  const bool shrinks = size.width < image.cols && size.height < image.rows;
   // Masks: the nearest pixel to each output pixel's centre, as Pillow's NEAREST (fastai's
   // for masks) and where the image's own samples are centred; INTER_NEAREST takes the one
   // at its top-left corner, shifting the mask up to half a pixel against its image.
-  const int how = sampling.nearest ? cv::INTER_NEAREST_EXACT : strong ? cv::INTER_AREA : cv::INTER_LINEAR;
+  const int how = sampling.nearest ? cv::INTER_NEAREST_EXACT : shrinks ? cv::INTER_AREA : cv::INTER_LINEAR;
   cv::resize(image, out, size, 0, 0, how);
   return out;
 }
