@@ -71,8 +71,12 @@ void ResumeFromCheckpoint::before_fit() {
     throw Error("cannot read " + source + ": its extra 'fit' is " + std::to_string(fit_entry) + ", not a fit's number");
   const int saved_fit = static_cast<int>(fit_entry);
   if (!saved || saved_fit < fit_) {  // nothing saved for this fit (an earlier fit's is overwritten)
-    if (!seeded_) seed_ = static_cast<uint64_t>(torch::randint(std::numeric_limits<int64_t>::max(), {1},
-                                                               torch::kLong).item<int64_t>());
+    if (!seeded_) {
+      // Rank 0's on every rank: each rank's own draw would give way to rank 0's, the one
+      // the checkpoint keeps, on a resume, and its dropout would not repeat.
+      const auto drawn = torch::randint(std::numeric_limits<int64_t>::max(), {1}, torch::kLong).item<int64_t>();
+      seed_ = static_cast<uint64_t>(l.from_rank_0 ? l.from_rank_0(drawn) : drawn);
+    }
     seeded_ = true;
     return;
   }

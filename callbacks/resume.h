@@ -14,8 +14,8 @@
 // data order depend only on the epoch (and the epochs of the fits before, which the
 // program calls again), the optimizer state is in the checkpoint, and each
 // trained epoch reseeds the global generators (dropout, MixUp) from (seed, fit, epoch,
-// rank). The seed is drawn from the global generator at the first fit; rank 0's is saved,
-// so give every rank the same manual_seed.
+// rank). The seed is drawn from the global generator at the first fit, rank 0's used by
+// every rank (Learner::from_rank_0) and saved.
 // It sits out lr_find (which neither counts as a fit nor loads or saves the checkpoint).
 #include <cstdint>
 #include <string>

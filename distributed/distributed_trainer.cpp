@@ -52,6 +52,12 @@ void DistributedTrainer::before_fit() {
     comm->all_reduce_sum(failed);
     return failed.item<int64_t>() == 0;
   };
+  l.from_rank_0 = [comm = comm_, device = l.device](int64_t value) {
+    auto shared = torch::full({1}, value, torch::kInt64);
+    if (comm->backend() == "nccl") shared = shared.to(device);
+    comm->broadcast(shared, 0);
+    return shared.item<int64_t>();
+  };
   was_logging_ = l.logging;
   if (env_.rank != 0) l.logging = false;
 }
@@ -210,6 +216,7 @@ void DistributedTrainer::after_fit() {
   l.dls.valid.set_sampler(whole_samplers_[1]);
   l.rank = 0;
   l.barrier = nullptr;
+  l.from_rank_0 = nullptr;
   l.logging = was_logging_;
 }
 

@@ -101,3 +101,28 @@ TEST_SUITE("callbacks") {
     CHECK(!std::filesystem::exists(path));  // a restart would have resumed at epoch 2, past the stop
   }
 }
+
+TEST_SUITE("callbacks") {
+  TEST_CASE("ResumeFromCheckpoint: every rank's seed is rank 0's (Learner::from_rank_0), the one its checkpoint keeps") {
+    // Processes whose generators differ train alike when rank 0's draw is shared, so a
+    // resumed rank (which reads rank 0's seed back) repeats its own dropout.
+    const auto path = temp_path("rank_0_seed.ckpt");
+    auto trained = [&](uint64_t own_seed, bool shared) {
+      torch::manual_seed(0);
+      torch::nn::Sequential model(torch::nn::Linear(4, 16), torch::nn::ReLU(), torch::nn::Dropout(0.5),
+                                  torch::nn::Linear(16, 3));
+      DataLoaders dls{DataLoader(synthetic_dataset(16, 4, 3, 1), {.bs = 4, .shuffle = true, .seed = 3}),
+                      DataLoader(synthetic_dataset(8, 4, 3, 2), {.bs = 4})};
+      Learner learn(dls, model, CrossEntropyLoss(), {}, quiet());
+      silence(learn);
+      learn.add_cb(ResumeFromCheckpoint(path));
+      if (shared) learn.from_rank_0 = [](int64_t) { return int64_t{77}; };
+      torch::manual_seed(own_seed);
+      learn.fit(2, 1e-2);
+      return snapshot(learn.model.module());
+    };
+    CHECK(all_equal(trained(1, true), trained(2, true)));
+    CHECK_FALSE(all_equal(trained(1, false), trained(2, false)));
+    std::filesystem::remove(path);
+  }
+}
