@@ -70,13 +70,14 @@ void ResumeFromCheckpoint::before_fit() {
   if (fit_entry < 1 || fit_entry > std::numeric_limits<int>::max())
     throw Error("cannot read " + source + ": its extra 'fit' is " + std::to_string(fit_entry) + ", not a fit's number");
   const int saved_fit = static_cast<int>(fit_entry);
+  if (!seeded_) {
+    // Rank 0's on every rank (every rank meets in it, checkpoint or not): each rank's own draw
+    // would give way to rank 0's, the one the checkpoint keeps, on a resume, and its dropout
+    // would not repeat.
+    const auto drawn = torch::randint(std::numeric_limits<int64_t>::max(), {1}, torch::kLong).item<int64_t>();
+    seed_ = static_cast<uint64_t>(l.from_rank_0 ? l.from_rank_0(drawn) : drawn);
+  }
   if (!saved || saved_fit < fit_) {  // nothing saved for this fit (an earlier fit's is overwritten)
-    if (!seeded_) {
-      // Rank 0's on every rank: each rank's own draw would give way to rank 0's, the one
-      // the checkpoint keeps, on a resume, and its dropout would not repeat.
-      const auto drawn = torch::randint(std::numeric_limits<int64_t>::max(), {1}, torch::kLong).item<int64_t>();
-      seed_ = static_cast<uint64_t>(l.from_rank_0 ? l.from_rank_0(drawn) : drawn);
-    }
     seeded_ = true;
     return;
   }

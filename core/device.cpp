@@ -17,8 +17,9 @@
 namespace fastcpp {
 
 std::optional<int> launcher_local_rank() {
-  // The launchers' variables, in the order distributed::read_env reads them: Open MPI's before
-  // Slurm's, whose SLURM_LOCALID is 0 in every process mpirun starts in an allocation.
+  // The launchers' local ranks, in read_env's order of launchers: Open MPI's before Slurm's,
+  // whose SLURM_LOCALID is 0 in every process mpirun starts in an allocation. (Without one,
+  // read_env's RANK mod LOCAL_WORLD_SIZE is not guessed here: the trainer moves the model.)
   for (const char* name : {"LOCAL_RANK", "OMPI_COMM_WORLD_LOCAL_RANK", "SLURM_LOCALID"}) {
     const char* value = std::getenv(name);
     if (!value || !*value) continue;

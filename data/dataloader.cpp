@@ -92,7 +92,7 @@ void DataLoader::add_batch_tfms(const std::vector<BatchTransform>& tfms) {
 
 Batch DataLoader::apply_batch_tfms(Batch batch, uint64_t seed) const {
   // Each augmentation draws its own stream (two flips on one would flip the same items back);
-  // the first keeps the batch's, and the others' lie far from the items' streams (their indices).
+  // the first keeps the batch's, the others' are mixed from streams no item index reaches.
   constexpr uint64_t kAugmentStreams = uint64_t{1} << 62;
   for (size_t k = 0; k < options_.aug_tfms.size(); ++k)
     batch = options_.aug_tfms[k]->apply(std::move(batch), k == 0 ? seed : mix_seed(seed, kAugmentStreams + k));

@@ -158,6 +158,7 @@ void DistributedTrainer::after_loss() {
   if (!reducer_) return;
   auto& l = learn();
   if (!l.training) return gather_validation_batch();
+  if (!l.loss.defined()) return;  // a batch without targets (every rank's: they share the data)
   auto loss = l.loss.detach().to(torch::kFloat).reshape({1}).clone();
   comm_->all_reduce_sum(loss);
   l.loss = (loss / env_.world_size).reshape({});
@@ -169,19 +170,26 @@ void DistributedTrainer::gather_validation_batch() {
   // One that is not shared out holds every item on every rank: nothing to gather.
   const auto* shard = l.dl ? dynamic_cast<const DistributedSampler*>(&l.dl->sampler()) : nullptr;
   if (!shard) return;
+  if (shard->world_size() != env_.world_size)
+    throw Error("to_distributed: the loader validated is shared out over " + std::to_string(shard->world_size()) +
+                " processes, the run has " + std::to_string(env_.world_size));
   const int64_t per_rank = static_cast<int64_t>(shard->size());
   const int64_t n = static_cast<int64_t>(shard->base()->size());  // the epoch before padding
   const int64_t first = static_cast<int64_t>(l.iter) * l.dl->bs();
-  const auto preds = gather_same_shape(*comm_, l.pred.detach()), targets = gather_padded(*comm_, l.yb);
+  // A test set's batches have no targets (on every rank: they share the data): predictions alone.
+  const bool with_targets = l.yb.defined();
+  const auto preds = gather_same_shape(*comm_, l.pred.detach());
+  const auto targets = with_targets ? gather_padded(*comm_, l.yb) : torch::Tensor();
   std::vector<torch::Tensor> kept_preds, kept_targets;
   for (int r = 0; r < env_.world_size; ++r) {
     // Rank r's batch holds padded positions r*per_rank + first + j; positions >= n are padding.
     const int64_t start = r * per_rank + first;
     const int64_t keep = std::clamp<int64_t>(n - start, 0, preds.size(1));
     kept_preds.push_back(preds[r].narrow(0, 0, keep));
-    kept_targets.push_back(targets[r].narrow(0, 0, keep));
+    if (with_targets) kept_targets.push_back(targets[r].narrow(0, 0, keep));
   }
   l.pred = torch::cat(kept_preds);
+  if (!with_targets) return;
   l.yb = torch::cat(kept_targets);
   l.loss = l.loss_func(l.pred, l.yb).detach();
 }

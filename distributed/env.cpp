@@ -131,7 +131,11 @@ std::pair<const char*, int> slurm_tasks_on_this_node() {
     return {get(name) ? name : nullptr, integer(name, 0)};
   }
   const std::string list = value;
-  std::vector<int> counts;
+  const auto malformed = [&] {
+    return Error(std::string("environment variable ") + name + "='" + list +
+                 "' is not a list of task counts such as 4(x2),3");
+  };
+  std::vector<std::pair<int, int>> runs;  // (count, nodes): "4(x2)" is 4 on each of 2 nodes
   for (size_t start = 0; start <= list.size();) {
     const size_t comma = std::min(list.find(',', start), list.size());
     const std::string part = list.substr(start, comma - start);
@@ -140,19 +144,19 @@ std::pair<const char*, int> slurm_tasks_on_this_node() {
     const auto times = paren == std::string::npos ? std::optional<int>(1)
                        : part.back() == ')'       ? whole_number(part.substr(paren + 2, part.size() - paren - 3))
                                                   : std::nullopt;
-    if (!count || !times)
-      throw Error(std::string("environment variable ") + name + "='" + list +
-                  "' is not a list of task counts such as 4(x2),3");
-    counts.insert(counts.end(), static_cast<size_t>(*times), *count);
+    if (!count || !times || *times < 1) throw malformed();
+    runs.emplace_back(*count, *times);
     start = comma + 1;
   }
-  const bool uniform = std::all_of(counts.begin(), counts.end(), [&](int c) { return c == counts.front(); });
-  if (uniform) return {name, counts.front()};
-  const int node = integer("SLURM_NODEID", -1);
-  if (node < 0 || node >= static_cast<int>(counts.size()))
-    throw Error(std::string("environment variable ") + name + "='" + list +
-                "' gives the nodes different task counts, and SLURM_NODEID does not say which node this is");
-  return {name, counts[static_cast<size_t>(node)]};
+  const bool uniform = std::all_of(runs.begin(), runs.end(), [&](const auto& run) { return run.first == runs[0].first; });
+  if (uniform) return {name, runs[0].first};
+  int node = integer("SLURM_NODEID", -1);
+  for (const auto& [count, nodes] : runs) {
+    if (node >= 0 && node < nodes) return {name, count};
+    node -= nodes;
+  }
+  throw Error(std::string("environment variable ") + name + "='" + list +
+              "' gives the nodes different task counts, and SLURM_NODEID does not say which node this is");
 }
 
 // The step's number, so that two steps of one job on a node (srun ... & srun ... &) get

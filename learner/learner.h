@@ -259,8 +259,8 @@ class Learner {
   // every rank's did.
   int rank = 0;
   std::function<bool(bool ok)> barrier;
-  // Also set while training distributed: rank 0's value of a number every rank gives
-  // (a seed drawn on each, so that all of them use, and a checkpoint keeps, the same).
+  // Set while training distributed too: rank 0's value of a number every rank gives (a
+  // seed drawn on each, so that all of them use, and a checkpoint keeps, the same).
   std::function<int64_t(int64_t)> from_rank_0;
   // Where messages go (epoch table, callbacks' notices); default: stdout.
   std::function<void(const std::string&)> logger;

@@ -164,17 +164,38 @@ struct CrashOnce : Callback {
   }
 };
 
-// In the fit's last epoch, validates a loader of the caller's (not shared out: every item on
-// every rank), whose batches must not be gathered as if they were a rank's share.
-struct ValidateOwnLoader : Callback {
-  ValidateOwnLoader() { order = 100; }
+// A test set: another dataset's items without their targets.
+struct WithoutTargets : Dataset {
+  explicit WithoutTargets(std::shared_ptr<const Dataset> items) : items(std::move(items)) {}
+  size_t size() const override { return items->size(); }
+  Example get(size_t i) const override { return {items->get(i).x, torch::Tensor()}; }
+  Batch get_batch(const std::vector<int64_t>& indices, uint64_t seed) const override {
+    auto batch = items->get_batch(indices, seed);
+    batch.y = torch::Tensor();
+    return batch;
+  }
+  std::shared_ptr<const Dataset> items;
+};
+
+// In the fit's last epoch: validates a loader of the caller's (not shared out: every item on
+// every rank), whose batches must not be gathered as if they were a rank's share, and takes
+// the predictions of a test set shared out over the ranks (no targets to gather).
+struct OtherLoaders : Callback {
+  OtherLoaders() { order = 100; }
   void after_epoch() override {
-    if (learn().epoch != learn().n_epoch - 1) return;
-    DataLoader own(learn().dls.valid.dataset_ptr(), {.bs = 5});
-    own.to(learn().device);
-    values = learn().validate(&own);
+    auto& l = learn();
+    if (l.epoch != l.n_epoch - 1) return;
+    DataLoader own(l.dls.valid.dataset_ptr(), {.bs = 5});
+    own.to(l.device);
+    values = l.validate(&own);
+    DataLoader test_set(std::make_shared<WithoutTargets>(l.dls.valid.dataset_ptr()), {.bs = 4});
+    if (const auto* shard = dynamic_cast<const DistributedSampler*>(&l.dls.valid.sampler()))
+      test_set.set_sampler(std::make_shared<DistributedSampler>(test_set.sampler_ptr(), shard->rank(), shard->world_size()));
+    test_set.to(l.device);
+    test_preds = l.get_preds(&test_set).preds;
   }
   std::vector<double> values;
+  torch::Tensor test_preds;
 };
 
 // Sleeps after each training batch.
@@ -331,7 +352,7 @@ int main(int argc, char** argv) {
     if (const char* ms = std::getenv("FASTCPP_WORKER_STEP_MS")) learn.add_cb(SlowSteps(std::atoi(ms)));
     // The U-Net at 0.05 on random masks turns the two sides' rounding (BatchNorm's sums in
     // another order) into weight differences of 4e-4; at 0.005 they stay within 1e-5.
-    const auto own_loader = learn.add_cb(ValidateOwnLoader());
+    const auto other_loaders = learn.add_cb(OtherLoaders());
     learn.fit(3, unet_worker() || retinanet_worker() ? 0.005 : 0.05);
     if (learn.dls.valid.sampler_ptr() != valid_order) throw Error("the validation loader's sampler was not put back");
     const auto last_epoch = learn.recorder->values.back();  // validated within the fit: gathered from the ranks
@@ -349,7 +370,8 @@ int main(int argc, char** argv) {
     for (const auto& b : learn.model.module().buffers()) buffers.push_back(b.detach().cpu().clone());
     result.push_back(buffers);
     result.push_back(c10::List<double>(last_epoch));
-    result.push_back(c10::List<double>(own_loader->values));
+    result.push_back(c10::List<double>(other_loaders->values));
+    result.push_back(other_loaders->test_preds.cpu());
     const auto bytes = torch::pickle_save(result);
     std::ofstream(out, std::ios::binary).write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
   } catch (const std::exception& e) {

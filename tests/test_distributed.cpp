@@ -1402,6 +1402,9 @@ TEST_SUITE("distributed") {
     CHECK(env_error({{"SLURM_PROCID", "0"}, {"SLURM_STEP_ID", "0"}, {"SLURM_NTASKS", "4"},
                      {"SLURM_STEP_TASKS_PER_NODE", "2(x2"}}) ==
           "environment variable SLURM_STEP_TASKS_PER_NODE='2(x2' is not a list of task counts such as 4(x2),3");
+    CHECK(env_error({{"SLURM_PROCID", "0"}, {"SLURM_STEP_ID", "0"}, {"SLURM_NTASKS", "4"},
+                     {"SLURM_STEP_TASKS_PER_NODE", "4(x0)"}}) ==
+          "environment variable SLURM_STEP_TASKS_PER_NODE='4(x0)' is not a list of task counts such as 4(x2),3");
     CHECK(env_error({{"SLURM_PROCID", "0"}, {"SLURM_STEP_ID", "0"}, {"SLURM_NTASKS", "5"},
                      {"SLURM_STEP_TASKS_PER_NODE", "2(x2),1"}}) ==
           "environment variable SLURM_STEP_TASKS_PER_NODE='2(x2),1' gives the nodes different task counts, and "

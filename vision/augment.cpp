@@ -89,6 +89,17 @@ Mat3 item_map(const AugDraw& d, double h, double w) {
   return warp_mat(d.warp_x, d.warp_y) * affine;
 }
 
+// Pixel coordinates (edges at whole numbers) along an axis of n pixels to the normalized
+// coordinates grid_sample reads, and back.
+template <typename T>  // a tensor or a double
+T to_normalized(const T& v, int64_t n, bool align_corners) {
+  if (n == 1) return v * 0;
+  return align_corners ? (v - 0.5) * (2.0 / double(n - 1)) - 1 : v * (2.0 / double(n)) - 1;
+}
+torch::Tensor from_normalized(const torch::Tensor& u, int64_t n, bool align_corners) {
+  return align_corners ? (u + 1) * (double(n - 1) / 2) + 0.5 : (u + 1) * (double(n) / 2);
+}
+
 // A square crop of an h x w image: its side and top-left pixel.
 struct SquareCrop {
   int64_t side, top, left;
@@ -110,12 +121,9 @@ SquareCrop square_crop(const AugDraw& d, int64_t h, int64_t w, bool centre) {
 // resize of the region: its outer pixel centres (align_corners) or edges on the output's.
 Mat3 crop_mat(const SquareCrop& crop, int64_t h, int64_t w, bool align_corners) {
   const auto axis = [&](int64_t start, int64_t n) -> std::pair<double, double> {  // scale, shift
-    if (n == 1) return {0, 0};
-    const auto normalized = [&](double p) {
-      return align_corners ? (p - 0.5) * (2.0 / double(n - 1)) - 1 : p * (2.0 / double(n)) - 1;
-    };
     const double margin = align_corners ? 0.5 : 0;
-    const double first = normalized(double(start) + margin), last = normalized(double(start + crop.side) - margin);
+    const double first = to_normalized(double(start) + margin, n, align_corners),
+                 last = to_normalized(double(start + crop.side) - margin, n, align_corners);
     return {(last - first) / 2, (last + first) / 2};
   };
   const auto [sx, tx] = axis(crop.left, w);
@@ -170,16 +178,6 @@ std::pair<double, double> coordinate_range(const std::vector<Mat3>& maps, double
 
 // The outermost pixel centre's normalized coordinate along an axis of n pixels.
 double corner(int64_t n, bool align_corners) { return align_corners && n > 1 ? 1.0 : 1.0 - 1.0 / double(n); }
-
-// Pixel coordinates (edges at whole numbers) along an axis of n pixels to the normalized
-// coordinates grid_sample reads, and back.
-torch::Tensor to_normalized(const torch::Tensor& v, int64_t n, bool align_corners) {
-  if (n == 1) return v * 0;
-  return align_corners ? (v - 0.5) * (2.0 / double(n - 1)) - 1 : v * (2.0 / double(n)) - 1;
-}
-torch::Tensor from_normalized(const torch::Tensor& u, int64_t n, bool align_corners) {
-  return align_corners ? (u + 1) * (double(n - 1) / 2) + 0.5 : (u + 1) * (double(n) / 2);
-}
 
 // Box targets [n, M, 5] (x1 y1 x2 y2 label, rows of label -1 padding) through each item's
 // map: the output boxes bounding the moved corners, clipped to the output; a box (or crowd
@@ -253,7 +251,8 @@ AugTransforms::AugTransforms(AugOptions options) : options_(std::move(options)) 
   for (double p : {o.p_affine, o.p_lighting}) check(p >= 0 && p <= 1, "a probability must be in [0, 1], got " + std::to_string(p));
   if (o.size) check(o.size->first > 0 && o.size->second > 0, "size must be positive");
   check(o.min_scale > 0 && o.min_scale <= 1, "min_scale must be in (0, 1], got " + std::to_string(o.min_scale));
-  check(o.size || (o.min_scale == 1 && !o.centre_square), "min_scale below 1 (a crop) needs a size to resize it to");
+  check(o.size || o.min_scale == 1, "min_scale below 1 (a crop) needs a size to resize it to");
+  check(o.size || !o.centre_square, "centre_square needs a size to resize the square to");
 }
 
 std::vector<AugDraw> AugTransforms::draw(size_t n, uint64_t seed) const {
@@ -406,7 +405,8 @@ Batch AugTransforms::apply_draws(Batch batch, const std::vector<AugDraw>& draws)
     maps.push_back(item_map(d, double(h), double(w)));
     // fastai's crop comes after the moves: it samples the moved image (of the input's size).
     if (o.min_scale < 1 || o.centre_square)
-      maps.back() = maps.back() * crop_mat(square_crop(d, h, w, o.centre_square), h, w, o.align_corners);
+      if (const auto crop = square_crop(d, h, w, o.centre_square); crop.side != h || crop.side != w)
+        maps.back() = maps.back() * crop_mat(crop, h, w, o.align_corners);
     moves = moves || !is_identity(maps.back());
   }
   if (moves) {

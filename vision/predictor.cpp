@@ -104,7 +104,9 @@ Prediction Predictor::decode(const torch::Tensor& probs, std::string path) const
   }
   if (probs.dim() >= 3)  // a class per pixel: [classes, H, W]
     return {std::move(path), "", 0, probs, probs.argmax(0)};
-  if (exported_.activation.empty()) {  // a regression model's values (MSELoss): no class to name
+  // No activation and no classes: a regression model's values (MSELoss). A classifier whose
+  // loss has no activation still names its argmax.
+  if (exported_.activation.empty() && exported_.vocab.empty()) {
     const auto values = probs.flatten().to(torch::kDouble).contiguous();
     std::string text;
     for (int64_t k = 0; k < values.numel(); ++k) text.append(k ? " " : "").append(spec_text::number(values[k].item<double>()));

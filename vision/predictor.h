@@ -41,7 +41,7 @@ struct Prediction {
   std::string path;     // the image file (empty for a tensor)
   std::string label;    // the class name (its index as text when there is no vocab); empty for a mask;
                         // a multi-label model's: every class above 0.5, separated by spaces; a
-                        // regression model's (no activation): its values, separated by spaces
+                        // regression model's (no activation, no vocab): its values, separated by spaces
   int64_t index = 0;    // the most probable class (a detector's: its best detection's, -1 for none;
                         // -1 for a regression model's)
   torch::Tensor probs;  // the activated output, on the CPU ([classes, H, W] for a segmentation model)
