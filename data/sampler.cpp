@@ -66,8 +66,10 @@ std::vector<int64_t> DistributedSampler::indices(int64_t epoch) const {
   auto all = base_->indices(epoch);
   const size_t n = all.size(), padded = per_rank_ * static_cast<size_t>(world_size_);
   for (size_t i = 0; all.size() < padded; ++i) all.push_back(all[i % n]);
-  const auto first = all.begin() + static_cast<std::ptrdiff_t>(per_rank_ * static_cast<size_t>(rank_));
-  return {first, first + static_cast<std::ptrdiff_t>(per_rank_)};
+  std::vector<int64_t> mine;
+  mine.reserve(per_rank_);
+  for (size_t i = static_cast<size_t>(rank_); i < padded; i += static_cast<size_t>(world_size_)) mine.push_back(all[i]);
+  return mine;
 }
 
 }  // namespace fastcpp

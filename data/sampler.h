@@ -5,10 +5,9 @@
 //   SequentialSampler   0, 1, ..., n-1
 //   RandomSampler       a permutation from (seed, epoch)
 //   WeightedSampler     n draws with replacement, probability proportional to weight
-//   DistributedSampler  fastai's DistributedDL: a rank's share of another sampler's epoch
-//                       (the same seed), pads it to ceil(n/world)*world by repeating
-//                       from the start, and serves its contiguous block (none of an
-//                       empty epoch)
+//   DistributedSampler  a rank's share of another sampler's epoch (the same seed), padded
+//                       to ceil(n/world)*world by repeating from the start: every
+//                       world-th index from the rank's own (none of an empty epoch)
 #include <memory>
 #include <string>
 #include <utility>
@@ -64,7 +63,10 @@ class WeightedSampler : public Sampler {
 
 // One rank's share of another sampler's epoch: the epoch (the same on every rank, as
 // samplers draw from (seed, epoch)) padded by its first indices to a multiple of the
-// world, then the rank's contiguous slice, as fastai's DistributedDL.
+// world, then positions rank, rank + world, ... (PyTorch's DistributedSampler; fastai's
+// DistributedDL gives each rank a contiguous block instead). So the ranks' batch b
+// together hold positions b*bs*world up to (b+1)*bs*world: one process's batch b at
+// world times the batch size, which a gather puts back in order by a transpose.
 class DistributedSampler : public Sampler {
  public:
   DistributedSampler(SamplerPtr base, int rank, int world_size);

@@ -173,24 +173,19 @@ void DistributedTrainer::gather_validation_batch() {
   if (shard->world_size() != env_.world_size)
     throw Error("to_distributed: the loader validated is shared out over " + std::to_string(shard->world_size()) +
                 " processes, the run has " + std::to_string(env_.world_size));
-  const int64_t per_rank = static_cast<int64_t>(shard->size());
   const int64_t n = static_cast<int64_t>(shard->base()->size());  // the epoch before padding
-  const int64_t first = static_cast<int64_t>(l.iter) * l.dl->bs();
+  const int64_t first = static_cast<int64_t>(l.iter) * l.dl->bs() * env_.world_size;
   // A test set's batches have no targets (on every rank: they share the data): predictions alone.
   const bool with_targets = l.yb.defined();
   const auto preds = gather_same_shape(*comm_, l.pred.detach());
   const auto targets = with_targets ? gather_padded(*comm_, l.yb) : torch::Tensor();
-  std::vector<torch::Tensor> kept_preds, kept_targets;
-  for (int r = 0; r < env_.world_size; ++r) {
-    // Rank r's batch holds padded positions r*per_rank + first + j; positions >= n are padding.
-    const int64_t start = r * per_rank + first;
-    const int64_t keep = std::clamp<int64_t>(n - start, 0, preds.size(1));
-    kept_preds.push_back(preds[r].narrow(0, 0, keep));
-    if (with_targets) kept_targets.push_back(targets[r].narrow(0, 0, keep));
-  }
-  l.pred = torch::cat(kept_preds);
+  // Gathered [world, batch, ...]: rank r's item j is padded position first + j*world + r, so
+  // [batch, world] is the loader's order; positions >= n are padding.
+  const int64_t keep = std::clamp<int64_t>(n - first, 0, preds.size(0) * preds.size(1));
+  const auto in_order = [keep](const torch::Tensor& t) { return t.transpose(0, 1).flatten(0, 1).narrow(0, 0, keep); };
+  l.pred = in_order(preds);
   if (!with_targets) return;
-  l.yb = torch::cat(kept_targets);
+  l.yb = in_order(targets);
   l.loss = l.loss_func(l.pred, l.yb).detach();
 }
 

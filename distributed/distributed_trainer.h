@@ -7,12 +7,13 @@
 //                too) and buffers broadcast; a Reducer on the trainable parameters; both loaders
 //                sharded with a DistributedSampler
 //                (every rank's epoch checked to be rank 0's, padded to equal length,
-//                contiguous blocks; each rank's random transforms drawn apart);
+//                every world-th item; each rank's random transforms drawn apart);
 //                logging and progress on rank 0 only; saves on rank 0 with a barrier
 //   after_loss   training: the logged loss averaged over ranks, so every rank's
 //                smoothed loss (lr_find, TerminateOnNaN) takes the same decisions;
-//                validation: predictions and targets gathered from all ranks and the
-//                padding trimmed, so every rank computes the exact full-set metrics
+//                validation: predictions and targets gathered from all ranks, put in
+//                the loader's order and the padding trimmed, so every rank computes
+//                the exact full-set metrics (and get_preds is one process's)
 //                (and EarlyStopping stops every rank together)
 //   before_backward  with GradientAccumulation, hooks only on the micro-batch that
 //                steps (no_sync for the others: gradients add up locally); the

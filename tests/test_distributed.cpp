@@ -43,6 +43,11 @@ using namespace fastcpp::testing;
 
 namespace {
 
+// The unused-parameter runs train with Adam, whose step m / sqrt(v) is about lr for a
+// gradient component of any size: where one is near 0, the rounding that tells the mean of
+// 8 items apart from the mean of two means of 4 moves the weight by more than 1e-6.
+constexpr double kAdamAtol = 1e-5;
+
 // Runs a command line with sh; returns its exit status.
 int run_command(const std::string& command) {
   const int status = std::system(command.c_str());
@@ -765,7 +770,7 @@ TEST_SUITE("distributed") {
       const auto single = temp_path(single_mode);
       REQUIRE(wait_for(spawn_worker(single_mode, single, {}), 120) == 0);
       for (const auto& out : run_two_ranks(mode, port)) {
-        check_same_params(out, single);
+        check_same_params(out, single, 1e-5, kAdamAtol);
         std::filesystem::remove(out);
       }
       std::filesystem::remove(single);
@@ -791,7 +796,7 @@ TEST_SUITE("distributed") {
       const auto frozen = read_result(single).get(0).toTensorList(), trained = read_result(plain).get(0).toTensorList();
       CHECK(!torch::equal(frozen.get(0), trained.get(0)));  // the freezing changed the run
       for (const auto& out : run_two_ranks(mode, port)) {
-        check_same_params(out, single);
+        check_same_params(out, single, 1e-5, mode.find("unused") != std::string::npos ? kAdamAtol : 1e-6);
         CHECK(read_result(out).get(3).toInt() == reductions);  // every step all-reduced, across rebuilt buckets
         std::filesystem::remove(out);
       }

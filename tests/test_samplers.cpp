@@ -1,5 +1,5 @@
 // Samplers: sequential, random, weighted, and the distributed sampler's padding
-// and contiguous blocks (fastai's DistributedDL).
+// and every world-th position (PyTorch's DistributedSampler).
 #include <map>
 #include <set>
 
@@ -9,39 +9,41 @@ using namespace fastcpp;
 using fastcpp::testing::error_of;
 
 TEST_SUITE("samplers") {
-  TEST_CASE("DistributedSampler: same permutation on every rank, padded, contiguous blocks") {
+  TEST_CASE("DistributedSampler: same permutation on every rank, padded, every world-th position") {
     const size_t n = 10;
     const int world = 4;  // ceil(10/4) = 3 per rank, 12 in all: 2 repeated from the start
-    std::vector<int64_t> all_ranks;
+    std::vector<int64_t> position_by_position(12);  // the ranks' item j side by side: the padded epoch
     for (int rank = 0; rank < world; ++rank) {
       DistributedSampler sampler(n, rank, world, /*shuffle=*/true, /*seed=*/9);
       CHECK(sampler.size() == 3);
       const auto mine = sampler.indices(2);
-      all_ranks.insert(all_ranks.end(), mine.begin(), mine.end());
+      REQUIRE(mine.size() == 3);
+      for (size_t j = 0; j < mine.size(); ++j) position_by_position[j * world + static_cast<size_t>(rank)] = mine[j];
     }
     const auto perm = RandomSampler(n, 9).indices(2);
     std::vector<int64_t> expected(perm);
     expected.push_back(perm[0]);
     expected.push_back(perm[1]);
-    CHECK(all_ranks == expected);
-    CHECK(std::set<int64_t>(all_ranks.begin(), all_ranks.end()).size() == n);
+    CHECK(position_by_position == expected);
+    CHECK(std::set<int64_t>(expected.begin(), expected.end()).size() == n);
     DistributedSampler sequential(n, 3, world, false, 0);
-    CHECK(sequential.indices(0) == std::vector<int64_t>{9, 0, 1});
+    CHECK(sequential.indices(0) == std::vector<int64_t>{3, 7, 1});  // position 11 is padding: item 1
   }
 
   TEST_CASE("DistributedSampler shares out any sampler's epoch: a WeightedSampler's draws over 3 ranks") {
     auto weighted = std::make_shared<WeightedSampler>(std::vector<double>{1.0, 2.0, 3.0, 4.0}, 5, 10);
-    std::vector<int64_t> all_ranks;
+    std::vector<int64_t> position_by_position(12);
     for (int rank = 0; rank < 3; ++rank) {
       DistributedSampler share(weighted, rank, 3);
       CHECK(share.size() == 4);
       const auto part = share.indices(1);
-      all_ranks.insert(all_ranks.end(), part.begin(), part.end());
+      REQUIRE(part.size() == 4);
+      for (size_t j = 0; j < part.size(); ++j) position_by_position[j * 3 + static_cast<size_t>(rank)] = part[j];
     }
     auto expected = weighted->indices(1);
     expected.push_back(expected[0]);
     expected.push_back(expected[1]);  // padded to 12 by the epoch's first draws
-    CHECK(all_ranks == expected);
+    CHECK(position_by_position == expected);
   }
 
   TEST_CASE("DistributedSampler rejects a rank outside the world") {
@@ -86,7 +88,7 @@ TEST_SUITE("samplers") {
     loader.set_sampler(std::make_shared<DistributedSampler>(loader.sampler_ptr(), 1, 2));
     const auto in_order = loader.in_order();
     REQUIRE(in_order);
-    CHECK(in_order->order(0) == std::vector<int64_t>{5, 6, 7, 8, 9});
+    CHECK(in_order->order(0) == std::vector<int64_t>{1, 3, 5, 7, 9});
     DataLoader sequential(ds, {.bs = 4});
     sequential.set_sampler(std::make_shared<DistributedSampler>(sequential.sampler_ptr(), 1, 2));
     CHECK_FALSE(sequential.in_order());  // in order already
@@ -99,6 +101,6 @@ TEST_SUITE("samplers") {
     std::vector<int64_t> seen;
     for (const auto& b : loader)
       for (int64_t i = 0; i < b.y.size(0); ++i) seen.push_back(b.y[i].item<int64_t>());
-    CHECK(seen == std::vector<int64_t>{5, 6, 7, 8, 9});
+    CHECK(seen == std::vector<int64_t>{1, 3, 5, 7, 9});
   }
 }
