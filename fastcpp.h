@@ -53,6 +53,7 @@
 #include "data/sampler.h"
 #include "data/splitters.h"
 #include "vision/augment.h"
+#include "vision/random_erasing.h"
 #include "vision/datasets/cifar.h"
 #include "vision/datasets/idx.h"
 #include "vision/interpret.h"

@@ -1,7 +1,7 @@
 #pragma once
 // BatchAugment: a random transform of whole batches (fastai's batch transforms with
 // draws, such as vision::aug_transforms) that acts on x and y together, on the batch's
-// device, before the loader's batch_tfms. Its draws come from the batch's seed, which
+// device, before the loader's batch_tfms (or after them, where it says so). Its draws come from the batch's seed, which
 // (loader seed, epoch, batch index) alone decide, so an augmented run is as
 // reproducible as an item-transformed one, on any device and with any worker count.
 //
@@ -26,6 +26,9 @@ class BatchAugment {
   virtual std::shared_ptr<const BatchAugment> validation() const { return nullptr; }
   // Its text form, which an exported model carries for its validation batches; empty: none.
   virtual std::string spec() const { return ""; }
+  // Whether it runs after the loader's batch_tfms (fastai's order past Normalize: the
+  // values it writes are in normalized units) rather than before.
+  virtual bool after_batch_tfms() const { return false; }
 };
 
 using BatchAugmentPtr = std::shared_ptr<const BatchAugment>;

@@ -94,9 +94,14 @@ Batch DataLoader::apply_batch_tfms(Batch batch, uint64_t seed) const {
   // Each augmentation draws its own stream (two flips on one would flip the same items back);
   // the first keeps the batch's, the others' are mixed from streams no item index reaches.
   constexpr uint64_t kAugmentStreams = uint64_t{1} << 62;
-  for (size_t k = 0; k < options_.aug_tfms.size(); ++k)
-    batch = options_.aug_tfms[k]->apply(std::move(batch), k == 0 ? seed : mix_seed(seed, kAugmentStreams + k));
+  const auto augment = [&](bool after_batch_tfms) {
+    for (size_t k = 0; k < options_.aug_tfms.size(); ++k)
+      if (options_.aug_tfms[k]->after_batch_tfms() == after_batch_tfms)
+        batch = options_.aug_tfms[k]->apply(std::move(batch), k == 0 ? seed : mix_seed(seed, kAugmentStreams + k));
+  };
+  augment(false);
   for (const auto& tfm : options_.batch_tfms) batch.x = tfm(batch.x);
+  augment(true);
   return batch;
 }
 

@@ -48,8 +48,8 @@ struct DataLoaderOptions {
   uint64_t seed = 0;
   SamplerPtr sampler;    // overrides shuffle
   std::vector<BatchTransform> batch_tfms;
-  // Random batch transforms (vision::aug_transforms), before batch_tfms, on the device;
-  // see data/batch_augment.h.
+  // Random batch transforms (vision::aug_transforms), before batch_tfms (those that say
+  // so, vision::random_erasing, after them), on the device; see data/batch_augment.h.
   std::vector<BatchAugmentPtr> aug_tfms;
 };
 
