@@ -321,8 +321,14 @@ void Learner::one_batch(size_t i, const Batch& batch) {
 }
 
 void Learner::do_one_batch() {
-  naming_failure([&] { pred = model(xb); },
-                 [&] { return "the model's forward failed on input of shape " + c10::str(xb.sizes()); });
+  naming_failure([&] { pred = model(xb); }, [&] {
+    // Bytes straight from the images: the loader's batch_tfms lack the float conversion.
+    const bool bytes = xb.defined() && !xb.is_floating_point() && !xb.is_complex();
+    return "the model's forward failed on input of shape " + c10::str(xb.sizes()) +
+           (bytes ? " and type " + std::string(c10::toString(xb.scalar_type())) +
+                        " (put a Normalize, or IntToFloat, in the loaders' batch_tfms)"
+                  : std::string());
+  });
   event(Event::after_pred);
   if (yb.defined()) {
     naming_failure([&] { loss_grad = loss_func(pred, yb); }, [&] {
@@ -409,13 +415,15 @@ void Learner::fine_tune(int epochs, FineTuneOptions o) {
   if (epochs < 0 || o.freeze_epochs < 0)
     throw Error("fine_tune: epochs and freeze_epochs must be >= 0, got " + std::to_string(epochs) + " and " +
                 std::to_string(o.freeze_epochs));
-  check_schedule("fine_tune", o.pct_start, {{"div", o.div}, {"lr_mult", o.lr_mult}});
+  check_schedule("fine_tune", o.pct_start, {{"div", o.div}, {"div_final", o.div_final}, {"lr_mult", o.lr_mult}});
   freeze();
-  fit_one_cycle(o.freeze_epochs, slice(o.base_lr), {.pct_start = 0.99, .wd = o.wd, .cbs = o.cbs});
+  fit_one_cycle(o.freeze_epochs, slice(o.base_lr),
+                {.div_final = o.div_final, .pct_start = 0.99, .moms = o.moms, .wd = o.wd, .cbs = o.cbs});
   const double base_lr = o.base_lr / 2;
   unfreeze();
   fit_one_cycle(epochs, slice(base_lr / o.lr_mult, base_lr),
-                {.div = o.div, .pct_start = o.pct_start, .wd = o.wd, .cbs = o.cbs});
+                {.div = o.div, .div_final = o.div_final, .pct_start = o.pct_start, .moms = o.moms, .wd = o.wd,
+                 .cbs = o.cbs});
 }
 
 LrFindResult Learner::lr_find(LrFindOptions o) {
@@ -561,6 +569,9 @@ void Learner::freeze_to(int n) {
   if (n < 0 && n_groups == 1)  // fastai freezes nothing then, silently
     logger("freeze: the model's parameters are one group, which stays trainable (LearnerOptions::splitter "
            "makes a body and a head)");
+  if (n >= n_groups)  // as fastai's warning
+    logger("freeze_to(" + std::to_string(n) + "): the model has " + std::to_string(n_groups) +
+           " parameter groups; the whole model is frozen (but for its norm layers with train_bn)");
   apply_freeze(/*thaw_the_rest=*/true);
   opt->clear_state();
 }

@@ -96,6 +96,9 @@ struct FineTuneOptions {
   double lr_mult = 100;
   double pct_start = 0.3;
   double div = 5.0;
+  // Both fits' (fastai passes them on to fit_one_cycle):
+  double div_final = 1e5;
+  std::array<double, 3> moms{0.95, 0.85, 0.95};
   std::optional<double> wd;
   std::vector<CallbackPtr> cbs;
 };

@@ -16,6 +16,13 @@ std::vector<double> even_mults(double start, double stop, size_t n) {
 }
 
 std::vector<double> Lrs::for_groups(size_t n_groups) const {
+  if (per_group_) {
+    if (per_group_->size() == 1) return std::vector<double>(n_groups, per_group_->front());
+    if (per_group_->size() != n_groups)
+      throw Error("Lrs: " + std::to_string(per_group_->size()) + " learning rates for " + std::to_string(n_groups) +
+                  " parameter groups (one for each, or one for all)");
+    return *per_group_;
+  }
   if (!stop_) throw Error("Lrs: no learning rate given");
   if (!slice_) return std::vector<double>(n_groups, *stop_);
   if (start_ && *start_ < 0) throw Error("slice(start, stop): start must be >= 0, got " + spec_text::number(*start_));

@@ -284,6 +284,14 @@ TEST_SUITE("data") {
     CHECK((vision::read_idx(dir + "/empty").sizes() == torch::IntArrayRef{0, 5}));
     CHECK(error_of([&] { vision::idx_image_dataset(dir, "t10k"); }) ==
           "idx file '" + dir + "/t10k-images-idx3-ubyte[.gz]' not found");
+    const auto* set = std::getenv("FASTCPP_FASHION_MNIST");
+    const std::string before = set ? set : "";
+    setenv("FASTCPP_FASHION_MNIST", dir.c_str(), 1);  // where the examples look: how to get it is said
+    CHECK(error_of([&] { vision::idx_image_dataset(vision::fashion_mnist_dir(), "t10k"); }) ==
+          "idx file '" + dir + "/t10k-images-idx3-ubyte[.gz]' not found (Fashion-MNIST: sudo apt-get install "
+          "dataset-fashion-mnist, or FASTCPP_FASHION_MNIST=DIR names a folder of its idx files)");
+    if (set) setenv("FASTCPP_FASHION_MNIST", before.c_str(), 1);
+    else unsetenv("FASTCPP_FASHION_MNIST");
     std::filesystem::remove_all(dir);
   }
 

@@ -177,10 +177,15 @@ TEST_SUITE("fastai") {
     }
   }
 
-  TEST_CASE("fit_one_cycle, fit_flat_cos, fine_tune and fit_sgdr set fastai's hyper-parameters at every batch") {
+  TEST_CASE("fit_one_cycle, fit_flat_cos, fine_tune and fit_sgdr set fastai's hyper-parameters at every batch (their "
+            "options, a list of lrs)") {
     check_schedule("one_cycle", [](Learner& l) { l.fit_one_cycle(2, slice(1e-4, 1e-2)); });
     check_schedule("flat_cos", [](Learner& l) { l.fit_flat_cos(2, slice(1e-4, 1e-2)); });
     check_schedule("fine_tune", [](Learner& l) { l.fine_tune(2, {.base_lr = 2e-3, .freeze_epochs = 1}); });
+    check_schedule("fine_tune_moms", [](Learner& l) {
+      l.fine_tune(1, {.base_lr = 1e-3, .freeze_epochs = 1, .div_final = 1e3, .moms = {0.9, 0.8, 0.9}});
+    });
+    check_schedule("one_cycle_list", [](Learner& l) { l.fit_one_cycle(2, {3e-4, 5e-3}); });
     // fit_sgdr, but for batch 12, the first of the third cycle (position 3/7): fastai's
     // float32 position falls just short of its float32 cycle boundary, so fastai takes the
     // second cycle's last value (~0) where we restart at lr_max.

@@ -665,6 +665,15 @@ TEST_SUITE("learner") {
     const auto message = error_of([&] { learn.fit(1); });
     CHECK(message.rfind("the model's forward failed on input of shape [2, 4]: ", 0) == 0);
     CHECK(message.find("(in training batch 0 of epoch 0)") != std::string::npos);
+    // Image bytes that reach a model (no Normalize in the batch_tfms): the message says what is missing.
+    auto bytes = std::make_shared<TensorDataset>(torch::zeros({4, 4}, torch::kUInt8), torch::zeros({4}, torch::kLong));
+    Learner raw(DataLoaders{DataLoader(bytes, {.bs = 2}), DataLoader(bytes, {.bs = 2})}, tiny_model(), CrossEntropyLoss(),
+                {}, quiet());
+    silence(raw);
+    const auto raw_message = error_of([&] { raw.fit(1); });
+    CHECK(raw_message.rfind("the model's forward failed on input of shape [2, 4] and type Byte (put a Normalize, or "
+                            "IntToFloat, in the loaders' batch_tfms): ",
+                            0) == 0);
   }
 
   TEST_CASE("libtorch's errors in the loss and the backward pass name the part and the batch") {
@@ -714,6 +723,14 @@ TEST_SUITE("learner") {
     learn.unfreeze();
     learn.fit(1, 1e-2);
     CHECK(!torch::equal(body[0], body_before));
+    // Past the last group: everything frozen, and said, as fastai's warning.
+    std::vector<std::string> whole;
+    learn.logger = [&](const std::string& message) { whole.push_back(message); };
+    learn.freeze_to(2);
+    CHECK(whole == std::vector<std::string>{"freeze_to(2): the model has 2 parameter groups; the whole model is frozen "
+                                            "(but for its norm layers with train_bn)"});
+    for (const auto& param : head) CHECK_FALSE(param.requires_grad());
+    learn.unfreeze();
     // One group (no splitter): nothing to freeze, as in fastai, but said.
     Learner one_group(synthetic_dls(), tiny_model(), CrossEntropyLoss(), {}, quiet());
     std::vector<std::string> said;

@@ -865,6 +865,8 @@ TEST_SUITE("models") {
     const auto two_layers = vision::create_vision_model(vision::Arch::from_model(make, 2), 3);
     CHECK(names(two_layers)[2] == "head_pool");
     CHECK(two_layers->named_parameters()["head_bn1.weight"].size(0) == 2 * 8);
+    const auto from_the_end = vision::create_vision_model(vision::Arch::from_model(make, -2), 3);  // fastai's cut=-2
+    CHECK(names(from_the_end)[5] == "head_pool");
 
     // Weights of the whole model: the body takes its layers' (the classifier and fc left
     // out), grey input the first conv's RGB filters summed; frozen, then two groups' lrs.
@@ -873,6 +875,20 @@ TEST_SUITE("models") {
     save_state_dict(*saved, path);
     auto learn = vision::vision_learner(image_dls(), arch, {}, {.pretrained_weights = path}, quiet());
     silence(learn);
+    const auto normalizes = [](const DataLoader& loader) {
+      const auto& tfms = loader.options().batch_tfms;
+      return std::any_of(tfms.begin(), tfms.end(), [](const BatchTransform& t) { return t.target<Normalize>() != nullptr; });
+    };
+    // No statistics known for its weights: its batches as the loaders make them, as fastai's
+    // (ImageNet's for ours, or those given).
+    CHECK_FALSE(normalizes(learn.dls.train));
+    const auto with_stats = vision::Arch::from_model(make, std::nullopt, Normalize{{0.1, 0.2, 0.3}, {1, 1, 1}});
+    const auto given = vision::vision_learner(image_dls(), with_stats, {}, {.pretrained_weights = path}, quiet());
+    REQUIRE(normalizes(given.dls.valid));
+    CHECK(given.dls.valid.options().batch_tfms.back().target<Normalize>()->mean == std::vector<double>{0.1, 0.2, 0.3});
+    CHECK(normalizes(vision::vision_learner(image_dls(), vision::resnet18, {},
+                                            {.pretrained_weights = model_fixture("resnet18.pth")}, quiet())
+                         .dls.train));
     auto params = learn.model.module().named_parameters();
     CHECK(torch::equal(params["conv2.weight"], saved->named_parameters()["conv2.weight"]));
     REQUIRE(learn.n_param_groups() == 2);
@@ -916,6 +932,8 @@ TEST_SUITE("models") {
           "cut (the number of layers in the body)");
     CHECK(error_of([&] { vision::create_vision_model(vision::Arch::from_model(make, 9), 2); }) ==
           "vision_learner: a cut of 9 layers, but the model has 7 (the body needs at least one)");
+    CHECK(error_of([&] { vision::create_vision_model(vision::Arch::from_model(make, -7), 2); }) ==
+          "vision_learner: a cut of -7 layers, but the model has 7 (the body needs at least one)");
     const auto rgb_only = [&](const vision::BodyOptions&) { return make({}); };
     const auto refused =
         error_of([&] { vision::create_vision_model(vision::Arch::from_model(rgb_only), 2, {.in_channels = 1}); });

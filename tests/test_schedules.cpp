@@ -92,6 +92,11 @@ TEST_SUITE("schedules") {
     // fastai's `if v.start:` reads a start of 0 as none
     CHECK(slice(0, 1e-3).for_groups(3) == std::vector<double>{1e-4, 1e-4, 1e-3});
     CHECK(error_of([] { slice(-1e-5, 1e-3).for_groups(3); }) == "slice(start, stop): start must be >= 0, got -1e-05");
+    // A list, as fastai's: one per group, or one for all.
+    CHECK(Lrs({1e-5, 2e-4, 1e-3}).for_groups(3) == std::vector<double>{1e-5, 2e-4, 1e-3});
+    CHECK(Lrs(std::vector<double>{3e-3}).for_groups(2) == std::vector<double>{3e-3, 3e-3});
+    CHECK(error_of([] { Lrs({1e-4, 1e-3}).for_groups(3); }) ==
+          "Lrs: 2 learning rates for 3 parameter groups (one for each, or one for all)");
 
     Learner learn(synthetic_dls(8, 4, 2), tiny_model(), CrossEntropyLoss(), {}, quiet({.splitter = two_groups}));
     silence(learn);
@@ -101,6 +106,13 @@ TEST_SUITE("schedules") {
     for (size_t i = 0; i < 4; ++i) {
       CHECK(probe->lrs[i][0] == doctest::Approx(one_cycle_lr(i / 4.0, 1e-4)).epsilon(1e-12));
       CHECK(probe->lrs[i][1] == doctest::Approx(one_cycle_lr(i / 4.0, 1e-2)).epsilon(1e-12));
+    }
+    probe->lrs.clear();
+    learn.fit_one_cycle(1, {3e-4, 5e-3});
+    REQUIRE(probe->lrs.size() == 4);
+    for (size_t i = 0; i < 4; ++i) {
+      CHECK(probe->lrs[i][0] == doctest::Approx(one_cycle_lr(i / 4.0, 3e-4)).epsilon(1e-12));
+      CHECK(probe->lrs[i][1] == doctest::Approx(one_cycle_lr(i / 4.0, 5e-3)).epsilon(1e-12));
     }
   }
 

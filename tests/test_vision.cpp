@@ -1274,6 +1274,14 @@ TEST_SUITE("vision") {
     }
     CHECK(error_of([&] { vision::ImageDataLoaders::from_folder(root, {.workers = 0}); }) ==
           "image folder '" + root + "/valid': its class folder 'bird' is not one of the training classes (cat, dog)");
+    // A root/<class>/* tree read as a train/valid one: the message says how to split it.
+    CHECK(error_of([&] { vision::ImageDataLoaders::from_folder(root + "/train", {.workers = 0}); }) ==
+          "from_folder: no folder '" + root + "/train/train' (valid_pct 0 reads root/train and root/valid); for a "
+          "root/<class>/* tree give .valid_pct = 0.2: a random 20% validates");
+    // A folder that links back to itself: listing it ends in an Error, not a filesystem_error.
+    fs::create_directory_symlink(fs::absolute(root + "/train/cat"), root + "/train/cat/again");
+    const auto looped = error_of([&] { vision::get_image_files(root + "/train"); });
+    CHECK(looped.rfind("get_image_files: cannot list '" + root + "/train': ", 0) == 0);
     fs::remove_all(root);
   }
 

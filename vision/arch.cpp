@@ -128,6 +128,7 @@ Arch Arch::from_resnet(ResNetFn make) {
   };
   arch.split_ = resnet_split;
   arch.second_group_ = kResNetSecondGroup;
+  arch.stats_ = Normalize::imagenet();
   return arch;
 }
 
@@ -148,18 +149,21 @@ Arch Arch::from_xresnet(XResNetFn make) {
   };
   arch.split_ = xresnet_split;
   arch.second_group_ = kXResNetSecondGroup;
+  arch.stats_ = Normalize::imagenet();
   return arch;
 }
 
-Arch Arch::from_model(ModelFn make, std::optional<size_t> cut) {
+Arch Arch::from_model(ModelFn make, std::optional<int64_t> cut, std::optional<Normalize> stats) {
   if (!make) throw Error("Arch::from_model: no model function given");
   Arch arch;
+  arch.stats_ = std::move(stats);
   arch.body_ = [make = std::move(make), cut](const BodyOptions& o) {
     const auto net = make(o);
     const auto layers = named_layers(*net);
-    size_t end = layers.size();
+    const auto n = static_cast<int64_t>(layers.size());
+    int64_t end = n;
     if (cut) {
-      end = *cut;
+      end = *cut < 0 ? n + *cut : *cut;
     } else {
       while (end > 0 && !has_pool_type(*layers[end - 1].module)) --end;
       if (end <= 1)
@@ -169,12 +173,12 @@ Arch Arch::from_model(ModelFn make, std::optional<size_t> cut) {
                     "; give Arch::from_model a cut (the number of layers in the body)");
       --end;  // the pooling layer starts the part left out
     }
-    if (end == 0 || end > layers.size())
-      throw Error("vision_learner: a cut of " + std::to_string(end) + " layers, but the model has " +
-                  std::to_string(layers.size()) + " (the body needs at least one)");
+    if (end <= 0 || end > n)
+      throw Error("vision_learner: a cut of " + std::to_string(*cut) + " layers, but the model has " +
+                  std::to_string(n) + " (the body needs at least one)");
     Body body;
     for (size_t i = 0; i < layers.size(); ++i)
-      if (i < end)
+      if (static_cast<int64_t>(i) < end)
         body.layers->push_back(layers[i].name, layers[i].any);
       else
         body.left_out.push_back(layers[i].name + ".");

@@ -19,6 +19,7 @@
 #include <type_traits>
 #include <vector>
 
+#include "data/batch_transforms.h"
 #include "learner/learner.h"
 #include "vision/models/resnet.h"
 #include "vision/models/xresnet.h"
@@ -57,8 +58,12 @@ class Arch {
   // named *Pool1d/2d/3d). Its first Conv2d takes pretrained weights' RGB filters adapted
   // to in_channels; the features out of it are found by running it on a small image, as
   // fastai's num_features_model. The split is fastai's default_split: the body, the head.
+  // `cut` counts layers from the start, or from the end when negative (fastai's cut=-2).
+  // `stats`: those its pretrained weights were trained on (none: its inputs as the
+  // loaders make them, as fastai's for an architecture it has no metadata for).
   using ModelFn = std::function<torch::nn::Sequential(const BodyOptions&)>;
-  static Arch from_model(ModelFn make, std::optional<size_t> cut = std::nullopt);
+  static Arch from_model(ModelFn make, std::optional<int64_t> cut = std::nullopt,
+                         std::optional<Normalize> stats = std::nullopt);
   // resnet18 ... resnet101, xresnet18 ... xresnet101; a fastcpp::Error lists them for
   // another name.
   static Arch named(const std::string& name);
@@ -73,12 +78,17 @@ class Arch {
   // The name of the body's layer where its second parameter group starts (fastai's
   // split: "layer3" for a ResNet, "3" for an XResNet; none for a model's own).
   const std::string& second_group() const { return second_group_; }
+  // The statistics its pretrained weights were trained on (fastai's meta['stats']), which
+  // vision_learner and unet_learner add to loaders without a Normalize: ImageNet's for the
+  // ResNets and XResNets.
+  const std::optional<Normalize>& stats() const { return stats_; }
 
  private:
   std::function<Body(const BodyOptions&)> body_;
   Splitter split_;
   std::string name_;
   std::string second_group_;
+  std::optional<Normalize> stats_;
 };
 
 // fastai's way of starting a first conv with other than 3 input channels from RGB

@@ -199,14 +199,18 @@ std::vector<std::string> get_image_files(const std::string& folder) {
   std::error_code ec;
   if (!fs::is_directory(folder, ec)) throw Error("get_image_files: '" + folder + "' not found or not a directory");
   std::vector<fs::path> files;
-  for (auto it = fs::recursive_directory_iterator(folder, fs::directory_options::follow_directory_symlink);
-       it != fs::recursive_directory_iterator(); ++it) {
-    const auto name = it->path().filename().string();
-    if (name[0] == '.') {  // hidden folders and files ("._x.jpg"), as fastai's get_files
-      if (it->is_directory()) it.disable_recursion_pending();
-      continue;
+  try {
+    for (auto it = fs::recursive_directory_iterator(folder, fs::directory_options::follow_directory_symlink);
+         it != fs::recursive_directory_iterator(); ++it) {
+      const auto name = it->path().filename().string();
+      if (name[0] == '.') {  // hidden folders and files ("._x.jpg"), as fastai's get_files
+        if (it->is_directory()) it.disable_recursion_pending();
+        continue;
+      }
+      if (it->is_regular_file() && is_image_file(name)) files.push_back(it->path());
     }
-    if (it->is_regular_file() && is_image_file(name)) files.push_back(it->path());
+  } catch (const fs::filesystem_error& e) {  // an unreadable folder, a loop of links
+    throw Error("get_image_files: cannot list '" + folder + "': " + e.what());
   }
   std::sort(files.begin(), files.end());  // element by element, as Python sorts paths
   return {files.begin(), files.end()};

@@ -129,7 +129,7 @@ Learner unet_learner(DataLoaders dls, const Arch& arch, std::vector<MetricPtr> m
   if (!learner_options.splitter) learner_options.splitter = unet_split(cut);
   learner_options.frozen = !o.pretrained_weights.empty();
   learner_options.model_spec = unet_model_spec(arch, n_out, img_size, o);
-  if (o.normalize) add_pretrained_normalize(dls, o.pretrained_weights, o.in_channels);
+  if (o.normalize && arch.stats()) add_pretrained_normalize(dls, o.pretrained_weights, o.in_channels, *arch.stats());
   auto loss = o.loss_func ? o.loss_func : CrossEntropyLossFlat({.ignore_index = dls.void_index.value_or(-100)});
   return Learner(std::move(dls), unet, std::move(loss), std::move(metrics), std::move(learner_options));
 }

@@ -35,7 +35,7 @@ struct UnetLearnerOptions {
   bool blur = false, blur_final = true, self_attention = false, last_cross = true, bottle = false;
   std::optional<std::pair<double, double>> y_range;
   Loss loss_func;                   // default: CrossEntropyLossFlat({.ignore_index = dls.void_index})
-  bool normalize = true;            // ImageNet's Normalize with pretrained weights, as vision_learner's
+  bool normalize = true;            // the architecture's Normalize with pretrained weights, as vision_learner's
 };
 
 // The DynamicUnet unet_learner trains, on `arch`'s body; img_size {height, width}.

@@ -95,7 +95,7 @@ Learner vision_learner(DataLoaders dls, const Arch& arch, std::vector<MetricPtr>
   if (!learner_options.splitter) learner_options.splitter = arch.split();  // fastai: ifnone(splitter, meta['split'])
   learner_options.frozen = !o.pretrained_weights.empty();
   learner_options.model_spec = vision_model_spec(arch, n_out, o);
-  if (o.normalize) add_pretrained_normalize(dls, o.pretrained_weights, o.in_channels);
+  if (o.normalize && arch.stats()) add_pretrained_normalize(dls, o.pretrained_weights, o.in_channels, *arch.stats());
   auto loss = o.loss_func ? o.loss_func : dls.multi_label ? BCEWithLogitsLoss() : CrossEntropyLoss();
   return Learner(std::move(dls), model, std::move(loss), std::move(metrics), std::move(learner_options));
 }

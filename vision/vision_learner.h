@@ -49,8 +49,9 @@ struct VisionLearnerOptions {
   // then unused, and an export records no architecture: load_learner is given the model.
   std::optional<torch::nn::Sequential> custom_head;
   Loss loss_func;  // default: CrossEntropyLoss, or BCEWithLogitsLoss for multi-label loaders
-  // With pretrained weights and 3 channels, ImageNet's Normalize is added to loaders
-  // without a Normalize (fastai's normalize=True); false: the batches as the loaders make them.
+  // With pretrained weights and 3 channels, the architecture's statistics (Arch::stats:
+  // ImageNet's for ours) are added to loaders without a Normalize (fastai's
+  // normalize=True); false: the batches as the loaders make them.
   bool normalize = true;
 
   HeadOptions head() const { return {lin_ftrs, ps, concat_pool, bn_final, y_range}; }

@@ -8,7 +8,7 @@
 
 using namespace fastcpp;
 
-int main(int argc, char** argv) {
+int main(int argc, char** argv) try {
   int epochs = 3;
   std::string data = vision::fashion_mnist_dir();
   CommandLine cli("train", "A small CNN on Fashion-MNIST with the one-cycle policy.");
@@ -28,4 +28,7 @@ int main(int argc, char** argv) {
   Learner learn(dls, model, CrossEntropyLoss(), {metrics::accuracy()});
   learn.fit_one_cycle(epochs, 1e-2);
   std::printf("final accuracy: %.4f\n", learn.validate()[1]);
+} catch (const Error& e) {  // bad input (a missing data folder, say): the message names what and where
+  std::fprintf(stderr, "%s\n", e.what());
+  return 1;
 }

@@ -61,7 +61,11 @@ std::string existing(const std::string& dir, const std::string& name) {
     const auto path = (std::filesystem::path(dir) / candidate).string();
     if (std::filesystem::exists(path)) return path;
   }
-  throw Error("idx file '" + (std::filesystem::path(dir) / name).string() + "[.gz]' not found");
+  const bool fashion = dir == fashion_mnist_dir();  // where the examples and the template look
+  throw Error("idx file '" + (std::filesystem::path(dir) / name).string() + "[.gz]' not found" +
+              (fashion ? " (Fashion-MNIST: sudo apt-get install dataset-fashion-mnist, or FASTCPP_FASHION_MNIST=DIR "
+                         "names a folder of its idx files)"
+                       : ""));
 }
 
 }  // namespace

@@ -58,6 +58,11 @@ DataLoaders ImageDataLoaders::from_folder(const std::string& root, FromFolderOpt
     train = std::make_shared<ImageFolder>(all.subset(split.train));
     valid = std::make_shared<ImageFolder>(all.subset(split.valid).with_options(valid_options));
   } else {
+    for (const auto& part : {o.train, o.valid})
+      if (std::error_code ec; !fs::is_directory(fs::path(root) / part, ec))
+        throw Error("from_folder: no folder '" + (fs::path(root) / part).string() + "' (valid_pct 0 reads root/" +
+                    o.train + " and root/" + o.valid + "); for a root/<class>/* tree give .valid_pct = 0.2: a random " +
+                    "20% validates");
     train = std::make_shared<ImageFolder>(ImageFolder::scan((fs::path(root) / o.train).string(), train_options));
     valid = std::make_shared<ImageFolder>(
         ImageFolder::scan((fs::path(root) / o.valid).string(), valid_options, train->vocab()));

@@ -29,9 +29,18 @@ bool is_image_file(const std::string& path) {
   return false;
 }
 
+// The entries of `folder`, an Error naming it where it cannot be read.
+std::vector<fs::directory_entry> entries_of(const std::string& folder) {
+  try {
+    return {fs::directory_iterator(folder), fs::directory_iterator()};
+  } catch (const fs::filesystem_error& e) {
+    throw Error("image folder: cannot list '" + folder + "': " + e.what());
+  }
+}
+
 std::vector<std::string> image_files_in(const std::string& folder) {
   std::vector<std::string> files;
-  for (const auto& entry : fs::directory_iterator(folder))
+  for (const auto& entry : entries_of(folder))
     if (entry.is_regular_file() && entry.path().filename().string()[0] != '.' && is_image_file(entry.path().string()))
       files.push_back(entry.path().string());
   std::sort(files.begin(), files.end());
@@ -79,7 +88,7 @@ ImageFolder ImageFolder::scan(const std::string& root, ImageFolderOptions option
   std::error_code ec;
   if (!fs::is_directory(root, ec)) throw Error("image folder '" + root + "' not found or not a directory");
   std::vector<std::string> folders;
-  for (const auto& entry : fs::directory_iterator(root))
+  for (const auto& entry : entries_of(root))
     if (entry.is_directory() && entry.path().filename().string()[0] != '.') folders.push_back(entry.path().filename());
   std::sort(folders.begin(), folders.end());
   // As fastai, whose labels of a split must all be in the training vocab.
