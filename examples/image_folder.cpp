@@ -14,7 +14,7 @@
 // show_batch.png and show_results.png.
 // --decode device decodes the JPEGs on the training device (nvJPEG on a GPU) and crops
 // them there, and says which decoder ran; --batch-aug fastai adds fastai's aug_transforms
-// on each training batch.
+// on each training batch, --random-erasing P fastai's RandomErasing.
 // --tta N adds the accuracy with test-time augmentation (N augmented passes);
 // --load MODEL.pt --epochs 0 evaluates a saved model without training.
 // bf16 with channels-last halves the time of an epoch on CPUs with AVX512-BF16.
@@ -35,7 +35,7 @@ int main(int argc, char** argv) {
                     memory_format = "contiguous", load, out = "image_folder";
   int epochs = 5, size = 224, channels = 3, tta = 0, threads = usable_cores();
   int64_t bs = 64, width = 64;
-  double lr = 1e-3, label_smoothing = 0;
+  double lr = 1e-3, label_smoothing = 0, erasing = 0;
   CommandLine cli("image_folder",
                   "Trains a ResNet or XResNet classifier on an image folder tree (ROOT/train/<class>/*, "
                   "ROOT/valid/<class>/*, or ROOT/<class>/* with a random 20% for validation): from scratch with the "
@@ -54,6 +54,9 @@ int main(int argc, char** argv) {
            "fastai: fastai's aug_transforms on each training batch, on its device (flip, rotate, zoom, warp, "
            "lighting; in place of the item flip)")
       .choices({"none", "fastai"});
+  cli.flag("--random-erasing", erasing, "the chance of each training image getting a rectangle of noise (fastai's "
+                                        "RandomErasing, after Normalize); 0: none")
+      .range(0.0, 1.0);
   cli.flag("--decode", decode,
            "device: JPEGs decoded, cropped and resized on the training device (nvJPEG on a GPU), the crops drawn "
            "as on the CPU")
@@ -87,6 +90,7 @@ int main(int argc, char** argv) {
     std::vector<BatchAugmentPtr> batch_augs;
     if (batch_aug == "fastai") batch_augs = {vision::aug_transforms()};
     else tfms.push_back(vision::FlipItem());
+    if (erasing > 0) batch_augs.push_back(vision::random_erasing({.p = erasing}));
     const bool has_split = std::filesystem::exists(root + "/train");
     // Pretrained weights on RGB images take ImageNet's statistics, which vision_learner adds
     // (fastai's normalize); otherwise each channel's mean and standard deviation from (up

@@ -7,6 +7,7 @@
 #include <numeric>
 #include <opencv2/imgcodecs.hpp>
 #include <opencv2/imgproc.hpp>
+#include <zlib.h>
 #include <set>
 #include <stdexcept>
 
@@ -124,6 +125,18 @@ std::vector<uint8_t> with_orientation(std::vector<uint8_t> jpeg, int orientation
                                   0, 0, 0, 0};                                    // no next IFD
   jpeg.insert(jpeg.begin() + 2, app1.begin(), app1.end());
   return jpeg;
+}
+
+// A PNG with an eXIf chunk (after its header chunk) holding an EXIF `orientation`.
+std::vector<uint8_t> png_with_orientation(std::vector<uint8_t> png, int orientation) {
+  const std::vector<uint8_t> tiff{'M', 'M', 0, 0x2A, 0, 0, 0, 8, 0, 1,  // big-endian, IFD at 8, one entry
+                                  0x01, 0x12, 0, 3, 0, 0, 0, 1, 0, uint8_t(orientation), 0, 0, 0, 0, 0, 0};
+  std::vector<uint8_t> chunk{0, 0, 0, uint8_t(tiff.size()), 'e', 'X', 'I', 'f'};
+  chunk.insert(chunk.end(), tiff.begin(), tiff.end());
+  const auto crc = static_cast<uint32_t>(crc32(0, chunk.data() + 4, static_cast<uInt>(chunk.size() - 4)));
+  for (int shift : {24, 16, 8, 0}) chunk.push_back(uint8_t(crc >> shift));
+  png.insert(png.begin() + 33, chunk.begin(), chunk.end());  // signature 8 + IHDR 25
+  return png;
 }
 
 #if FASTCPP_HAS_DIRECT_DECODERS
@@ -270,6 +283,22 @@ TEST_SUITE("vision") {
     fs::remove_all(dir);
   }
 
+  TEST_CASE("only a JPEG's EXIF orientation turns it: a PNG's eXIf is left, on every build, as its header says") {
+    cv::Mat wide(61, 83, CV_8UC3, cv::Scalar(10, 20, 30));
+    wide(cv::Rect(0, 0, 10, 61)).setTo(cv::Scalar(200, 200, 200));  // a light left edge
+    std::vector<uint8_t> png;
+    REQUIRE(cv::imencode(".png", wide, png));
+    const auto dir = temp_dir("png_exif");
+    const auto path = dir + "/turned.png";
+    const auto bytes = png_with_orientation(png, 6);
+    std::ofstream(path, std::ios::binary).write(reinterpret_cast<const char*>(bytes.data()), std::streamsize(bytes.size()));
+    const auto image = vision::read_image(path);
+    CHECK(image.size() == cv::Size(83, 61));  // as stored (OpenCV's imdecode would turn it to 61 x 83)
+    CHECK(vision::image_header_size(bytes) == image.size());
+    CHECK(image.at<cv::Vec3b>(30, 2)[0] == 200);
+    fs::remove_all(dir);
+  }
+
   TEST_CASE("corrupt, truncated, empty and missing files are errors naming the file") {
     const auto dir = temp_dir("bad");
     write(dir + "/ok.jpg", gradient(64, 64));
@@ -280,6 +309,10 @@ TEST_SUITE("vision") {
     std::ofstream(dir + "/empty.png");
     CHECK(error_of([&] { vision::read_image(dir + "/truncated.jpg"); }) ==
           "cannot decode image '" + dir + "/truncated.jpg': truncated JPEG (no end-of-image marker)");
+    // Bytes after the end marker (a phone's Motion Photo appends a video): the image, as PIL reads it.
+    std::ofstream(dir + "/trailer.jpg", std::ios::binary) << bytes << std::string(100, '\0') << "ftypmp42";
+    const auto ok = vision::read_image(dir + "/ok.jpg"), trailer = vision::read_image(dir + "/trailer.jpg");
+    CHECK(cv::norm(ok, trailer, cv::NORM_INF) == 0);
     CHECK(error_of([&] { vision::read_image(dir + "/garbage.png"); }) ==
           "cannot decode image '" + dir + "/garbage.png': not a JPEG, PNG, BMP, TIFF, WebP or PNM image");
     std::ofstream(dir + "/damaged.png", std::ios::binary) << "\x89PNG\r\n\x1a\n and then garbage";
@@ -352,6 +385,15 @@ TEST_SUITE("vision") {
     }
     CHECK(error_of([] { vision::FlipItem(1.5); }) == "FlipItem: p must be a probability in [0, 1], got 1.5");
     CHECK(vision::Resize(16, vision::ResizeMethod::Squish).apply(gradient(40, 20), rng, true).size() == cv::Size(16, 16));
+    // A squish that narrows 1000 columns of stripes to 224 and stretches 200 rows to 224:
+    // the narrowed axis averaged, not sampled (bilinear on both gave a std of 73.5; OpenCV's
+    // area average over 4.46 columns 11.3; Pillow's wider triangle filter 1.8).
+    cv::Mat stripes(200, 1000, CV_8UC3);
+    for (int col = 0; col < 1000; ++col) stripes.col(col).setTo(cv::Scalar::all(col % 2 ? 255 : 0));
+    cv::Scalar mean, deviation;
+    cv::meanStdDev(vision::Resize(224, vision::ResizeMethod::Squish).apply(stripes, rng, true), mean, deviation);
+    CHECK(mean[0] == doctest::Approx(127.5).epsilon(0.02));
+    CHECK(deviation[0] < 15);
     vision::FlipItem always(1.0);
     auto flipped = always.apply(image, rng, true);
     CHECK((flipped.at<cv::Vec3b>(3, 0) == image.at<cv::Vec3b>(3, 31)));
@@ -1245,11 +1287,14 @@ TEST_SUITE("vision") {
   TEST_CASE("get_image_files: sorted by path, hidden folders and other files left out") {
     const auto root = temp_dir("get_image_files");
     for (const char* dir : {"b", "a-b", "a", ".hidden"}) fs::create_directories(fs::path(root) / dir);
-    for (const char* file : {"b/2.png", "a-b/1.jpg", "a/x.png", "z.PNG", ".hidden/h.png", "a/notes.txt"})
+    for (const char* file : {"b/2.png", "a-b/1.jpg", "a/x.png", "z.PNG", ".hidden/h.png", "a/notes.txt", "b/3.jfif",
+                             "b/4.pnm", "b/5.gif"})
       std::ofstream(root + "/" + file) << "x";
     // By path element, as Python sorts paths: "a/x.png" before "a-b/1.jpg" (text order would swap them).
-    CHECK(vision::get_image_files(root) ==
-          std::vector<std::string>{root + "/a/x.png", root + "/a-b/1.jpg", root + "/b/2.png", root + "/z.PNG"});
+    // fastai's extensions that the decoders read (.jfif, .pnm); not .gif, which they do not.
+    CHECK(vision::get_image_files(root) == std::vector<std::string>{root + "/a/x.png", root + "/a-b/1.jpg",
+                                                                    root + "/b/2.png", root + "/b/3.jfif",
+                                                                    root + "/b/4.pnm", root + "/z.PNG"});
     CHECK(vision::parent_label(root + "/b/2.png") == "b");
     CHECK(error_of([&] { vision::get_image_files(root + "/nowhere"); }) ==
           "get_image_files: '" + root + "/nowhere' not found or not a directory");

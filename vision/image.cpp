@@ -52,11 +52,13 @@ int reduction_flag(int factor, bool gray) {
   }
 }
 
-// OpenCV's decoders, in BGR order.
+// OpenCV's decoders, in BGR order. Only a JPEG's EXIF orientation turns it, as the direct
+// decoders do (OpenCV would turn a PNG or TIFF by theirs too).
 cv::Mat decode_bgr(const std::vector<uint8_t>& bytes, const std::string& path, int factor, bool gray) {
+  const int orientation = is_jpeg(bytes) ? 0 : cv::IMREAD_IGNORE_ORIENTATION;
   try {
     return cv::imdecode(cv::Mat(1, static_cast<int>(bytes.size()), CV_8U, const_cast<uint8_t*>(bytes.data())),
-                        reduction_flag(factor, gray));
+                        reduction_flag(factor, gray) | orientation);
   } catch (const cv::Exception& e) {
     throw Error("cannot decode image '" + path + "': " + e.what());
   }

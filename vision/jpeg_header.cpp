@@ -46,7 +46,10 @@ JpegHeader read_jpeg_header(const std::vector<uint8_t>& b) {
       ++i;
       continue;
     }
-    if (marker == 0xDA || marker == 0xD9) break;  // the image data: no more headers
+    if (marker == 0xDA || marker == 0xD9) {  // the image data: no more headers
+      header.first_scan = i;
+      break;
+    }
     const size_t length = static_cast<size_t>(be16(b, i + 2)), data = i + 4, end = i + 2 + length;
     if (length < 2 || end > b.size()) break;
     const bool frame = marker >= 0xC0 && marker <= 0xCF && marker != 0xC4 && marker != 0xC8 && marker != 0xCC;
@@ -62,9 +65,11 @@ JpegHeader read_jpeg_header(const std::vector<uint8_t>& b) {
 }
 
 bool has_jpeg_end(const std::vector<uint8_t>& b) {
-  if (b.size() < 2) return false;
-  const size_t from = b.size() > 64 ? b.size() - 64 : 0;
-  for (size_t i = b.size() - 1; i > from; --i)
+  // After the headers (an EXIF thumbnail in them ends with its own FF D9); the scans never
+  // hold FF D9 (an FF in them is followed by 00 or a restart marker), so the first one
+  // there ends the image, and whatever follows it (a phone's appended video) is not read.
+  const size_t from = read_jpeg_header(b).first_scan;
+  for (size_t i = from + 1; from > 0 && i < b.size(); ++i)
     if (b[i - 1] == 0xFF && b[i] == 0xD9) return true;
   return false;
 }

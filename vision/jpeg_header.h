@@ -13,6 +13,7 @@ struct JpegHeader {
   cv::Size size;        // {0, 0}: not a JPEG, or no frame header found
   int components = 0;   // 1: grey, 3: YCbCr (or RGB), 4: CMYK or YCCK
   int orientation = 1;  // EXIF orientation, 1..8 (1: as stored)
+  size_t first_scan = 0;  // where the image data start (0: not found)
 };
 
 bool is_jpeg(const std::vector<uint8_t>& bytes);
@@ -20,7 +21,8 @@ JpegHeader read_jpeg_header(const std::vector<uint8_t>& bytes);
 // Turns `image` as an EXIF `orientation` says (what cv::imdecode does with a JPEG's): the
 // stored pixels to the picture as it is shown.
 void apply_orientation(cv::Mat& image, int orientation);
-// The end-of-image marker FF D9 near the end: without it libjpeg only warns and greys out the rest.
+// The end-of-image marker FF D9 after the image data (bytes may follow it): without it
+// libjpeg only warns and greys out the rest.
 bool has_jpeg_end(const std::vector<uint8_t>& bytes);
 // The largest of 1, 2, 4, 8 that keeps the short side of `size` at least min_side (1 for min_side 0).
 int jpeg_reduction(cv::Size size, int min_side);

@@ -13,8 +13,17 @@ cv::Mat resize_to(const cv::Mat& image, cv::Size size, const Sampling& sampling)
   if (image.size() == size) return image;
   cv::Mat out;
   // Shrinking, an average over each output pixel's area (antialiased, as fastai's Pillow
-  // resize): bilinear reads 2 of the pixels an output pixel covers, and aliases.
-  const bool shrinks = size.width < image.cols && size.height < image.rows;
+  // resize): bilinear reads 2 of the pixels an output pixel covers, and aliases. Pillow
+  // filters each axis by its own factor: where one shrinks and the other does not (a
+  // squish, a crop of another aspect), the shrinking one is averaged first, alone.
+  const bool narrower = size.width < image.cols, shorter = size.height < image.rows;
+  if (!sampling.nearest && narrower != shorter) {
+    cv::Mat averaged;
+    cv::resize(image, averaged, narrower ? cv::Size(size.width, image.rows) : cv::Size(image.cols, size.height), 0, 0,
+               cv::INTER_AREA);
+    return resize_to(averaged, size, sampling);
+  }
+  const bool shrinks = narrower && shorter;
   // Masks: the nearest pixel to each output pixel's centre, as Pillow's NEAREST (fastai's
   // for masks) and where the image's own samples are centred; INTER_NEAREST takes the one
   // at its top-left corner, shifting the mask up to half a pixel against its image.

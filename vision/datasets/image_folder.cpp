@@ -24,7 +24,9 @@ namespace fs = std::filesystem;
 bool is_image_file(const std::string& path) {
   auto ext = fs::path(path).extension().string();
   std::transform(ext.begin(), ext.end(), ext.begin(), [](unsigned char c) { return std::tolower(c); });
-  for (const char* known : {".jpg", ".jpeg", ".png", ".bmp", ".tif", ".tiff", ".webp", ".ppm", ".pgm"})
+  // fastai's image_extensions (the image types Python's mimetypes knows) that these decoders read.
+  for (const char* known : {".jpg", ".jpeg", ".jpe", ".jfif", ".png", ".bmp", ".tif", ".tiff", ".webp", ".ppm", ".pgm",
+                            ".pbm", ".pnm"})
     if (ext == known) return true;
   return false;
 }
