@@ -20,7 +20,8 @@
 //   after_fit       the Learner's model is the plain one again
 // Replica 0 is the Learner's model itself: checkpoints, the optimizer and its state are
 // those of the plain model. Unlike PyTorch's DataParallel (and libtorch's
-// data_parallel), nothing is copied onto the devices per step but the parameters.
+// data_parallel), nothing is copied onto the devices per step but the parameters and
+// buffers (no new replicas).
 #include <c10/core/Stream.h>
 #include <torch/types.h>
 

@@ -11,6 +11,7 @@
 #include "distributed/batchnorm_math.h"
 #include "distributed/channels_last_batchnorm.h"
 #include "distributed/sync_batchnorm.h"
+#include "parallel/replica_workers.h"
 #include "parallel/replica_streams.h"
 
 namespace fastcpp::distributed {
@@ -390,7 +391,7 @@ struct ReplicaGroup::Meeting {
       all_there.notify_all();
     } else {
       all_there.wait(lock, [&] { return round != my_round || state.aborted.load(); });
-      if (round == my_round) throw Error("to_parallel: another replica's forward failed");
+      if (round == my_round) throw ReplicaStopped("to_parallel: another replica's forward failed");
     }
     // Autograd keeps what it needs; nothing else outlives the step.
     share = std::exchange(shares[replica], ReplicaShare());

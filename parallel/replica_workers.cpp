@@ -41,8 +41,16 @@ void ReplicaWorkers::run(int replicas, const std::function<void(int)>& task) {
   std::unique_lock<std::mutex> lock(mutex_);
   finished_.wait(lock, [&] { return pending_ == 0; });
   task_ = nullptr;
-  for (const auto& error : errors_)
-    if (error) std::rethrow_exception(error);
+  std::exception_ptr stopped;
+  for (const auto& error : errors_) {
+    if (!error) continue;
+    try {
+      std::rethrow_exception(error);
+    } catch (const ReplicaStopped&) {
+      if (!stopped) stopped = error;
+    }
+  }
+  if (stopped) std::rethrow_exception(stopped);  // no cause found: none of the others failed
 }
 
 void ReplicaWorkers::work(size_t index) {

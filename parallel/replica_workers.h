@@ -12,7 +12,16 @@
 #include <thread>
 #include <vector>
 
+#include "core/error.h"
+
 namespace fastcpp::distributed {
+
+// What a replica throws when it stops because another one failed (a synced layer's meeting
+// called off): run() reports that other replica's error, the cause, instead.
+class ReplicaStopped : public Error {
+ public:
+  using Error::Error;
+};
 
 class ReplicaWorkers {
  public:
@@ -24,8 +33,8 @@ class ReplicaWorkers {
 
   size_t size() const { return threads_.size(); }
   // task(r) for r in 0..replicas-1: r = 0 on the calling thread, r > 0 on worker r-1, all
-  // at once; returns when every one has returned. The first exception (by replica) is
-  // rethrown. replicas must be between 1 and size() + 1.
+  // at once; returns when every one has returned. The first exception (by replica) that is
+  // not a ReplicaStopped is rethrown. replicas must be between 1 and size() + 1.
   void run(int replicas, const std::function<void(int)>& task);
   // The OS thread of each replica's task, replica 0's being the caller's (for tests).
   std::vector<std::thread::id> thread_ids() const;

@@ -2,6 +2,8 @@
 // one device (weights and BatchNorm statistics), with uneven and tiny batches, gradient
 // accumulation, bf16 autocast in the replica threads, checkpoints of the plain model,
 // and clear errors. The same on CUDA devices is in the gpu suite.
+#include <atomic>
+
 #include "channels_last_batchnorm_check.h"
 #include "freeze_mid_fit.h"
 #include "helpers.h"
@@ -48,6 +50,19 @@ struct ThreadProbeImpl : torch::nn::Cloneable<ThreadProbeImpl> {
   int copy = 0;
 };
 TORCH_MODULE(ThreadProbe);
+
+// Passes its input through, but its copies (the replicas beyond the first) throw.
+struct BrokenCopiesImpl : torch::nn::Cloneable<BrokenCopiesImpl> {
+  BrokenCopiesImpl() : copies(std::make_shared<std::atomic<int>>(0)) { reset(); }
+  void reset() override { copy = (*copies)++; }
+  torch::Tensor forward(const torch::Tensor& x) {
+    if (copy != 0) throw Error("replica broke");
+    return x;
+  }
+  std::shared_ptr<std::atomic<int>> copies;
+  int copy = 0;
+};
+TORCH_MODULE(BrokenCopies);
 
 // Two linear layers and a third over the first one's weight (tied, as a language model's
 // embedding and output). Its copies come out untied: clone() gives the copy's encoder a
@@ -315,6 +330,18 @@ TEST_SUITE("parallel") {
     const auto& own = threads.at(probe->copy);
     CHECK(own.size() == 3 * (6 + 2));  // 3 epochs of 6 training and 2 validation batches
     CHECK(own.front() == std::this_thread::get_id());
+  }
+
+  TEST_CASE("a replica's own error is the one reported, not the synced BatchNorm's 'another replica failed' it causes") {
+    // Replica 0 waits at the BatchNorm for the others, which throw before they get there.
+    auto model = torch::nn::Sequential(torch::nn::Conv2d(torch::nn::Conv2dOptions(3, 4, 3).padding(1).bias(false)),
+                                       BrokenCopies(), torch::nn::BatchNorm2d(4), torch::nn::AdaptiveAvgPool2d(1),
+                                       torch::nn::Flatten(), torch::nn::Linear(4, 3));
+    Learner learn(image_dls(48), model, CrossEntropyLoss(), {}, quiet());
+    silence(learn);
+    learn.to_parallel(kThreeCpus);
+    const auto message = error_of([&] { learn.fit(1, 0.05); });
+    CHECK(message.rfind("replica broke", 0) == 0);
   }
 
   TEST_CASE("each replica computes its BatchNorm statistics and normalizes on its own thread; the meeting only combines") {
