@@ -1,9 +1,10 @@
 #pragma once
 // BatchAugment: a random transform of whole batches (fastai's batch transforms with
 // draws, such as vision::aug_transforms) that acts on x and y together, on the batch's
-// device, before the loader's batch_tfms (or after them, where it says so). Its draws come from the batch's seed, which
-// (loader seed, epoch, batch index) alone decide, so an augmented run is as
-// reproducible as an item-transformed one, on any device and with any worker count.
+// device, before the loader's batch_tfms (or after them, where it says so). Its draws
+// come from the batch's seed, which (loader seed, epoch, batch index) alone decide, so an
+// augmented run is as reproducible as an item-transformed one, on any device and with any
+// worker count.
 //
 // Augmentation belongs to training data: put it in the training loader's aug_tfms, and
 // its validation() form (nothing, or only its resize) in the validation loader's, as the

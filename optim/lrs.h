@@ -15,7 +15,8 @@ class Lrs {
  public:
   Lrs() = default;  // "not given": the learner's default lr
   Lrs(double lr) : stop_(lr) {}  // NOLINT: implicit on purpose, fit(1, 1e-3)
-  Lrs(std::initializer_list<double> per_group) : per_group_(std::vector<double>(per_group)) {}  // NOLINT: fit(1, {a, b})
+  Lrs(std::initializer_list<double> per_group)  // NOLINT: implicit, fit(1, {1e-4, 1e-3})
+      : per_group_(std::vector<double>(per_group)) {}
   Lrs(std::vector<double> per_group) : per_group_(std::move(per_group)) {}  // NOLINT: so is a vector
 
   static Lrs slice(double stop) { return Lrs(std::nullopt, stop, true); }

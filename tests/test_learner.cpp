@@ -667,8 +667,8 @@ TEST_SUITE("learner") {
     CHECK(message.find("(in training batch 0 of epoch 0)") != std::string::npos);
     // Image bytes that reach a model (no Normalize in the batch_tfms): the message says what is missing.
     auto bytes = std::make_shared<TensorDataset>(torch::zeros({4, 4}, torch::kUInt8), torch::zeros({4}, torch::kLong));
-    Learner raw(DataLoaders{DataLoader(bytes, {.bs = 2}), DataLoader(bytes, {.bs = 2})}, tiny_model(), CrossEntropyLoss(),
-                {}, quiet());
+    DataLoaders byte_dls{DataLoader(bytes, {.bs = 2}), DataLoader(bytes, {.bs = 2})};
+    Learner raw(byte_dls, tiny_model(), CrossEntropyLoss(), {}, quiet());
     silence(raw);
     const auto raw_message = error_of([&] { raw.fit(1); });
     CHECK(raw_message.rfind("the model's forward failed on input of shape [2, 4] and type Byte (put a Normalize, or "

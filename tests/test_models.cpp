@@ -877,7 +877,8 @@ TEST_SUITE("models") {
     silence(learn);
     const auto normalizes = [](const DataLoader& loader) {
       const auto& tfms = loader.options().batch_tfms;
-      return std::any_of(tfms.begin(), tfms.end(), [](const BatchTransform& t) { return t.target<Normalize>() != nullptr; });
+      const auto is_normalize = [](const BatchTransform& t) { return t.target<Normalize>() != nullptr; };
+      return std::any_of(tfms.begin(), tfms.end(), is_normalize);
     };
     // No statistics known for its weights: its batches as the loaders make them, as fastai's
     // (ImageNet's for ours, or those given).

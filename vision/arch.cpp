@@ -174,7 +174,7 @@ Arch Arch::from_model(ModelFn make, std::optional<int64_t> cut, std::optional<No
       --end;  // the pooling layer starts the part left out
     }
     if (end <= 0 || end > n)
-      throw Error("vision_learner: a cut of " + std::to_string(*cut) + " layers, but the model has " +
+      throw Error("vision_learner: a cut of " + std::to_string(cut ? *cut : end) + " layers, but the model has " +
                   std::to_string(n) + " (the body needs at least one)");
     Body body;
     for (size_t i = 0; i < layers.size(); ++i)
