@@ -121,9 +121,13 @@ void ChannelsLast::before_batch() {
 
 // ---- the Learner's one-line conversions
 
-void Learner::to_fp16(GradScalerOptions scaler) {
+void Learner::to_fp16(GradScalerOptions options) {
+  // A scaler there already (a checkpoint's, loaded before this call, or an earlier fit's)
+  // goes on from its scale; the options make one where there is none.
+  auto kept = scaler;
   to_fp32();
-  add_cb(std::make_shared<MixedPrecision>(MixedPrecisionOptions{torch::kHalf, scaler}));
+  scaler = std::move(kept);
+  add_cb(std::make_shared<MixedPrecision>(MixedPrecisionOptions{torch::kHalf, options}));
 }
 
 void Learner::to_bf16() {

@@ -6,6 +6,7 @@
 #include "learner/checkpoint.h"
 #include "core/error.h"
 #include "core/spec_text.h"
+#include "formats/torch_save.h"
 #include "learner/learner.h"
 #include "learner/recorder.h"
 
@@ -25,7 +26,8 @@ void LRFinder::before_fit() {
   // Epochs enough for num_it batches, counted here: after to_distributed's sharding, which shortens them.
   auto& l = learn();
   l.n_epoch = num_it_ / static_cast<int>(std::max<size_t>(l.dls.train.size(), 1)) + 1;
-  saved_state_ = checkpoint::encode(learn(), /*with_opt=*/true);
+  // Bytes, not the contents: those share the tensors training changes.
+  saved_state_ = torch_save_bytes(checkpoint::contents(learn(), /*with_opt=*/true));
   best_loss_ = std::numeric_limits<double>::infinity();
 }
 

@@ -77,6 +77,16 @@ void ResumeFromCheckpoint::before_fit() {
     const auto drawn = torch::randint(std::numeric_limits<int64_t>::max(), {1}, torch::kLong).item<int64_t>();
     seed_ = static_cast<uint64_t>(l.from_rank_0 ? l.from_rank_0(drawn) : drawn);
   }
+  if (l.from_rank_0) {
+    // Every rank must resume as rank 0 does: a rank on a node that cannot see rank 0's file
+    // would train from epoch 0 beside it, apart, until a collective hangs. (An earlier fit's
+    // checkpoint counts as none: it changes nothing.)
+    const int64_t mine = saved && saved_fit >= fit_ ? saved_fit : 0, rank_0 = l.from_rank_0(mine);
+    const auto seen = [](int64_t fit) { return fit == 0 ? std::string("none") : "fit " + std::to_string(fit) + "'s"; };
+    if (rank_0 != mine)
+      throw Error(source + ": rank 0 finds " + seen(rank_0) + ", rank " + std::to_string(l.rank) + " finds " +
+                  seen(mine) + "; every rank reads rank 0's checkpoint: put it on a file system all nodes share");
+  }
   if (!saved || saved_fit < fit_) {  // nothing saved for this fit (an earlier fit's is overwritten)
     seeded_ = true;
     return;
@@ -89,6 +99,11 @@ void ResumeFromCheckpoint::before_fit() {
     l.logger("skipping fit " + std::to_string(fit_) + ": '" + path_ + "' holds fit " + std::to_string(saved_fit));
     return;
   }
+  const auto n_epoch = integer("n_epoch", l.n_epoch);  // none in checkpoints made before it
+  if (n_epoch != l.n_epoch)
+    throw Error(source + " holds a fit of " + std::to_string(n_epoch) + " epochs, this fit has " +
+                std::to_string(l.n_epoch) + ": its schedule would not go on where it stopped; remove the checkpoint "
+                "to train this fit from its start");
   checkpoint::decode_into(l, file, /*with_opt=*/true, source);
   // After the Recorder's and the trackers' before_fit (orders 50 to 63) reset what this sets.
   for (const auto& part : kept_states(l)) {
@@ -114,7 +129,7 @@ void ResumeFromCheckpoint::after_epoch() {
   auto& l = learn();
   last_epoch_ = l.epoch;
   if (l.epoch < first_epoch_) return;
-  checkpoint::Extras extras{{"fit", fit_}, {"seed", static_cast<int64_t>(seed_)}};
+  checkpoint::Extras extras{{"fit", fit_}, {"n_epoch", l.n_epoch}, {"seed", static_cast<int64_t>(seed_)}};
   for (const auto& part : kept_states(l))
     for (const auto& [entry, value] : part.save()) extras[part.prefix + entry] = value;
   l.save(path_, /*with_opt=*/true, extras);

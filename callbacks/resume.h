@@ -16,6 +16,9 @@
 // trained epoch reseeds the global generators (dropout, MixUp) from (seed, fit, epoch,
 // rank). The seed is drawn from the global generator at the first fit, rank 0's used by
 // every rank (Learner::from_rank_0) and saved.
+// A checkpoint of this fit with another number of epochs is an error (the program
+// changed: its schedule would jump); so is, in a distributed run, a rank that finds
+// another checkpoint than rank 0 (nodes without a shared file system).
 // It sits out lr_find (which neither counts as a fit nor loads or saves the checkpoint).
 #include <cstdint>
 #include <string>

@@ -77,8 +77,6 @@ SaveModel::SaveModel(SaveModelOptions options)
   if (save_options_.every_epoch < 0)
     throw Error("SaveModel: every_epoch must be >= 0 (0: save the best), got " +
                 std::to_string(save_options_.every_epoch));
-  if (save_options_.every_epoch && save_options_.at_end)
-    throw Error("SaveModel: every_epoch and at_end together (each epoch's model is saved already)");
 }
 
 std::string SaveModel::path(const std::string& suffix) const {

@@ -72,7 +72,7 @@ struct SaveModelOptions {
   std::string fname = "model";
   std::string model_dir = "models";
   int every_epoch = 0;  // n > 0: save every n-th epoch (0, n, 2n, ...) instead of the best, as fastai's
-  bool at_end = false;  // save the final model instead of loading the best
+  bool at_end = false;  // save the final model instead of loading the best (with every_epoch: besides)
   bool with_opt = false;
   bool reset_on_fit = true;
 };

@@ -1,7 +1,9 @@
 #include "core/device.h"
 
 #include <torch/cuda.h>
+#include <torch/nn/module.h>
 
+#include <algorithm>
 #include <cstdlib>
 #include <limits>
 #include <mutex>
@@ -91,6 +93,24 @@ std::string cuda_devices_text() {
   if (n == 0) return "no CUDA device";
   if (n == 1) return "1 CUDA device (cuda:0)";
   return std::to_string(n) + " CUDA devices (cuda:0..cuda:" + std::to_string(n - 1) + ")";
+}
+
+std::vector<c10::Device> devices_of(const torch::nn::Module& module) {
+  std::vector<c10::Device> devices;
+  auto note = [&](const at::Tensor& tensor) {
+    if (tensor.defined() && std::find(devices.begin(), devices.end(), tensor.device()) == devices.end())
+      devices.push_back(tensor.device());
+  };
+  for (const auto& param : module.parameters()) note(param);
+  for (const auto& buffer : module.buffers()) note(buffer);
+  return devices;
+}
+
+std::string devices_text(const std::vector<c10::Device>& devices) {
+  std::string text;
+  for (size_t i = 0; i < devices.size(); ++i)
+    text += (i == 0 ? "" : i + 1 == devices.size() ? " and " : ", ") + devices[i].str();
+  return text;
 }
 
 c10::Device check_device(const c10::Device& device, const std::string& who) {

@@ -8,6 +8,10 @@
 #include <string>
 #include <vector>
 
+namespace torch::nn {
+class Module;
+}
+
 namespace fastcpp {
 
 // CUDA when a GPU is there, else the CPU. In a run started by a launcher (LOCAL_RANK,
@@ -47,5 +51,11 @@ std::vector<c10::Device> parse_devices(const std::string& list);
 
 // "no CUDA device" / "1 CUDA device (cuda:0)" / "2 CUDA devices (cuda:0..cuda:1)".
 std::string cuda_devices_text();
+
+// The devices `module`'s parameters and buffers are on, in order of first appearance:
+// more than one for a model split across devices (a Pipeline's stages).
+std::vector<c10::Device> devices_of(const torch::nn::Module& module);
+// "cuda:0 and cuda:1", "cpu, cuda:0 and cuda:1".
+std::string devices_text(const std::vector<c10::Device>& devices);
 
 }  // namespace fastcpp

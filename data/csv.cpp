@@ -34,14 +34,15 @@ std::vector<std::pair<size_t, CsvRow>> split_records(const std::string& text, co
   CsvRow fields;
   std::string field;
   size_t line = 1, start_line = 1;
-  bool quoted = false, any = false;
+  bool quoted = false, any = false, had_quotes = false;
   auto end_record = [&] {
     fields.push_back(std::move(field));
     field.clear();
-    const bool blank = fields.size() == 1 && fields[0].empty() && !any;
+    const bool blank = fields.size() == 1 && !had_quotes &&
+                       fields[0].find_first_not_of(" \t") == std::string::npos;  // as pandas' skip_blank_lines
     if (!blank) records.emplace_back(start_line, std::move(fields));
     fields.clear();
-    any = false;
+    any = had_quotes = false;
   };
   for (size_t i = 0; i < text.size(); ++i) {
     const char c = text[i];
@@ -56,7 +57,7 @@ std::vector<std::pair<size_t, CsvRow>> split_records(const std::string& text, co
         field += c;
       }
     } else if (c == '"' && field.empty()) {  // inside a field, as Python's csv, a quote is itself
-      quoted = any = true;
+      quoted = any = had_quotes = true;
     } else if (c == delimiter) {
       fields.push_back(std::move(field));
       field.clear();
@@ -96,6 +97,7 @@ CsvTable parse_csv(const std::string& text, const std::string& source, CsvOption
       throw Error("'" + source + "' line " + std::to_string(line) + " has " + std::to_string(fields.size()) +
                   " fields, the header " + std::to_string(table.header.size()));
     table.rows.push_back(std::move(fields));
+    table.lines.push_back(line);
   }
   return table;
 }

@@ -9,8 +9,9 @@
 //   const auto name = table.column("name");          // or table.column(0)
 //   for (const auto& row : table.rows) use(row[name]);
 //
-// Bad input is an error naming the file and line: an unclosed quote, a row with more or
-// fewer fields than the header, an unknown column.
+// Lines that are empty or hold only spaces and tabs are skipped, as pandas' read_csv
+// skips them. Bad input is an error naming the file and line: an unclosed quote, a row
+// with more or fewer fields than the header, an unknown column.
 #include <cstddef>
 #include <string>
 #include <variant>
@@ -33,6 +34,7 @@ struct CsvTable {
   std::string source;               // the file, for messages
   std::vector<std::string> header;  // "0", "1", ... when the file has none
   std::vector<CsvRow> rows;
+  std::vector<size_t> lines;        // the line each row starts on, for messages
 
   // The position of `column`; an error naming the file and its columns if there is none.
   size_t column(const Column& column) const;

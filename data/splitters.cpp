@@ -69,7 +69,7 @@ Split FileSplitter::operator()(const std::vector<std::string>& paths) const {
 }
 
 ColSplitter::ColSplitter(const CsvTable& table, const Column& column, std::vector<std::string> on)
-    : source_(table.source), column_(table.column(column)), on_(std::move(on)) {
+    : source_(table.source), column_(table.column(column)), on_(std::move(on)), lines_(table.lines) {
   name_ = table.header[column_];
 }
 
@@ -85,8 +85,9 @@ Split ColSplitter::operator()(const std::vector<CsvRow>& rows) const {
     const auto& value = rows[i].at(column_);
     const bool valid = on_.empty() ? among(truths, value) : among(on_, value);
     if (!valid && on_.empty() && !among(falsehoods, value))
-      throw Error("ColSplitter: row " + std::to_string(i) + " of '" + source_ + "' has '" + value + "' in column '" + name_ +
-                  "' (expected True or False, 1 or 0)");
+      throw Error("ColSplitter: row " + std::to_string(i) +
+                  (i < lines_.size() ? " (line " + std::to_string(lines_[i]) + ")" : std::string()) + " of '" + source_ +
+                  "' has '" + value + "' in column '" + name_ + "' (expected True or False, 1 or 0)");
     (valid ? split.valid : split.train).push_back(static_cast<int64_t>(i));
   }
   return split;

@@ -101,6 +101,7 @@ class ColSplitter {
   std::string source_, name_;
   size_t column_;
   std::vector<std::string> on_;
+  std::vector<size_t> lines_;  // the table's, for messages
 };
 
 }  // namespace fastcpp

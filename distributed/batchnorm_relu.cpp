@@ -7,6 +7,7 @@
 #include <cmath>
 #include <vector>
 
+#include "core/graph_backward.h"
 #include "core/row_loop.h"
 #include "distributed/sync_batchnorm.h"
 
@@ -217,8 +218,9 @@ struct BatchNormReLUFunction : torch::autograd::Function<BatchNormReLUFunction> 
     const bool with_residual = residual.numel() > 0;
     auto y = normalized_relu(spans, x, with_residual ? residual : torch::Tensor(), std::vector<float>(m, m + c), scale,
                              std::vector<float>(b, b + c));
-    ctx->save_for_backward({x, y, weight, mean, invstd});
+    ctx->save_for_backward({x, y, weight, mean, invstd, residual, bias});
     ctx->saved_data["residual"] = with_residual;
+    ctx->saved_data["eps"] = bn->eps;
     return y;
   }
 
@@ -230,6 +232,15 @@ struct BatchNormReLUFunction : torch::autograd::Function<BatchNormReLUFunction> 
     if (!grads[0].defined()) return variable_list(5);
     const auto saved = ctx->get_saved_variables();
     const auto &x = saved[0], &y = saved[1], &weight = saved[2], &mean = saved[3], &invstd = saved[4];
+    if (torch::GradMode::is_enabled()) {  // a second derivative: through torch's BatchNorm and ReLU
+      const auto &residual = saved[5], &bias = saved[6];
+      auto z = torch::batch_norm(x, weight, bias, {}, {}, /*training=*/true, 0.0, ctx->saved_data["eps"].toDouble(),
+                                 /*cudnn_enabled=*/false);
+      if (ctx->saved_data["residual"].toBool()) z = z + residual;
+      auto grads_with_graph = gradients_with_graph(ctx, {x, residual, weight, bias}, torch::relu(z), grads[0]);
+      grads_with_graph.emplace_back();  // the layer's
+      return grads_with_graph;
+    }
     const auto dy = grads[0].contiguous(torch::MemoryFormat::ChannelsLast);
     const Spans spans = spans_of(x);
     const int64_t c = spans.c;

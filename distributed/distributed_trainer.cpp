@@ -25,6 +25,9 @@ void DistributedTrainer::before_fit() {
     single_process_noted_ = true;
     return;
   }
+  if (const auto on = devices_of(l.model.module()); on.size() > 1)
+    throw Error("to_distributed: the model is on " + devices_text(on) + " (split across devices); its gradients are "
+                "reduced on one device a process: put each process's model on one, or train the pipeline in one process");
   move_to_rank_device();
   auto group_options = options_.process_group;
   group_options.device = l.device;

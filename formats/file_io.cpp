@@ -57,6 +57,11 @@ void remove_stale_temporaries(const std::filesystem::path& target) {
 }  // namespace
 
 void write_atomically(const std::string& path, const std::vector<char>& bytes, const std::string& what) {
+  write_atomically(path, [&](const ByteSink& sink) { sink(bytes.data(), bytes.size()); }, what);
+}
+
+void write_atomically(const std::string& path, const std::function<void(const ByteSink&)>& produce,
+                      const std::string& what) {
   const auto fail = [&](const std::string& reason) {
     throw Error("cannot write " + what + " '" + path + "': " + reason);
   };
@@ -68,19 +73,30 @@ void write_atomically(const std::string& path, const std::vector<char>& bytes, c
   std::string temp;
   const int fd = create_temporary(path, temp);
   if (fd < 0) fail(std::strerror(errno));
-  const auto discard = [&](int error) {
+  const auto discard = [&] {
     ::close(fd);
     ::unlink(temp.c_str());
-    fail(std::strerror(error));
   };
-  size_t written = 0;
-  while (written < bytes.size()) {
-    const auto n = ::write(fd, bytes.data() + written, bytes.size() - written);
-    if (n < 0 && errno == EINTR) continue;
-    if (n < 0) discard(errno);
-    written += static_cast<size_t>(n);
+  int write_error = 0;  // the first failed write's; the writes after it are dropped
+  const ByteSink sink = [&](const char* bytes, size_t size) {
+    for (size_t written = 0; written < size && !write_error;) {
+      const auto n = ::write(fd, bytes + written, size - written);
+      if (n < 0 && errno == EINTR) continue;
+      if (n < 0) write_error = errno;
+      else written += static_cast<size_t>(n);
+    }
+  };
+  try {
+    produce(sink);
+  } catch (...) {
+    discard();
+    throw;
   }
-  if (::fsync(fd) != 0) discard(errno);
+  if (write_error || ::fsync(fd) != 0) {
+    const int error = write_error ? write_error : errno;
+    discard();
+    fail(std::strerror(error));
+  }
   // close reports a write the file system deferred (NFS, quotas).
   if (::close(fd) != 0 || std::rename(temp.c_str(), path.c_str()) != 0) {
     const int error = errno;

@@ -79,9 +79,14 @@ c10::impl::GenericDict read_state_dict(const std::string& path) {
 }
 
 c10::impl::GenericDict state_dict_in(const c10::IValue& value, const std::string& source) {
+  if (value.isNone())  // an object of a class the reader does not model
+    throw Error("cannot read " + source + ": it holds a pickled Python object (torch.save(model), a TorchScript "
+                "module or fastai's export.pkl), not a state dict; in Python, torch.save(model.state_dict(), path) "
+                "writes one");
   if (!value.isGenericDict()) throw Error("cannot read " + source + ": it holds a " + value.tagKind() + ", not a state dict");
   auto dict = value.toGenericDict();
-  for (const char* key : {"model", "state_dict"}) {
+  // fastai's and fastcpp's checkpoints, PyTorch's checkpoint recipe, Lightning's
+  for (const char* key : {"model", "model_state_dict", "state_dict"}) {
     auto inner = dict.find(c10::IValue(std::string(key)));
     if (inner != dict.end() && inner->value().isGenericDict()) return inner->value().toGenericDict();
   }
@@ -104,7 +109,7 @@ void load_state_dict(torch::nn::Module& module, const c10::impl::GenericDict& st
 void save_state_dict(const torch::nn::Module& module, const std::string& path) {
   c10::Dict<std::string, torch::Tensor> dict;
   for (const auto& [name, tensor] : named_state(module)) dict.insert(name, tensor.detach().to(torch::kCPU));
-  write_atomically(path, torch_save_bytes(dict), "weights");
+  save_torch_file(path, dict, "weights");
 }
 
 c10::IValue typed_entry(const c10::impl::GenericDict& dict, const std::string& key, bool (c10::IValue::*is)() const,

@@ -35,7 +35,8 @@ std::vector<torch::Tensor> match_state(const NamedTensors& entries, const c10::i
                                        const std::string& source, const LoadStateOptions& options = {});
 
 // A state dict from `path`: a plain torch.save(model.state_dict()) file, or a dict
-// holding one under "model" or "state_dict" (a fastcpp checkpoint, fastai's save).
+// holding one under "model" (a fastcpp checkpoint, fastai's save), "model_state_dict"
+// (PyTorch's checkpoint recipe) or "state_dict" (Lightning's).
 c10::impl::GenericDict read_state_dict(const std::string& path);
 // The same in a file's unpickled `value`; `source` names it in errors.
 c10::impl::GenericDict state_dict_in(const c10::IValue& value, const std::string& source);

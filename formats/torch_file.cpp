@@ -279,7 +279,12 @@ class Unpickler {
     if (!dict.data.isGenericDict()) return;
     nest(dict, kvs);
     auto d = dict.data.toGenericDict();
-    for (size_t i = 0; i + 1 < kvs.size(); i += 2) d.insert_or_assign(kvs[i].data, kvs[i + 1].data);
+    for (size_t i = 0; i + 1 < kvs.size(); i += 2) {
+      // Keys libtorch's dicts cannot hash (a tuple, None, an object read as None) leave
+      // their entry out; the others still load.
+      const auto& key = kvs[i].data;
+      if (key.isString() || key.isInt() || key.isDouble() || key.isBool()) d.insert_or_assign(key, kvs[i + 1].data);
+    }
   }
   // `container` takes `children`: one level deeper than the deepest of them.
   static void nest(Item& container, std::vector<Item>& children) {

@@ -6,7 +6,8 @@
 // numbers and tensors, in pickle protocols 2 to 5; tensors of every dtype torch.save
 // writes but the quantized ones, of subclasses (fastai's TensorImage) as plain tensors.
 // Objects of other classes (an argparse.Namespace in a training checkpoint, say), sets
-// and integers past 64 bits become None, so the tensors around them still load. A file
+// and integers past 64 bits become None, and dict entries under keys other than strings,
+// numbers and bools are left out, so the tensors around them still load. A file
 // in another format (torch.save's legacy one, safetensors) is named as such.
 #include <torch/types.h>
 

@@ -31,7 +31,7 @@ c10::IValue with_plain_lists(const c10::IValue& value) {
 
 }  // namespace
 
-std::vector<char> torch_save_bytes(const c10::IValue& value) {
+void torch_save(const c10::IValue& value, const ByteSink& sink) {
   std::vector<char> pickle;
   torch::jit::Pickler pickler([&](const char* bytes, size_t size) { pickle.insert(pickle.end(), bytes, bytes + size); },
                               /*tensor_table=*/nullptr, /*type_renamer=*/nullptr, /*memoized_class_types=*/nullptr,
@@ -39,14 +39,22 @@ std::vector<char> torch_save_bytes(const c10::IValue& value) {
   pickler.protocol();
   pickler.pushIValue(with_plain_lists(value));
   pickler.stop();
-  std::vector<char> archive;
   caffe2::serialize::PyTorchStreamWriter writer([&](const void* bytes, size_t size) {
-    archive.insert(archive.end(), static_cast<const char*>(bytes), static_cast<const char*>(bytes) + size);
+    sink(static_cast<const char*>(bytes), size);
     return size;
   });
   torch::jit::writeArchiveAndTensors("data", pickle.data(), pickle.size(), pickler.tensorData(), writer);
   writer.writeEndOfFile();
+}
+
+std::vector<char> torch_save_bytes(const c10::IValue& value) {
+  std::vector<char> archive;
+  torch_save(value, [&](const char* bytes, size_t size) { archive.insert(archive.end(), bytes, bytes + size); });
   return archive;
+}
+
+void save_torch_file(const std::string& path, const c10::IValue& value, const std::string& what) {
+  write_atomically(path, [&](const ByteSink& sink) { torch_save(value, sink); }, what);
 }
 
 }  // namespace fastcpp

@@ -17,7 +17,7 @@ namespace fastcpp::checkpoint {
 
 constexpr const char* kFormat = "fastcpp.checkpoint.v1";
 
-std::vector<char> encode(const Learner& learn, bool with_opt, const Extras& extras) {
+c10::IValue contents(const Learner& learn, bool with_opt, const Extras& extras) {
   c10::Dict<std::string, torch::Tensor> model;
   for (const auto& [name, tensor] : named_state(learn.model.module()))
     model.insert(name, tensor.detach().to(torch::kCPU));
@@ -36,7 +36,7 @@ std::vector<char> encode(const Learner& learn, bool with_opt, const Extras& extr
     }
     root.insert("extras", entries);
   }
-  return torch_save_bytes(root);
+  return root;
 }
 
 namespace {

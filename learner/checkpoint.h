@@ -23,7 +23,8 @@ namespace checkpoint {
 // best values); empty in a plain save.
 using Extras = std::map<std::string, c10::IValue>;
 
-std::vector<char> encode(const Learner& learn, bool with_opt, const Extras& extras = {});
+// What a checkpoint file holds (formats/torch_save.h writes it), the tensors on the CPU.
+c10::IValue contents(const Learner& learn, bool with_opt, const Extras& extras = {});
 // The model, and with_opt the optimizer state where the file holds one. Not strict
 // (fastai's strict=False): the model's entries the file lacks keep their values, the
 // file's the model lacks are ignored, and an optimizer state that does not fit is left.

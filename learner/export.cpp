@@ -77,7 +77,7 @@ std::vector<std::string> batch_augment_specs(const DataLoader& valid) {
   return specs;
 }
 
-std::vector<char> encode(const Learner& learn, const ModelSpec& spec) {
+c10::IValue contents(const Learner& learn, const ModelSpec& spec) {
   if (learn.loss_func.has_activation() && learn.loss_func.activation_name().empty())
     throw Error("export_learner: the loss's activation is an unnamed function; an exported model can carry "
                 "softmax (CrossEntropyLoss's) or none");
@@ -97,7 +97,7 @@ std::vector<char> encode(const Learner& learn, const ModelSpec& spec) {
   root.insert("aug_tfms", to_list(batch_augment_specs(learn.dls.valid)));
   root.insert("batch_tfms", to_list(batch_transform_specs(learn.dls.valid)));
   root.insert("activation", learn.loss_func.activation_name());
-  return torch_save_bytes(root);
+  return root;
 }
 
 c10::ScalarType dtype_named(const std::string& name, const std::string& source) {
@@ -116,7 +116,7 @@ std::vector<std::string> strings(const c10::IValue& value) {
 }  // namespace
 
 void Learner::export_learner(const std::string& path) const {
-  write_on_rank_0([&] { write_atomically(path, encode(*this, options_.model_spec), "exported model"); });
+  write_on_rank_0([&] { save_torch_file(path, contents(*this, options_.model_spec), "exported model"); });
 }
 
 ExportedModel read_exported(const std::string& path) {

@@ -12,6 +12,7 @@
 #include "formats/file_io.h"
 #include "formats/state_dict.h"
 #include "formats/torch_file.h"
+#include "formats/torch_save.h"
 #include "learner/checkpoint.h"
 #include "core/device.h"
 #include "core/error.h"
@@ -136,6 +137,9 @@ Learner::Learner(DataLoaders dls_, Model model_, Loss loss_func_, std::vector<Me
   if (!options_.lr.given()) throw Error("Learner: the default lr must be a value");
   for (const auto& metric : metrics)
     if (!metric) throw Error("Learner: a metric is null");
+  if (const auto on = devices_of(model.module()); on.size() > 1 && !options_.device)
+    throw Error("Learner: the model is on " + devices_text(on) + " (split across devices): give .device, where "
+                "its outputs land and the targets go (a Pipeline's output_device())");
   device = check_device(device, "Learner");
   keep_freed_host_memory();  // each step's buffers reused, not faulted in afresh (core/host_memory.h)
   model.module().to(device);
@@ -418,12 +422,13 @@ void Learner::fine_tune(int epochs, FineTuneOptions o) {
   check_schedule("fine_tune", o.pct_start, {{"div", o.div}, {"div_final", o.div_final}, {"lr_mult", o.lr_mult}});
   freeze();
   fit_one_cycle(o.freeze_epochs, slice(o.base_lr),
-                {.div_final = o.div_final, .pct_start = 0.99, .moms = o.moms, .wd = o.wd, .cbs = o.cbs});
+                {.div_final = o.div_final, .pct_start = 0.99, .moms = o.moms, .wd = o.wd, .cbs = o.cbs,
+                 .reset_opt = o.reset_opt, .start_epoch = o.start_epoch});
   const double base_lr = o.base_lr / 2;
   unfreeze();
   fit_one_cycle(epochs, slice(base_lr / o.lr_mult, base_lr),
                 {.div = o.div, .div_final = o.div_final, .pct_start = o.pct_start, .moms = o.moms, .wd = o.wd,
-                 .cbs = o.cbs});
+                 .cbs = o.cbs, .reset_opt = o.reset_opt, .start_epoch = o.start_epoch});
 }
 
 LrFindResult Learner::lr_find(LrFindOptions o) {
@@ -512,7 +517,7 @@ void Learner::write_on_rank_0(const std::function<void()>& write) const {
 }
 
 void Learner::save(const std::string& path, bool with_opt, const checkpoint::Extras& extras) const {
-  write_on_rank_0([&] { write_atomically(path, checkpoint::encode(*this, with_opt, extras)); });
+  write_on_rank_0([&] { save_torch_file(path, checkpoint::contents(*this, with_opt, extras), "checkpoint"); });
 }
 
 void Learner::load(const std::string& path, bool with_opt, bool strict) {

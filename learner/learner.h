@@ -101,6 +101,8 @@ struct FineTuneOptions {
   std::array<double, 3> moms{0.95, 0.85, 0.95};
   std::optional<double> wd;
   std::vector<CallbackPtr> cbs;
+  bool reset_opt = false;  // a new optimizer (no moments) for each fit
+  int start_epoch = 0;     // each fit skips its epochs before it, as fastai's
 };
 
 struct LrFindOptions {
@@ -186,7 +188,9 @@ class Learner {
   size_t n_param_groups() const;
 
   // ---- precision and layout (callbacks/fp16.h)
-  void to_fp16(GradScalerOptions scaler = {});  // CUDA only
+  // CUDA only. A loss scaler there already (loaded from a checkpoint, or kept from earlier
+  // fits) goes on; `scaler` configures a new one otherwise.
+  void to_fp16(GradScalerOptions scaler = {});
   void to_bf16();                               // CUDA or CPU
   void to_fp32();
   void to_channels_last();

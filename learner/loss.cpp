@@ -61,11 +61,13 @@ torch::Tensor Loss::per_item(const torch::Tensor& pred, const torch::Tensor& tar
 }
 
 Loss CrossEntropyLoss(CrossEntropyOptions options) {
+  if (!(options.label_smoothing >= 0 && options.label_smoothing <= 1))
+    throw Error("CrossEntropyLoss: label_smoothing must be in [0, 1], got " + c10::str(options.label_smoothing));
   auto checks = std::make_shared<DeviceCheck>();
   auto with_reduction = [options, checks](torch::nn::functional::CrossEntropyFuncOptions::reduction_t reduction) {
     return [options, reduction, checks](const torch::Tensor& pred, const torch::Tensor& target) {
       const auto labels = check_class_targets(pred, target, *checks);
-      if (takes_few_class_path(pred))
+      if (takes_few_class_path(pred) && labels.is_cpu())  // else torch's error for labels elsewhere
         return few_class_cross_entropy(pred, labels, options.label_smoothing,
                                        std::holds_alternative<torch::enumtype::kMean>(reduction));
       return torch::nn::functional::cross_entropy(

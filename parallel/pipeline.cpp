@@ -72,7 +72,9 @@ torch::Tensor PipelineImpl::forward(const torch::Tensor& x) {
   for (int64_t tick = 0; tick < n_micro + n_stages - 1; ++tick)
     for (int64_t s = std::min(tick, n_stages - 1); s >= 0 && tick - s < n_micro; --s) {
       auto& m = micro[tick - s];
-      m = stages_[s]->forward(m.to(devices_[s], /*non_blocking=*/true));
+      // Asynchronous only into a GPU: a GPU's tensor copied to the CPU so would be read
+      // before its copy has landed (nothing on the CPU waits for the GPU's stream).
+      m = stages_[s]->forward(m.to(devices_[s], /*non_blocking=*/devices_[s].is_cuda()));
     }
   return n_micro > 1 ? torch::cat(micro) : micro[0];
 }

@@ -12,8 +12,9 @@
 // a plain model. The Learner's device is where the outputs land (the last stage's):
 // the targets go there, and the pipeline moves inputs to the first stage itself. The
 // stages stay where they are put: to(device) leaves them (to(dtype) converts them).
-// BatchNorm in a pipelined model sees micro-batches, as in GPipe. With DDP, each
-// process runs its own pipeline over its own group of devices.
+// BatchNorm in a pipelined model sees micro-batches, as in GPipe. A Learner given no
+// device refuses a model split across devices, naming them; so does to_distributed
+// (its reducer holds one device's gradients: one process per pipeline is not there yet).
 #include <torch/nn/module.h>
 #include <torch/nn/modules/container/sequential.h>
 

@@ -49,6 +49,19 @@ inline Splitter split_after(size_t n) {
 // Two parameter groups: the first layer, then the rest.
 inline std::vector<std::vector<torch::Tensor>> two_groups(torch::nn::Module& model) { return split_after(1)(model); }
 
+// A layer whose parameter is on the meta device: with a CPU layer, a model split across
+// two devices where there is no GPU (never run).
+struct OnMetaImpl : torch::nn::Module {
+  OnMetaImpl() { register_parameter("weight", torch::empty({3}, torch::kMeta)); }
+  torch::Tensor forward(const torch::Tensor& x) { return x; }
+};
+TORCH_MODULE(OnMeta);
+
+inline distributed::Pipeline split_over_cpu_and_meta() {
+  return distributed::pipeline(torch::nn::Sequential(torch::nn::Linear(4, 3), OnMeta()),
+                               {.devices = {torch::kCPU, torch::kMeta}, .balance = {1, 1}});
+}
+
 inline LearnerOptions quiet(LearnerOptions options = {}) {
   options.device = torch::kCPU;
   options.progress = false;

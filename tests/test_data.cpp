@@ -380,8 +380,14 @@ TEST_SUITE("data") {
     REQUIRE(table.rows.size() == 2);
     CHECK(table.rows[0] == CsvRow{"a, b.png", "say \"hi\""});
     CHECK(table.rows[1] == CsvRow{"c.png", "two\nlines"});
+    CHECK(table.lines == std::vector<size_t>{2, 3});
     CHECK(table.column("label") == 1);
     CHECK(table.column(0) == 0);
+    // Lines of spaces and tabs are blank, as pandas reads them; quoted spaces are a value.
+    const auto spaced = parse_csv("name,label\n \na.png,b\n\t \n", "spaced.csv");
+    CHECK(spaced.rows == std::vector<CsvRow>{{"a.png", "b"}});
+    CHECK(spaced.lines == std::vector<size_t>{3});
+    CHECK(error_of([] { parse_csv("name,label\na.png,b\n\" \"\n", "q.csv"); }) == "'q.csv' line 3 has 1 fields, the header 2");
     CHECK(parse_csv("x;1\ny;2", "s.csv", {.delimiter = ';', .header = false}).header == std::vector<std::string>{"0", "1"});
     CHECK(parse_csv("\xEF\xBB\xBFname,label\na.png,b\n", "excel.csv").column("name") == 0);  // a spreadsheet's byte order mark
     // A quote inside a field is itself, as Python's csv reads it; only a field's first character opens quotes.
@@ -423,8 +429,8 @@ TEST_SUITE("data") {
     const auto on_fold = ColSplitter(folds, "fold", {"2"})(folds.rows);  // fastai's ColSplitter('fold', on=2)
     CHECK(on_fold.valid == std::vector<int64_t>{0, 3});
     CHECK(on_fold.train == std::vector<int64_t>{1, 2});
-    const auto bad = parse_csv("name,is_valid\na,yes\n", "v.csv");
+    const auto bad = parse_csv("name,is_valid\n\"a\nb\",0\nc,yes\n", "v.csv");
     CHECK(error_of([&] { ColSplitter{bad}(bad.rows); }) ==
-          "ColSplitter: row 0 of 'v.csv' has 'yes' in column 'is_valid' (expected True or False, 1 or 0)");
+          "ColSplitter: row 1 (line 4) of 'v.csv' has 'yes' in column 'is_valid' (expected True or False, 1 or 0)");
   }
 }

@@ -1541,6 +1541,17 @@ TEST_SUITE("distributed") {
     CHECK(env_from(task).world_size == 4);
   }
 
+  TEST_CASE("to_distributed refuses a model split across devices before it forms a group, naming them") {
+    Learner learn(synthetic_dls(), split_over_cpu_and_meta(), CrossEntropyLoss(), {}, quiet());
+    learn.to_distributed();
+    const LauncherVariables variables(
+        {{"RANK", "0"}, {"WORLD_SIZE", "2"}, {"MASTER_ADDR", "127.0.0.1"}, {"MASTER_PORT", "1"}});
+    CHECK(error_of([&] { learn.fit(1); }) ==
+          "Exception occurred in `DistributedTrainer` when calling event `before_fit`:\n\tto_distributed: the model is "
+          "on cpu and meta (split across devices); its gradients are reduced on one device a process: put each "
+          "process's model on one, or train the pipeline in one process");
+  }
+
   TEST_CASE("under Slurm the default port comes from the job, so that jobs sharing a node meet apart") {
     const Variables task{{"SLURM_PROCID", "1"}, {"SLURM_STEP_ID", "0"}, {"SLURM_NTASKS", "2"}};
     auto job = [&](const char* id) {

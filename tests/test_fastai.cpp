@@ -695,12 +695,26 @@ TEST_SUITE("fastai") {
     const std::map<std::string, vision::HeadOptions> options{
         {"default", {}},
         {"deep", {.lin_ftrs = {32, 16}, .ps = 0.25, .bn_final = true}},
-        {"range", {.y_range = std::pair{-1.0, 3.0}}}};
+        {"range", {.y_range = std::pair{-1.0, 3.0}}},
+        {"lin_first", {.lin_ftrs = {32, 16}, .lin_first = true}},
+        {"lin_first_flat", {.lin_ftrs = {}, .lin_first = true}},
+        {"no_first_bn", {.concat_pool = false, .first_bn = false}},
+        {"no_pool", {.lin_ftrs = {32}, .pool = false}}};
     for (const auto& [name, o] : options) {
       CAPTURE(name);
       const auto fx = heads.at(c10::IValue(name)).toGenericDict();
       auto field = [&](const char* key) { return fx.at(c10::IValue(std::string(key))); };
       auto head = vision::create_head(64, 10, o);
+      std::string layers;  // as the fixture names them: where the dropouts and norms stand
+      for (const auto& layer : head->children()) {
+        std::string kind = layer->name();
+        kind = kind.substr(kind.rfind(':') + 1);
+        kind = kind.substr(0, kind.size() - 4);  // "Impl"
+        if (const auto* dropout = layer->as<torch::nn::Dropout>()) kind += c10::str("(", dropout->options.p(), ")");
+        if (kind == "Linear" || kind == "BatchNorm1d" || kind == "ReLU" || kind.rfind("Dropout", 0) == 0)
+          layers += layers.empty() ? kind : " " + kind;
+      }
+      CHECK(layers == field("layers").toStringRef());
       auto params = head->parameters();
       auto buffers = head->buffers();
       const auto fastai_params = field("params").toList(), fastai_buffers = field("buffers").toList();

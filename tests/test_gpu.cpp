@@ -342,7 +342,8 @@ TEST_SUITE("gpu" * doctest::skip(!torch::cuda::is_available())) {
   }
 
   TEST_CASE("a pipeline over CUDA stages equals the plain model: outputs, gradients, training, GradientClip") {
-    std::vector<std::vector<torch::Device>> device_sets{{kCuda0, kCuda0}};
+    // A stage on the CPU after a GPU's reads its input only once the copy has landed.
+    std::vector<std::vector<torch::Device>> device_sets{{kCuda0, kCuda0}, {kCuda0, torch::kCPU}, {torch::kCPU, kCuda0}};
     if (torch::cuda::device_count() > 1) device_sets.push_back({kCuda0, torch::Device("cuda:1")});
     else MESSAGE("stages on cuda:0 and cuda:1 skipped: one GPU");
     auto mlp = [] {
@@ -351,6 +352,7 @@ TEST_SUITE("gpu" * doctest::skip(!torch::cuda::is_available())) {
                                    torch::nn::ReLU(), torch::nn::Linear(100, 3));
     };
     for (const auto& devices : device_sets) {
+      CAPTURE(devices.front());
       CAPTURE(devices.back());
       auto plain = mlp();
       plain->to(kCuda0);

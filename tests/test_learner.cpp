@@ -12,12 +12,14 @@
 #include <sys/file.h>
 #include <sys/resource.h>
 
+#include <csignal>
 #include <cstring>
 #include <set>
 #include <thread>
 
 #include "core/host_memory.h"
 #include "core/spec_text.h"
+#include "formats/torch_save.h"
 
 using namespace fastcpp;
 using namespace fastcpp::testing;
@@ -364,6 +366,46 @@ TEST_SUITE("learner") {
     std::set<std::string> names;
     for (const auto& entry : std::filesystem::directory_iterator(dir)) names.insert(entry.path().filename().string());
     CHECK(names == std::set<std::string>{"a.png", "a.png.tmp." + std::to_string(::getpid()), "shared.pt", "taken.png"});
+    std::filesystem::remove_all(dir);
+  }
+
+  TEST_CASE("a checkpoint is streamed to its file: the same bytes, and a write or a producer that fails leaves nothing") {
+    const auto dir = temp_path("streamed");
+    std::filesystem::remove_all(dir);
+    Learner learn(synthetic_dls(), tiny_model(), CrossEntropyLoss(), {}, quiet());
+    learn.create_opt();
+    learn.save(dir + "/model.pt");
+    CHECK(read_file(dir + "/model.pt") == torch_save_bytes(checkpoint::contents(learn, /*with_opt=*/true)));
+    CHECK(error_of([&] {
+            write_atomically(dir + "/failed.pt", [](const ByteSink& sink) {
+              sink("half", 4);
+              throw Error("the producer failed");
+            });
+          }) == "the producer failed");
+    // A write the file system refuses midway (a file size limit: EFBIG), inside torch.save's zip
+    // writer, which must not see it (its destructor would end the process).
+    struct SizeLimit {
+      rlimit before{};
+      void (*handler)(int) = ::signal(SIGXFSZ, SIG_IGN);
+      explicit SizeLimit(rlim_t bytes) {
+        ::getrlimit(RLIMIT_FSIZE, &before);
+        const rlimit limit{bytes, before.rlim_max};
+        ::setrlimit(RLIMIT_FSIZE, &limit);
+      }
+      ~SizeLimit() {
+        ::setrlimit(RLIMIT_FSIZE, &before);
+        ::signal(SIGXFSZ, handler);
+      }
+    };
+    std::string refused;
+    {
+      const SizeLimit limit(512);
+      refused = error_of([&] { learn.save(dir + "/limited.pt"); });
+    }
+    CHECK(refused == "cannot write checkpoint '" + dir + "/limited.pt': File too large");
+    std::set<std::string> names;
+    for (const auto& entry : std::filesystem::directory_iterator(dir)) names.insert(entry.path().filename().string());
+    CHECK(names == std::set<std::string>{"model.pt"});
     std::filesystem::remove_all(dir);
   }
 
@@ -989,6 +1031,34 @@ TEST_SUITE("learner") {
                          "tta: the targets have a place in the image (an item's is [4, 4]): averaged predictions of "
                          "flipped or cropped copies would be out of place; use get_preds",
                          Error);
+  }
+
+  TEST_CASE("fine_tune passes reset_opt and start_epoch on to both fits, as fastai's") {
+    struct Seen : Callback {  // each fit's optimizer and the epochs that trained a batch
+      void before_fit() override { optimizers.push_back(learn().opt.get()); }
+      void after_batch() override {
+        if (learn().training && learn().iter == 0) epochs.push_back(learn().epoch);
+      }
+      std::vector<const Optimizer*> optimizers;
+      std::vector<int> epochs;
+    };
+    auto tuned = [](FineTuneOptions options) {
+      Learner learn(synthetic_dls(), tiny_model(), CrossEntropyLoss(), {}, quiet({.splitter = two_groups}));
+      silence(learn);
+      learn.fit(1);  // an optimizer with moments before fine_tune
+      auto seen = std::make_shared<Seen>();
+      options.cbs = {seen};
+      const Optimizer* before = learn.opt.get();
+      learn.fine_tune(3, options);
+      seen->optimizers.insert(seen->optimizers.begin(), before);
+      return *seen;
+    };
+    const auto kept = tuned({.freeze_epochs = 2});
+    CHECK(kept.optimizers == std::vector<const Optimizer*>(3, kept.optimizers[0]));
+    CHECK(kept.epochs == std::vector<int>{0, 1, 0, 1, 2});
+    const auto reset = tuned({.freeze_epochs = 2, .reset_opt = true, .start_epoch = 1});
+    CHECK(reset.optimizers[1] != reset.optimizers[0]);  // a new one (a later one may reuse a freed address)
+    CHECK(reset.epochs == std::vector<int>{1, 1, 2});   // each fit from its epoch 1
   }
 
   TEST_CASE("each fit draws a new data order, as fastai's: fit(1) twice, fine_tune's two phases; the same calls the same") {

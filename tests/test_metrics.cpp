@@ -167,6 +167,11 @@ TEST_SUITE("metrics") {
     CHECK_FALSE(takes_few_class_path(torch::zeros({4, 16})));
     CHECK_FALSE(takes_few_class_path(torch::zeros({4, 3}, torch::kDouble)));
     CHECK_FALSE(takes_few_class_path(torch::zeros({3, 4}).t()));
+    // A smoothing outside [0, 1] would give targets below 0 on the own path: refused for every class count.
+    CHECK(error_of([] { CrossEntropyLoss({.label_smoothing = 1.5}); }) ==
+          "CrossEntropyLoss: label_smoothing must be in [0, 1], got 1.5");
+    CHECK(error_of([] { CrossEntropyLoss({.label_smoothing = -0.1}); }) ==
+          "CrossEntropyLoss: label_smoothing must be in [0, 1], got -0.1");
   }
 
   TEST_CASE("segmentation metrics hold O(pixels) memory: one confusion matrix, no [classes x pixels] table") {

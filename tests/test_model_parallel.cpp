@@ -63,6 +63,17 @@ TEST_SUITE("model_parallel") {
     std::filesystem::remove(path);
   }
 
+  TEST_CASE("a Learner without a device refuses a model split across devices, naming them") {
+    auto net = split_over_cpu_and_meta();
+    auto no_device = quiet();
+    no_device.device.reset();
+    CHECK(error_of([&] { Learner(synthetic_dls(16, 8, 4), net, CrossEntropyLoss(), {}, no_device); }) ==
+          "Learner: the model is on cpu and meta (split across devices): give .device, where its outputs land and "
+          "the targets go (a Pipeline's output_device())");
+    CHECK_NOTHROW(Learner(synthetic_dls(16, 8, 4), net, CrossEntropyLoss(), {}, quiet()));
+    CHECK(devices_text({torch::kCPU, torch::kMeta, torch::Device("cuda:1")}) == "cpu, meta and cuda:1");
+  }
+
   TEST_CASE("bad splits are named") {
     CHECK(error_of([] { distributed::pipeline(mlp(), {}); }) == "Pipeline: no devices given");
     CHECK(error_of([] { distributed::pipeline(mlp(), {.devices = kTwoCpus, .balance = {2, 2}}); }) ==

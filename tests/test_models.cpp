@@ -5,6 +5,7 @@
 #include <map>
 
 #include "core/block_gemm.h"
+#include "distributed/batchnorm_relu.h"
 #include "helpers.h"
 #include "operator_count.h"
 
@@ -215,6 +216,18 @@ TEST_SUITE("models") {
     CHECK(torch::equal(at(dtypes, "parameter").toTensor(), base));
     CHECK(at(dtypes, "seed").isNone());  // past 64 bits: left out, the rest loads
     CHECK(torch::equal(at(read("subclass.pt"), "sub").toTensor(), base));
+    const auto odd_keys = read("odd_keys.pt");  // a tuple, None and an object as keys: left out
+    CHECK(odd_keys.size() == 1);
+    CHECK(torch::equal(at(odd_keys, "w").toTensor(), base));
+    torch::nn::Linear linear(3, 2);  // PyTorch's checkpoint recipe holds its weights under model_state_dict
+    load_state_dict(*linear, dir + "/tutorial.pt");
+    const auto recipe = at(read("tutorial.pt"), "model_state_dict").toGenericDict();
+    CHECK(torch::equal(linear->weight, at(recipe, "weight").toTensor()));
+    CHECK(torch::equal(linear->bias, at(recipe, "bias").toTensor()));
+    const auto whole = dir + "/whole_model.pt";
+    CHECK(error_of([&] { read_state_dict(whole); }) ==
+          "cannot read weights '" + whole + "': it holds a pickled Python object (torch.save(model), a TorchScript "
+          "module or fastai's export.pkl), not a state dict; in Python, torch.save(model.state_dict(), path) writes one");
     const auto legacy = dir + "/legacy.pt";
     CHECK(error_of([&] { read_state_dict(legacy); }) ==
           "cannot read weights '" + legacy + "': it uses torch.save's legacy format (PyTorch before 1.6, or "
@@ -680,6 +693,31 @@ TEST_SUITE("models") {
     CHECK(torch::equal(vision::AdaptiveConcatPool2d()->forward(x).flatten(), torch::tensor({3.f, 7.f, 1.5f, 5.5f})));
   }
 
+  TEST_CASE("create_head's lin_first, first_bn and pool: the biases fastai gives, and an export rebuilds the same head") {
+    auto params = vision::create_head(8, 3, {.lin_first = true})->named_parameters();
+    CHECK(!params.contains("head_linear1.bias"));        // a BatchNorm follows it
+    CHECK(torch::equal(params["head_linear2.bias"], torch::zeros({3})));  // the last stands alone: He weights, zero bias
+    CHECK(params["head_bn1.weight"].size(0) == 512);     // after the linear: its outputs
+    params = vision::create_head(8, 3, {.first_bn = false})->named_parameters();
+    CHECK(!params.contains("head_bn1.weight"));
+    CHECK(torch::equal(params["head_linear1.bias"], torch::zeros({512})));
+    auto flat = vision::create_head(8, 3, {.pool = false});
+    CHECK(flat->named_children().keys().front() == "head_bn1");
+    flat->eval();
+    CHECK((flat->forward(torch::randn({2, 8})).sizes() == torch::IntArrayRef{2, 3}));
+
+    const vision::VisionLearnerOptions options{.width = 8, .lin_ftrs = {16}, .ps = 0.2, .pool = true, .first_bn = false,
+                                               .lin_first = true};
+    const auto spec = vision::vision_model_spec(vision::resnet18, 3, options);
+    const auto names = [](const torch::nn::Sequential& model) { return model->named_parameters().keys(); };
+    CHECK(names(vision::create_vision_model(spec, "model.pt")) == names(vision::create_vision_model(vision::resnet18, 3, options)));
+    auto before = spec;  // an export from before these options: fastai's defaults
+    before.erase("pool");
+    before.erase("first_bn");
+    before.erase("lin_first");
+    CHECK(names(vision::create_vision_model(before, "model.pt")) == names(vision::create_vision_model(vision::resnet18, 3, {.width = 8, .lin_ftrs = {16}})));
+  }
+
   TEST_CASE("vision_learner with a custom head: its layers last as head_*, initialized as fastai's, last group") {
     torch::manual_seed(0);
     torch::nn::Sequential head(torch::nn::AdaptiveAvgPool2d(1), torch::nn::Flatten(), torch::nn::Linear(512, 7),
@@ -1038,5 +1076,95 @@ TEST_SUITE("models") {
     std::filesystem::remove(cm);
     std::filesystem::remove(tl);
 #endif
+  }
+}
+
+TEST_SUITE("models") {
+  TEST_CASE("a second derivative (a gradient penalty) through the library's own CPU kernels equals torch's") {
+    // The penalty |d(f(x) . v)/dx|^2 differentiated again: its gradient reaches x, v and the
+    // layer's parameters only through a backward pass that records a graph.
+    const auto channels_last = torch::MemoryFormat::ChannelsLast;
+    const auto penalty_grads = [](const std::function<torch::Tensor(const torch::Tensor&)>& f, const torch::Tensor& input,
+                                  const std::vector<torch::Tensor>& params, const char* own_function) {
+      const auto x = input.clone().requires_grad_(true);
+      const auto y = f(x);
+      if (own_function) CHECK(y.grad_fn()->name().find(own_function) != std::string::npos);
+      torch::manual_seed(3);
+      const auto v = torch::randn(y.sizes()).requires_grad_(true);
+      const auto dx = torch::autograd::grad({(y * v).sum()}, {x}, {}, /*retain_graph=*/true, /*create_graph=*/true)[0];
+      for (const auto& p : params) p.mutable_grad() = torch::Tensor();
+      dx.pow(2).sum().backward();
+      const auto or_zeros = [](const torch::Tensor& grad, const torch::Tensor& like) {
+        return grad.defined() ? grad.clone() : torch::zeros_like(like);  // a linear layer's x gets none
+      };
+      std::vector<torch::Tensor> grads{or_zeros(x.grad(), x), or_zeros(v.grad(), v)};
+      for (const auto& p : params) grads.push_back(or_zeros(p.grad(), p));
+      return grads;
+    };
+    const auto equal = [](const std::vector<torch::Tensor>& ours, const std::vector<torch::Tensor>& theirs) {
+      REQUIRE(ours.size() == theirs.size());
+      for (size_t i = 0; i < ours.size(); ++i) {
+        CAPTURE(i);
+        CHECK(torch::allclose(ours[i], theirs[i], 1e-4, 1e-5));
+      }
+    };
+    torch::manual_seed(0);
+    // The small-map convolution (a 2x2 map, a 3x3 kernel).
+    torch::nn::Conv2d conv(torch::nn::Conv2dOptions(4, 6, 3).padding(1));
+    const auto map = torch::randn({3, 4, 2, 2}).contiguous(channels_last);
+    const std::vector<torch::Tensor> conv_params{conv->weight, conv->bias};
+    equal(penalty_grads([&](const torch::Tensor& x) { return vision::conv2d(*conv, x); }, map, conv_params, "SmallMapConv"),
+          penalty_grads([&](const torch::Tensor& x) { return conv->forward(x); }, map, conv_params, nullptr));
+    // GroupNorm with weights apart from 1.
+    vision::GroupNorm norm(2, 8);
+    {
+      torch::NoGradGuard no_grad;
+      norm->weight.uniform_(0.5, 1.5);
+      norm->bias.normal_();
+    }
+    const auto features = torch::randn({2, 8, 3, 5}).contiguous(channels_last);
+    const std::vector<torch::Tensor> norm_params{norm->weight, norm->bias};
+    equal(penalty_grads([&](const torch::Tensor& x) { return vision::group_norm(x, 2, norm->weight, norm->bias, 1e-5); },
+                        features, norm_params, "ChannelsLastGroupNorm"),
+          penalty_grads([&](const torch::Tensor& x) { return torch::group_norm(x, 2, norm->weight, norm->bias, 1e-5); },
+                        features, norm_params, nullptr));
+    // AvgPool, squared after (a pool is linear: its own second derivative is 0).
+    const auto pooled = torch::randn({2, 8, 5, 5}).contiguous(channels_last);
+    equal(penalty_grads([](const torch::Tensor& x) { return vision::avg_pool(x, 2, true).pow(2); }, pooled, {},
+                        nullptr),
+          penalty_grads([](const torch::Tensor& x) { return torch::avg_pool2d(x, 2, 2, 0, true).pow(2); }, pooled, {},
+                        nullptr));
+    // BatchNorm + residual + ReLU in one kernel, training.
+    distributed::SyncBatchNorm bn(8);
+    {
+      torch::NoGradGuard no_grad;
+      bn->weight.uniform_(0.5, 1.5);
+      bn->bias.normal_();
+    }
+    const auto residual = torch::randn({4, 8, 3, 3}).contiguous(channels_last);
+    const auto before = torch::randn({4, 8, 3, 3}).contiguous(channels_last);
+    REQUIRE(distributed::fused_batchnorm_relu_applies(*bn, before, residual));
+    const std::vector<torch::Tensor> bn_params{bn->weight, bn->bias};
+    equal(penalty_grads([&](const torch::Tensor& x) { return bn->forward_relu(x, residual); }, before, bn_params,
+                        "BatchNormReLU"),
+          penalty_grads(
+              [&](const torch::Tensor& x) {
+                return torch::relu(torch::batch_norm(x, bn->weight, bn->bias, {}, {}, true, 0.1, bn->eps, false) +
+                                   residual);
+              },
+              before, bn_params, nullptr));
+  }
+}
+
+TEST_SUITE("models") {
+  TEST_CASE("the own CPU kernels leave to torch what torch refuses: a GroupNorm weight of another length, a kernel "
+            "larger than the padded map") {
+    const auto channels_last = torch::MemoryFormat::ChannelsLast;
+    vision::GroupNorm norm(32, 64);
+    const auto wider = torch::randn({2, 128, 4, 4}).contiguous(channels_last);
+    CHECK_THROWS_AS(vision::group_norm(wider, 32, norm->weight, norm->bias, 1e-5), c10::Error);
+    // 3x3 at stride 2 without padding over a 2x2 map: no output pixel has its whole window.
+    torch::nn::Conv2d strided(torch::nn::Conv2dOptions(8, 8, 3).stride(2));
+    CHECK_THROWS_AS(vision::conv2d(*strided, torch::randn({1, 8, 2, 2}).contiguous(channels_last)), c10::Error);
   }
 }

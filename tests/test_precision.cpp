@@ -255,6 +255,12 @@ TEST_SUITE("precision") {
     CHECK(b.scaler->get_scale() == 128);
     CHECK(b.scaler->growth_tracker() == 1);
     CHECK(b.scaler->state_dict().at(c10::IValue(std::string("growth_interval"))).toInt() == 7);
+    b.to_fp16({.init_scale = 8});  // after the load: the loaded scale goes on
+    CHECK(b.scaler->get_scale() == 128);
+    b.to_fp32();
+    CHECK(!b.scaler);
+    b.to_fp16({.init_scale = 8});
+    CHECK(b.get_cb<MixedPrecision>());
     std::filesystem::remove(path);
   }
 

@@ -116,7 +116,8 @@ TEST_SUITE("callbacks") {
       Learner learn(dls, model, CrossEntropyLoss(), {}, quiet());
       silence(learn);
       learn.add_cb(ResumeFromCheckpoint(path));
-      if (shared) learn.from_rank_0 = [](int64_t) { return int64_t{77}; };
+      // Rank 0's seed is 77 (the first call); what the ranks find in the checkpoint agrees.
+      if (shared) learn.from_rank_0 = [calls = 0](int64_t mine) mutable { return calls++ == 0 ? int64_t{77} : mine; };
       torch::manual_seed(own_seed);
       learn.fit(2, 1e-2);
       return snapshot(learn.model.module());
@@ -124,5 +125,42 @@ TEST_SUITE("callbacks") {
     CHECK(all_equal(trained(1, true), trained(2, true)));
     CHECK_FALSE(all_equal(trained(1, false), trained(2, false)));
     std::filesystem::remove(path);
+  }
+}
+
+TEST_SUITE("callbacks") {
+  TEST_CASE("ResumeFromCheckpoint refuses a checkpoint of another number of epochs, and a rank that finds another "
+            "checkpoint than rank 0's") {
+    const auto path = temp_path("resume_refused.pt");
+    auto learner = [&] {
+      auto learn = std::make_unique<Learner>(synthetic_dls(), tiny_model(), CrossEntropyLoss(), std::vector<MetricPtr>{},
+                                             quiet());
+      silence(*learn);
+      learn->add_cb(ResumeFromCheckpoint(path));
+      return learn;
+    };
+    {
+      auto learn = learner();
+      learn->add_cb(Crash({1, 1}));
+      CHECK_THROWS(learn->fit(3));
+    }
+    const std::string in_before_fit = "Exception occurred in `ResumeFromCheckpoint` when calling event `before_fit`:\n\t";
+    CHECK(error_of([&] { learner()->fit(5); }) ==
+          in_before_fit + "checkpoint '" + path + "' holds a fit of 3 epochs, this fit has 5: its schedule would not go on where it "
+          "stopped; remove the checkpoint to train this fit from its start");
+    // Rank 1 on a node that does not see rank 0's file.
+    auto rank_1 = learner();
+    rank_1->rank = 1;
+    rank_1->from_rank_0 = [calls = 0](int64_t mine) mutable { return calls++ == 0 ? mine : int64_t{1}; };
+    const auto elsewhere = temp_path("resume_elsewhere.pt");
+    rank_1->remove_cb(rank_1->get_cb<ResumeFromCheckpoint>());
+    rank_1->add_cb(ResumeFromCheckpoint(elsewhere));
+    CHECK(error_of([&] { rank_1->fit(3); }) ==
+          in_before_fit + "checkpoint '" + elsewhere + "': rank 0 finds fit 1's, rank 1 finds none; every rank reads rank 0's "
+          "checkpoint: put it on a file system all nodes share");
+    auto again = learner();  // the same fit resumes
+    again->fit(3);
+    CHECK(again->get_cb<ResumeFromCheckpoint>()->resumed_from() == 2);
+    CHECK(!std::filesystem::exists(path));
   }
 }

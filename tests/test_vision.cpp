@@ -1351,6 +1351,18 @@ TEST_SUITE("vision") {
     CHECK(block.dataloaders(root, {.bs = 1, .workers = 0}).vocab == std::vector<std::string>{"dog", "cat", "ant"});
     block.blocks.y = vision::CategoryBlock{.sort = false};  // the training items' order: b/dog_0, c/cat_1, z/ant_2
     CHECK(block.dataloaders(root, {.bs = 1, .workers = 0}).vocab == std::vector<std::string>{"dog", "cat", "ant"});
+    // Numbers by value (a CSV's number column); "nan", "inf", hex or spaces are text, and so is then every label.
+    block.blocks.y = vision::CategoryBlock{.numbers_by_value = true};
+    auto numbers = [&](std::map<std::string, std::string> by_name) {
+      block.get_y = [by_name](const std::string& path) { return by_name.at(fs::path(path).filename().string()); };
+      return block.dataloaders(root, {.bs = 1, .workers = 0}).vocab;
+    };
+    CHECK(numbers({{"dog_0.png", "10"}, {"cat_1.png", "2"}, {"ant_2.png", "1e-1"}, {"cat_3.png", "2"}}) ==
+          std::vector<std::string>{"1e-1", "2", "10"});
+    const std::map<std::string, std::vector<std::string>> as_text{
+        {"nan", {"10", "2", "nan"}}, {"inf", {"10", "2", "inf"}}, {"0x1", {"0x1", "10", "2"}}, {" 5", {" 5", "10", "2"}}};
+    for (const auto& [odd, vocab] : as_text)
+      CHECK(numbers({{"dog_0.png", "10"}, {"cat_1.png", "2"}, {"ant_2.png", odd}, {"cat_3.png", "2"}}) == vocab);
 
     block.blocks.y = vision::CategoryBlock{};
     block.get_y = [](const std::string& path) { return path.find("cat_1") != std::string::npos ? "" : "animal"; };

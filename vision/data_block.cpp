@@ -3,7 +3,8 @@
 #include <torch/torch.h>
 
 #include <algorithm>
-#include <cstdlib>
+#include <charconv>
+#include <cmath>
 #include <filesystem>
 #include <map>
 #include <set>
@@ -19,15 +20,15 @@ namespace fs = std::filesystem;
 
 namespace {
 
+// A finite number written out whole ("nan", "inf", hex or spaces are not: a NaN would
+// leave the vocab's order to the sort).
 std::optional<double> as_number(const std::string& text) {
-  if (text.empty()) return std::nullopt;
-  char* end = nullptr;
-  const double value = std::strtod(text.c_str(), &end);
-  if (end != text.c_str() + text.size()) return std::nullopt;
+  double value = 0;
+  const auto [end, error] = std::from_chars(text.data(), text.data() + text.size(), value);
+  if (text.empty() || error != std::errc() || end != text.data() + text.size() || !std::isfinite(value)) return std::nullopt;
   return value;
 }
 
-// Sorted as text, or by value where asked and every label is a number.
 // The distinct labels, sorted (as text or, where asked and all are numbers, by value) or in
 // their first order.
 std::vector<std::string> category_vocab(const std::vector<std::string>& labels, bool sort, bool numbers_by_value) {

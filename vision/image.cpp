@@ -98,9 +98,13 @@ cv::Mat decode_image(const std::vector<uint8_t>& bytes, const std::string& path,
   const bool gray = options.channels == 1;
   if (!is_decodable_format(bytes))
     throw Error("cannot decode image '" + path + "': not a JPEG, PNG, BMP, TIFF, WebP or PNM image");
-  if (is_jpeg(bytes) && !has_jpeg_end(bytes))  // libjpeg would only warn and grey out the rest
-    throw Error("cannot decode image '" + path + "': truncated JPEG (no end-of-image marker)");
-  const int factor = is_jpeg(bytes) ? jpeg_reduction(read_jpeg_header(bytes).size, options.min_side) : 1;
+  int factor = 1;
+  if (is_jpeg(bytes)) {
+    const auto header = read_jpeg_header(bytes);
+    if (!has_jpeg_end(bytes, header))  // libjpeg would only warn and grey out the rest
+      throw Error("cannot decode image '" + path + "': truncated JPEG (no end-of-image marker)");
+    factor = jpeg_reduction(header.size, options.min_side);
+  }
 #if FASTCPP_HAS_IMGCODECS
   cv::Mat image = decode_bgr(bytes, path, factor, gray);
   const bool swap = !gray && options.rgb;

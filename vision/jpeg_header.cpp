@@ -64,12 +64,14 @@ JpegHeader read_jpeg_header(const std::vector<uint8_t>& b) {
   return header;
 }
 
-bool has_jpeg_end(const std::vector<uint8_t>& b) {
+bool has_jpeg_end(const std::vector<uint8_t>& b, const JpegHeader& header) {
   // After the headers (an EXIF thumbnail in them ends with its own FF D9); the scans never
   // hold FF D9 (an FF in them is followed by 00 or a restart marker), so the first one
   // there ends the image, and whatever follows it (a phone's appended video) is not read.
-  const size_t from = read_jpeg_header(b).first_scan;
-  for (size_t i = from + 1; from > 0 && i < b.size(); ++i)
+  const size_t from = header.first_scan, n = b.size();
+  if (from == 0) return false;
+  if (n >= from + 2 && b[n - 2] == 0xFF && b[n - 1] == 0xD9) return true;  // most files: no scan of the data
+  for (size_t i = from + 1; i < n; ++i)
     if (b[i - 1] == 0xFF && b[i] == 0xD9) return true;
   return false;
 }

@@ -22,8 +22,8 @@ JpegHeader read_jpeg_header(const std::vector<uint8_t>& bytes);
 // stored pixels to the picture as it is shown.
 void apply_orientation(cv::Mat& image, int orientation);
 // The end-of-image marker FF D9 after the image data (bytes may follow it): without it
-// libjpeg only warns and greys out the rest.
-bool has_jpeg_end(const std::vector<uint8_t>& bytes);
+// libjpeg only warns and greys out the rest. `header` is read_jpeg_header(bytes).
+bool has_jpeg_end(const std::vector<uint8_t>& bytes, const JpegHeader& header);
 // The largest of 1, 2, 4, 8 that keeps the short side of `size` at least min_side (1 for min_side 0).
 int jpeg_reduction(cv::Size size, int min_side);
 // The size libjpeg decodes an image of `size` at 1/factor: each side rounded up.

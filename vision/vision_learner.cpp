@@ -58,6 +58,9 @@ ModelSpec vision_model_spec(const Arch& arch, int64_t n_out, const VisionLearner
   spec["ps"] = o.ps;
   spec["concat_pool"] = o.concat_pool;
   spec["bn_final"] = o.bn_final;
+  spec["pool"] = o.pool;
+  spec["first_bn"] = o.first_bn;
+  spec["lin_first"] = o.lin_first;
   spec["y_range"] = range_entry(o.y_range);
   return spec;
 }
@@ -78,6 +81,11 @@ torch::nn::Sequential create_vision_model(const ModelSpec& spec, const std::stri
     o.concat_pool = entry("concat_pool").toBool();
     o.bn_final = entry("bn_final").toBool();
     if (spec.count("y_range")) o.y_range = range_of(spec, "y_range");  // none in exports made before it
+    if (spec.count("pool")) {  // nor these three
+      o.pool = entry("pool").toBool();
+      o.first_bn = entry("first_bn").toBool();
+      o.lin_first = entry("lin_first").toBool();
+    }
   } catch (const c10::Error& e) {
     throw Error(source + ": an entry of its architecture record has the wrong type (" +
                 std::string(e.what_without_backtrace()).substr(0, 200) + ")");

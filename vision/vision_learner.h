@@ -40,6 +40,9 @@ struct VisionLearnerOptions {
   double ps = 0.5;
   bool concat_pool = true;
   bool bn_final = false;
+  bool pool = true;
+  bool first_bn = true;
+  bool lin_first = false;
   // Outputs squashed into (low, high) by a last SigmoidRange: a regression's known range
   // (fastai's y_range, e.g. (-1, 1) for coordinates scaled to the image).
   std::optional<std::pair<double, double>> y_range;
@@ -54,7 +57,10 @@ struct VisionLearnerOptions {
   // normalize=True); false: the batches as the loaders make them.
   bool normalize = true;
 
-  HeadOptions head() const { return {lin_ftrs, ps, concat_pool, bn_final, y_range}; }
+  HeadOptions head() const {
+    return {.lin_ftrs = lin_ftrs, .ps = ps, .concat_pool = concat_pool, .bn_final = bn_final, .y_range = y_range,
+            .pool = pool, .first_bn = first_bn, .lin_first = lin_first};
+  }
 };
 
 // The body of `arch` followed by a new head, with the pretrained weights loaded.
@@ -62,7 +68,8 @@ torch::nn::Sequential create_vision_model(const Arch& arch, int64_t n_out, const
 
 // How vision_learner built its model, which an exported model records
 // (LearnerOptions::model_spec): {"arch": "resnet34", "n_out", "in_channels", "stem",
-// "width", "lin_ftrs", "ps", "concat_pool", "bn_final", "y_range" (empty or low, high)}.
+// "width", "lin_ftrs", "ps", "concat_pool", "bn_final", "y_range" (empty or low, high),
+// "pool", "first_bn", "lin_first"}.
 // Empty for an architecture without a name, or with a custom head.
 ModelSpec vision_model_spec(const Arch& arch, int64_t n_out, const VisionLearnerOptions& options);
 // The model such a record describes, with fresh weights; errors name `source`.

@@ -15,6 +15,7 @@
 #include "fastcpp.h"
 #include "learner/checkpoint.h"
 #include "formats/torch_file.h"
+#include "formats/torch_save.h"
 
 namespace {
 
@@ -45,7 +46,7 @@ struct Seed {
 const Seed& seed() {
   static const Seed made = [] {
     Seed s;
-    s.archive = fastcpp::checkpoint::encode(learner(), true);
+    s.archive = fastcpp::torch_save_bytes(fastcpp::checkpoint::contents(learner(), true));
     auto reader = fastcpp::open_archive(s.archive);
     for (const auto& name : reader->getAllRecords()) {
       auto [data, size] = reader->getRecord(name);

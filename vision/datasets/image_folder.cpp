@@ -180,7 +180,7 @@ std::optional<JpegPlan> plan_jpeg(const std::vector<uint8_t>& bytes, const std::
                                   bool train, bool grey_too, Rng& rng) {
   const auto header = read_jpeg_header(bytes);
   const bool components = header.components == 3 || (grey_too && header.components == 1);
-  if (!components || header.orientation != 1 || !decodable_size(header.size) || !has_jpeg_end(bytes)) return std::nullopt;
+  if (!components || header.orientation != 1 || !decodable_size(header.size) || !has_jpeg_end(bytes, header)) return std::nullopt;
   const int factor = jpeg_reduction(header.size, min_side);
   Rng drawn = rng;
   const auto plan = plan_of(tfms, reduced_size(header.size, factor), drawn, train);

@@ -7,6 +7,7 @@
 #include <string>
 
 #include "core/error.h"
+#include "core/graph_backward.h"
 #include "core/row_loop.h"
 
 namespace fastcpp::vision {
@@ -75,6 +76,7 @@ struct ChannelsLastAvgPool : torch::autograd::Function<ChannelsLastAvgPool> {
       for (int64_t r = begin; r < end; ++r) pool_row(in, g, r / g.oh, r % g.oh, out);
     });
     ctx->saved_data["geometry"] = std::vector<int64_t>{g.n, g.c, g.h, g.w, g.oh, g.ow, g.k};
+    ctx->saved_data["ceil_mode"] = ceil_mode;
     return y;
   }
 
@@ -82,6 +84,13 @@ struct ChannelsLastAvgPool : torch::autograd::Function<ChannelsLastAvgPool> {
     if (!grads[0].defined()) return variable_list(3);
     const auto v = ctx->saved_data["geometry"].toIntVector();
     const Geometry g{v[0], v[1], v[2], v[3], v[4], v[5], v[6]};
+    if (torch::GradMode::is_enabled()) {  // a second derivative: ATen's backward, differentiable in dy
+      const auto x = torch::empty({g.n, g.c, g.h, g.w}, grads[0].options());  // its shape alone is read
+      const bool ceil_mode = ctx->saved_data["ceil_mode"].toBool();
+      return {at::avg_pool2d_backward(grads[0], x, {g.k, g.k}, {g.k, g.k}, {0, 0}, ceil_mode,
+                                      /*count_include_pad=*/true, std::nullopt),
+              torch::Tensor(), torch::Tensor()};
+    }
     const auto dy = grads[0].contiguous(torch::MemoryFormat::ChannelsLast);
     auto dx = torch::empty({g.n, g.c, g.h, g.w}, dy.options().memory_format(torch::MemoryFormat::ChannelsLast));
     const float* grad = dy.const_data_ptr<float>();

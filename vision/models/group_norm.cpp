@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "core/error.h"
+#include "core/graph_backward.h"
 #include "core/row_loop.h"
 
 namespace fastcpp::vision {
@@ -103,7 +104,8 @@ struct ChannelsLastGroupNorm : torch::autograd::Function<ChannelsLastGroupNorm> 
         scale_and_shift(in, l, n, scale.data(), shift.data(), out);
       }
     });
-    ctx->save_for_backward({x, weight, mean, rstd});
+    ctx->save_for_backward({x, weight, mean, rstd, bias});
+    ctx->saved_data["eps"] = eps;
     return y;
   }
 
@@ -113,9 +115,15 @@ struct ChannelsLastGroupNorm : torch::autograd::Function<ChannelsLastGroupNorm> 
   //   c3 = -c2 * mean - db * rstd / M.
   static variable_list backward(AutogradContext* ctx, variable_list grads) {
     const auto saved = ctx->get_saved_variables();
-    const auto &x = saved[0], &weight = saved[1], &mean = saved[2], &rstd = saved[3];
+    const auto &x = saved[0], &weight = saved[1], &mean = saved[2], &rstd = saved[3], &bias = saved[4];
     const int64_t groups = mean.size(1);
     if (!grads[0].defined()) return variable_list(5);
+    if (torch::GradMode::is_enabled()) {  // a second derivative: through torch's GroupNorm
+      const auto y = torch::group_norm(x, groups, weight, bias, ctx->saved_data["eps"].toDouble());
+      auto grads_with_graph = gradients_with_graph(ctx, {x, weight, bias}, y, grads[0]);
+      grads_with_graph.resize(5);  // and none for groups and eps
+      return grads_with_graph;
+    }
     const auto dy = grads[0].contiguous(torch::MemoryFormat::ChannelsLast);
     const auto l = layout_of(x, groups);
     auto ds = torch::empty({l.n, l.c}, x.options().dtype(torch::kDouble));  // per sample and channel
@@ -165,8 +173,10 @@ struct ChannelsLastGroupNorm : torch::autograd::Function<ChannelsLastGroupNorm> 
   }
 };
 
-bool float_vector(const torch::Tensor& t) {
-  return !t.defined() || (t.device().is_cpu() && t.scalar_type() == torch::kFloat && t.is_contiguous());
+// A weight or bias the kernels can read: one float a channel (a wrong length is torch's error).
+bool float_vector(const torch::Tensor& t, int64_t channels) {
+  return !t.defined() ||
+         (t.device().is_cpu() && t.scalar_type() == torch::kFloat && t.is_contiguous() && t.numel() == channels);
 }
 
 }  // namespace
@@ -175,7 +185,7 @@ torch::Tensor group_norm(const torch::Tensor& x, int64_t groups, const torch::Te
                          const torch::Tensor& bias, double eps) {
   const bool own_path = x.device().is_cpu() && x.scalar_type() == torch::kFloat && x.dim() == 4 && x.numel() > 0 &&
                         x.size(1) % groups == 0 && x.is_contiguous(torch::MemoryFormat::ChannelsLast) &&
-                        !x.is_contiguous() && float_vector(weight) && float_vector(bias);
+                        !x.is_contiguous() && float_vector(weight, x.size(1)) && float_vector(bias, x.size(1));
   if (!own_path) return torch::group_norm(x, groups, weight, bias, eps);
   // Without an affine part: a weight of ones and a bias of zeros, which take no gradient
   // (a custom autograd function cannot take an undefined tensor).

@@ -9,6 +9,7 @@
 #include <variant>
 #include <vector>
 
+#include "core/graph_backward.h"
 #include "vision/models/winograd_conv.h"
 
 namespace fastcpp::vision {
@@ -111,7 +112,7 @@ struct SmallMapConv : torch::autograd::Function<SmallMapConv> {
     auto y_rows = as_rows(y);
     if (bias.numel()) torch::addmm_out(y_rows, bias.repeat({g.out_pixels()}), rows, pairs.t());
     else torch::mm_out(y_rows, rows, pairs.t());
-    ctx->save_for_backward({rows, weight, pairs});
+    ctx->save_for_backward({rows, weight, pairs, x, bias});
     ctx->saved_data["geometry"] = g.to_vector();
     ctx->saved_data["bias"] = bias.numel() > 0;
     return y;
@@ -121,8 +122,14 @@ struct SmallMapConv : torch::autograd::Function<SmallMapConv> {
     variable_list out(4);
     if (!grads[0].defined()) return out;
     const auto saved = ctx->get_saved_variables();
-    const auto &rows = saved[0], &weight = saved[1], &pairs = saved[2];
+    const auto &rows = saved[0], &weight = saved[1], &pairs = saved[2], &x = saved[3], &bias = saved[4];
     const auto g = Geometry::from(ctx->saved_data["geometry"].toIntVector());
+    if (torch::GradMode::is_enabled()) {  // a second derivative: through torch's convolution
+      const auto y = torch::conv2d(x, weight, bias.numel() ? bias : torch::Tensor(), {g.sh, g.sw}, {g.ph, g.pw});
+      auto grads_with_graph = gradients_with_graph(ctx, {x, weight, bias}, y, grads[0]);
+      grads_with_graph.emplace_back();  // the geometry's
+      return grads_with_graph;
+    }
     const auto dy = as_rows(grads[0]);
     if (ctx->needs_input_grad(0)) {
       out[0] = empty_map(g.n, g.c, g.h, g.w, dy.options());
@@ -147,7 +154,8 @@ torch::Tensor conv2d(torch::nn::Conv2dImpl& conv, const torch::Tensor& x) {
   const bool plain_conv = padding && o.groups() == 1 && (*o.dilation())[0] == 1 && (*o.dilation())[1] == 1 &&
                           std::holds_alternative<torch::enumtype::kZeros>(o.padding_mode());
   const bool own_path = small_map && plain_conv && x.device().is_cpu() && x.scalar_type() == torch::kFloat &&
-                        weight.scalar_type() == torch::kFloat && x.numel() > 0 &&
+                        weight.scalar_type() == torch::kFloat && weight.device().is_cpu() &&
+                        (!conv.bias.defined() || conv.bias.device().is_cpu()) && x.numel() > 0 &&
                         x.is_contiguous(torch::MemoryFormat::ChannelsLast) && !at::autocast::is_autocast_enabled(at::kCPU);
   if (!own_path) return winograd_applies(conv, x) ? winograd_conv2d(x, weight, conv.bias) : conv.forward(x);
   const int64_t kh = weight.size(2), kw = weight.size(3), sh = (*o.stride())[0], sw = (*o.stride())[1],
@@ -155,7 +163,8 @@ torch::Tensor conv2d(torch::nn::Conv2dImpl& conv, const torch::Tensor& x) {
   const Geometry g{x.size(0), x.size(1), x.size(2), x.size(3), weight.size(0),
                    (x.size(2) + 2 * ph - kh) / sh + 1, (x.size(3) + 2 * pw - kw) / sw + 1,
                    kh, kw, sh, sw, ph, pw};
-  if (g.oh <= 0 || g.ow <= 0 || x.size(1) != weight.size(1)) return conv.forward(x);  // torch's error
+  // A kernel larger than the padded map, or channels that differ: torch's error.
+  if (x.size(2) + 2 * ph < kh || x.size(3) + 2 * pw < kw || x.size(1) != weight.size(1)) return conv.forward(x);
   const auto& bias = conv.bias;
   return SmallMapConv::apply(x, weight, bias.defined() ? bias : torch::empty({0}, weight.options()), g);
 }

@@ -12,6 +12,7 @@
 
 #include "core/block_gemm.h"
 #include "core/error.h"
+#include "core/graph_backward.h"
 
 namespace fastcpp::vision {
 namespace {
@@ -186,10 +187,10 @@ void for_tile_blocks(int64_t tiles, int64_t block, const PerBlock& per_block) {
 
 // The transforms' buffers, the kernels' too: kept per thread (the largest so far) rather than
 // allocated per call, where the first writes to a fresh buffer's pages cost as much as the
-// transform. None of them outlives the call that fills it.
+// transform. No tensor a call returns is one of them.
 enum Buffer { kInputs, kProducts, kProductGradients, kKernel, kKernelTaps, kKernelGradient, kBuffers };
+thread_local torch::Tensor kept[kBuffers];
 torch::Tensor workspace(Buffer slot, const std::vector<int64_t>& shape) {
-  thread_local torch::Tensor kept[kBuffers];
   int64_t numel = 1;
   for (auto s : shape) numel *= s;
   if (!kept[slot].defined() || kept[slot].numel() < numel) kept[slot] = torch::empty({numel});
@@ -295,22 +296,12 @@ torch::Tensor weight_gradient(const torch::Tensor& x, const torch::Tensor& dy, c
   torch::Tensor du;
   for (int64_t thread = 0; thread < threads; ++thread)
     if (summed[thread]) du = du.defined() ? du.add_(sums[thread]) : sums[thread];
-  return kernel_gradient(du, weight);
-}
-
-// The gradients where the backward pass records a graph of its own (create_graph: a second
-// derivative, as a gradient penalty takes): through torch's convolution, which has one.
-variable_list differentiable_backward(AutogradContext* ctx, const variable_list& saved, const torch::Tensor& dy) {
-  const auto &x = saved[0], &weight = saved[1], &bias = saved[2];
-  const auto y = torch::conv2d(x, weight, bias.numel() ? bias : torch::Tensor(), 1, 1);
-  std::vector<torch::Tensor> wanted;
-  for (size_t i = 0; i < saved.size(); ++i)
-    if (ctx->needs_input_grad(i)) wanted.push_back(saved[i]);
-  const auto grads = torch::autograd::grad({y}, wanted, {dy}, /*retain_graph=*/true, /*create_graph=*/true);
-  variable_list out(3);
-  for (size_t i = 0, next = 0; i < saved.size(); ++i)
-    if (ctx->needs_input_grad(i)) out[i] = grads[next++];
-  return out;
+  auto gradient = kernel_gradient(du, weight);
+  // The threads' sums grow with threads x channels^2 (151 MB for 256 channels on 16
+  // threads): kept past the call only while small.
+  constexpr int64_t kKeptSums = int64_t{4} << 20;  // floats: 16 MB
+  if (sums.numel() > kKeptSums) kept[kKernelGradient] = torch::Tensor();
+  return gradient;
 }
 
 struct WinogradConv : torch::autograd::Function<WinogradConv> {
@@ -326,7 +317,9 @@ struct WinogradConv : torch::autograd::Function<WinogradConv> {
     if (!grads[0].defined()) return out;
     const auto saved = ctx->get_saved_variables();
     const auto &x = saved[0], &weight = saved[1], &bias = saved[2];
-    if (torch::GradMode::is_enabled()) return differentiable_backward(ctx, saved, grads[0]);
+    if (torch::GradMode::is_enabled())  // a second derivative: through torch's convolution
+      return gradients_with_graph(ctx, saved, torch::conv2d(x, weight, bias.numel() ? bias : torch::Tensor(), 1, 1),
+                                  grads[0]);
     const auto dy = grads[0].contiguous(torch::MemoryFormat::ChannelsLast);
     if (ctx->needs_input_grad(0))  // the transposed convolution: the kernel turned and its channels swapped
       out[0] = convolve(dy, transform_kernel(weight, true), torch::Tensor());
@@ -349,7 +342,8 @@ bool winograd_applies(const torch::nn::Conv2dImpl& conv, const torch::Tensor& x)
          x.dim() == 4 && x.size(1) == weight.size(1) && x.size(1) >= kMinInChannels && weight.size(0) >= kMinOutChannels &&
          tiles >= kMinTiles && 2 * tiles >= std::max(x.size(1), weight.size(0)) && x.size(2) >= kOut &&
          x.size(3) >= kOut &&
-         x.device().is_cpu() && x.scalar_type() == torch::kFloat && weight.scalar_type() == torch::kFloat &&
+         x.device().is_cpu() && weight.device().is_cpu() && (!conv.bias.defined() || conv.bias.device().is_cpu()) &&
+         x.scalar_type() == torch::kFloat && weight.scalar_type() == torch::kFloat &&
          x.is_contiguous(torch::MemoryFormat::ChannelsLast) && !at::autocast::is_autocast_enabled(at::kCPU) &&
          block_gemm_available();
 }
