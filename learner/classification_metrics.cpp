@@ -18,6 +18,7 @@ void check_class_indices(const std::string& metric, const torch::Tensor& target)
 // for the classes among the targets or the predictions (scikit-learn's labels), in order.
 struct ClassCounts {
   torch::Tensor classes;                // int64 [K]
+  torch::Tensor matrix;                 // double [K, K]: targets by row, predictions by column
   torch::Tensor tp, predicted, actual;  // double [K]
 };
 
@@ -34,7 +35,7 @@ ClassCounts class_counts(const std::string& metric, const torch::Tensor& pred, c
   const int64_t k = classes.numel();
   const auto matrix = torch::bincount(index.narrow(0, 0, n) * k + index.narrow(0, n, n), {}, k * k).view({k, k});
   const auto counts = matrix.to(torch::kDouble);
-  return {classes, counts.diagonal(), counts.sum(0), counts.sum(1)};
+  return {classes, counts, counts.diagonal(), counts.sum(0), counts.sum(1)};
 }
 
 // num / den, 0 where den is 0 (scikit-learn's zero_division).
@@ -99,6 +100,27 @@ std::pair<torch::Tensor, torch::Tensor> probabilities(const torch::Tensor& pred,
           target.detach().flatten().to(torch::kCPU, torch::kLong)};
 }
 
+// A multi-label score: `kind` of each label's (or item's, or all) counts, averaged.
+double multi_label_score(Score kind, double beta, const char* metric, const torch::Tensor& pred,
+                         const torch::Tensor& target, const MultiOptions& o) {
+  if (pred.sizes() != target.sizes() || pred.dim() != 2)
+    throw Error(std::string(metric) + ": multi-label predictions and targets are [items, labels] alike, got " +
+                c10::str(pred.sizes()) + " and " + c10::str(target.sizes()));
+  const auto t = target.detach().to(torch::kCPU, torch::kDouble);
+  if (!t.eq(0).logical_or(t.eq(1)).all().item<bool>())
+    throw Error(std::string(metric) + ": multi-label targets are 0 or 1");
+  auto scores_of = pred.detach().to(torch::kCPU, torch::kDouble);
+  if (o.sigmoid) scores_of = scores_of.sigmoid();
+  const auto p = scores_of.ge(o.thresh).to(torch::kDouble);
+  const int64_t by = o.average == MultiAverage::samples ? 1 : 0;  // sum over items: each label's counts
+  const auto tp = (p * t).sum(by), predicted = p.sum(by), actual = t.sum(by);
+  if (o.average == MultiAverage::micro) return scores(kind, beta, tp.sum(), predicted.sum(), actual.sum()).item<double>();
+  const auto each = scores(kind, beta, tp, predicted, actual);
+  if (o.average != MultiAverage::weighted) return each.mean().item<double>();
+  const double weight = actual.sum().item<double>();
+  return weight == 0 ? 0 : (each * actual).sum().item<double>() / weight;
+}
+
 template <class Fn>
 MetricPtr accumulated(std::string name, Fn value) {
   return std::make_shared<AccumMetric>(std::move(name),
@@ -134,6 +156,19 @@ double balanced_accuracy_value(const torch::Tensor& pred, const torch::Tensor& t
   const auto counts = class_counts("balanced_accuracy_score", pred, target);
   const auto targeted = counts.actual.gt(0);  // a class only predicted has no recall
   return (counts.tp.masked_select(targeted) / counts.actual.masked_select(targeted)).mean().item<double>();
+}
+
+double cohen_kappa_value(const torch::Tensor& pred, const torch::Tensor& target, KappaWeights weights) {
+  const auto counts = class_counts("cohen_kappa_score", pred, target);
+  const int64_t k = counts.classes.numel();
+  const auto expected = torch::outer(counts.actual, counts.predicted) / counts.actual.sum();  // by chance
+  const auto place = torch::arange(k, torch::kDouble);
+  const auto distance = (place.unsqueeze(1) - place.unsqueeze(0)).abs();
+  const auto cost = weights == KappaWeights::linear    ? distance
+                    : weights == KappaWeights::quadratic ? distance.square()
+                                                         : distance.gt(0).to(torch::kDouble);
+  const double chance = (cost * expected).sum().item<double>();  // 0: one class in common, undefined
+  return chance == 0 ? std::nan("") : 1 - (cost * counts.matrix).sum().item<double>() / chance;
 }
 
 double binary_roc_auc(const torch::Tensor& scores, const torch::Tensor& target) {
@@ -194,6 +229,37 @@ MetricPtr fbeta(double beta, AverageOptions options) {
 MetricPtr matthews_corrcoef() { return accumulated("matthews_corrcoef", matthews_corrcoef_value); }
 
 MetricPtr balanced_accuracy() { return accumulated("balanced_accuracy_score", balanced_accuracy_value); }
+
+MetricPtr precision_multi(MultiOptions options) {
+  return accumulated("precision_score", [options](const torch::Tensor& pred, const torch::Tensor& target) {
+    return multi_label_score(Score::precision, 0, "precision_score", pred, target, options);
+  });
+}
+
+MetricPtr recall_multi(MultiOptions options) {
+  return accumulated("recall_score", [options](const torch::Tensor& pred, const torch::Tensor& target) {
+    return multi_label_score(Score::recall, 0, "recall_score", pred, target, options);
+  });
+}
+
+MetricPtr f1_score_multi(MultiOptions options) {
+  return accumulated("f1_score", [options](const torch::Tensor& pred, const torch::Tensor& target) {
+    return multi_label_score(Score::fbeta, 1, "f1_score", pred, target, options);
+  });
+}
+
+MetricPtr fbeta_multi(double beta, MultiOptions options) {
+  check_beta(beta);
+  return accumulated("fbeta_score", [beta, options](const torch::Tensor& pred, const torch::Tensor& target) {
+    return multi_label_score(Score::fbeta, beta, "fbeta_score", pred, target, options);
+  });
+}
+
+MetricPtr cohen_kappa(KappaWeights weights) {
+  return accumulated("cohen_kappa_score", [weights](const torch::Tensor& pred, const torch::Tensor& target) {
+    return cohen_kappa_value(pred, target, weights);
+  });
+}
 
 MetricPtr roc_auc_binary() {
   return accumulated("roc_auc_score", [](const torch::Tensor& pred, const torch::Tensor& target) {

@@ -220,11 +220,12 @@ TEST_SUITE("fastai") {
     const auto fx = fixture("metrics.txt");
     Learner learn(synthetic_dls(), tiny_model(), CrossEntropyLoss(), {}, quiet());
     auto measured = [&](const MetricPtr& metric, const std::string& data) {
-      const auto n = static_cast<int64_t>(fx.at(data + ".target").size());
-      const bool regression = data == "regression";
+      const auto n = static_cast<int64_t>(fx.at(data + ".items")[0]);
+      const bool regression = data == "regression", multi_label = data == "multilabel";
       const auto pred = torch::tensor(fx.at(data + ".pred"), torch::kDouble).to(torch::kFloat).view({n, -1});
-      const auto target =
-          torch::tensor(fx.at(data + ".target"), torch::kDouble).to(regression ? torch::kFloat : torch::kLong);
+      const auto target = torch::tensor(fx.at(data + ".target"), torch::kDouble)
+                              .to(regression || multi_label ? torch::kFloat : torch::kLong)
+                              .view(multi_label ? std::vector<int64_t>{n, -1} : std::vector<int64_t>{n});
       const auto first = static_cast<int64_t>(fx.at(data + ".first")[0]);
       metric->reset();
       for (const auto& [from, to] : {std::pair{int64_t{0}, first}, std::pair{first, n}}) {
@@ -245,12 +246,16 @@ TEST_SUITE("fastai") {
         {"multi", "mcc", metrics::matthews_corrcoef()},
         {"multi", "balanced", metrics::balanced_accuracy()},
         {"multi", "roc_auc", metrics::roc_auc()},
+        {"multi", "kappa", metrics::cohen_kappa()},
+        {"multi", "kappa_linear", metrics::cohen_kappa(metrics::KappaWeights::linear)},
+        {"multi", "kappa_quadratic", metrics::cohen_kappa(metrics::KappaWeights::quadratic)},
         // Class 3 predicted, never a target: among the classes averaged over, not in balanced accuracy.
         {"absent", "f1_macro", metrics::f1_score({.average = Average::macro})},
         {"absent", "precision_weighted", metrics::precision({.average = Average::weighted})},
         {"absent", "recall_macro", metrics::recall({.average = Average::macro})},
         {"absent", "balanced", metrics::balanced_accuracy()},
         {"absent", "mcc", metrics::matthews_corrcoef()},
+        {"absent", "kappa_quadratic", metrics::cohen_kappa(metrics::KappaWeights::quadratic)},
         {"binary", "f1", metrics::f1_score()},
         {"binary", "precision", metrics::precision()},
         {"binary", "recall", metrics::recall()},
@@ -258,12 +263,22 @@ TEST_SUITE("fastai") {
         {"binary", "f1_pos0", metrics::f1_score({.pos_label = 0})},
         {"binary", "mcc", metrics::matthews_corrcoef()},
         {"binary", "roc_auc", metrics::roc_auc_binary()},  // tied scores count a half
+        {"binary", "kappa", metrics::cohen_kappa()},
         {"regression", "mse", metrics::mse()},
         {"regression", "rmse", metrics::rmse()},
         {"regression", "mae", metrics::mae()},
         {"regression", "msle", metrics::msle()},
         {"regression", "exp_rmspe", metrics::exp_rmspe()},
         {"regression", "r2", metrics::r2_score()},
+        // An item with no label and none predicted: its samples score is 0, as scikit-learn's.
+        {"multilabel", "f1_macro", metrics::f1_score_multi()},
+        {"multilabel", "f1_micro", metrics::f1_score_multi({.average = metrics::MultiAverage::micro})},
+        {"multilabel", "f1_samples", metrics::f1_score_multi({.average = metrics::MultiAverage::samples})},
+        {"multilabel", "fbeta2_samples", metrics::fbeta_multi(2, {.average = metrics::MultiAverage::samples})},
+        {"multilabel", "precision_weighted", metrics::precision_multi({.average = metrics::MultiAverage::weighted})},
+        {"multilabel", "recall_macro", metrics::recall_multi()},
+        {"multilabel", "precision_thresh",
+         metrics::precision_multi({.thresh = 0.2, .sigmoid = false, .average = metrics::MultiAverage::micro})},
     };
     for (const auto& [data, name, metric] : cases) {
       CAPTURE(data);
