@@ -54,6 +54,7 @@
 #include "data/splitters.h"
 #include "vision/augment.h"
 #include "vision/random_erasing.h"
+#include "vision/color_augment.h"
 #include "vision/datasets/cifar.h"
 #include "vision/datasets/idx.h"
 #include "vision/interpret.h"

@@ -586,6 +586,33 @@ TEST_SUITE("fastai") {
     CHECK(foreground->value() == 1.0);
   }
 
+  TEST_CASE("saturation and hue with fastai's draws: fastai's images, a grey one included") {
+    const auto fx = fixture("augment.txt");
+    const auto x = torch::tensor(fx.at("colour.x"), torch::kFloat).view({3, 3, 12, 16});
+    for (const auto& [name, change] : {std::pair{"saturation", vision::ColorChange::saturation},
+                                       std::pair{"hue", vision::ColorChange::hue}}) {
+      CAPTURE(name);
+      const vision::ColorAugment augment(change, {.p = 1});
+      const auto out = augment.apply_draws({.x = x.clone()}, fx.at(std::string(name) + ".draws")).x;
+      CHECK(torch::allclose(out, torch::tensor(fx.at(std::string(name) + ".x"), torch::kFloat).view_as(out), 1e-5, 1e-6));
+    }
+    // Drawn from the seed: p and the range, one draw for the batch where asked, uint8 read as x / 255.
+    const vision::ColorAugment every(vision::ColorChange::saturation, {.max = 0.3, .p = 1});
+    for (const double factor : every.draw(64, 5)) {
+      CHECK(factor >= 0.7);
+      CHECK(factor <= 1 / 0.7);
+    }
+    const auto rarely = vision::ColorAugment(vision::ColorChange::hue, {.p = 0.25}).draw(400, 3);
+    CHECK(std::count(rarely.begin(), rarely.end(), 0.0) == doctest::Approx(300).epsilon(0.15));
+    const auto once = vision::ColorAugment(vision::ColorChange::hue, {.p = 1, .batch = true}).draw(5, 9);
+    CHECK(std::count(once.begin(), once.end(), once[0]) == 5);
+    const auto bytes = (x * 255).round().to(torch::kByte);
+    CHECK(torch::allclose(every.apply_draws({.x = bytes}, {1, 1, 1}).x, bytes.to(torch::kFloat) / 255));
+    CHECK(error_of([&] { every.apply_draws({.x = x.narrow(1, 0, 1)}, {1, 1, 1}); }) ==
+          "saturation: expects RGB images [batch, 3, height, width], got [3, 1, 12, 16]");
+    CHECK(error_of([] { vision::hue({.max = 1}); }) == "hue: max must be in [0, 1), got 1");
+  }
+
   TEST_CASE("aug_transforms with fastai's draws: fastai's images and masks") {
     const auto fx = fixture("augment.txt");
     const auto x = torch::tensor(fx.at("x"), torch::kFloat).view({3, 3, 12, 16});

@@ -11,6 +11,7 @@
 #include "core/error.h"
 #include "core/spec_text.h"
 #include "data/random.h"
+#include "vision/lighting.h"
 
 namespace fastcpp::vision {
 namespace {
@@ -212,18 +213,6 @@ torch::Tensor move_boxes(const torch::Tensor& y, const std::vector<Mat3>& maps, 
   const auto has_area = (moved.select(2, 2) > moved.select(2, 0)) & (moved.select(2, 3) > moved.select(2, 1));
   const auto kept = (label != -1) & has_area;
   return torch::where(kept.unsqueeze(2), torch::cat({moved, label.unsqueeze(2)}, 2), torch::full_like(y, -1));
-}
-
-torch::Tensor clamped_logit(const torch::Tensor& x) { return -(1 / x.clamp(1e-7, 1 - 1e-7) - 1).log(); }
-
-double clamped_logit(double v) {
-  v = std::clamp(v, 1e-7, 1 - 1e-7);
-  return -std::log(1 / v - 1);
-}
-
-torch::Tensor to_unit_float(const torch::Tensor& x) {
-  if (x.is_floating_point()) return x;
-  return x.to(torch::kFloat).div_(255);
 }
 
 torch::nn::functional::GridSampleFuncOptions::padding_mode_t padding(PadMode mode) {
