@@ -218,7 +218,7 @@ struct BatchNormReLUFunction : torch::autograd::Function<BatchNormReLUFunction> 
     const bool with_residual = residual.numel() > 0;
     auto y = normalized_relu(spans, x, with_residual ? residual : torch::Tensor(), std::vector<float>(m, m + c), scale,
                              std::vector<float>(b, b + c));
-    ctx->save_for_backward({x, y, weight, mean, invstd, residual, bias});
+    ctx->save_for_backward({x, y, weight, mean, invstd, bias});  // not the residual: its gradient needs none
     ctx->saved_data["residual"] = with_residual;
     ctx->saved_data["eps"] = bn->eps;
     return y;
@@ -232,12 +232,14 @@ struct BatchNormReLUFunction : torch::autograd::Function<BatchNormReLUFunction> 
     if (!grads[0].defined()) return variable_list(5);
     const auto saved = ctx->get_saved_variables();
     const auto &x = saved[0], &y = saved[1], &weight = saved[2], &mean = saved[3], &invstd = saved[4];
-    if (torch::GradMode::is_enabled()) {  // a second derivative: through torch's BatchNorm and ReLU
-      const auto &residual = saved[5], &bias = saved[6];
-      auto z = torch::batch_norm(x, weight, bias, {}, {}, /*training=*/true, 0.0, ctx->saved_data["eps"].toDouble(),
-                                 /*cudnn_enabled=*/false);
-      if (ctx->saved_data["residual"].toBool()) z = z + residual;
-      auto grads_with_graph = gradients_with_graph(ctx, {x, residual, weight, bias}, torch::relu(z), grads[0]);
+    if (torch::GradMode::is_enabled()) {  // a second derivative: through torch's BatchNorm
+      // ReLU's gradient is its output's sign, whose own derivative is 0: dz = dy where y > 0,
+      // the residual's gradient, and BatchNorm's through ATen.
+      const auto dz = grads[0] * y.gt(0).to(grads[0].scalar_type());
+      const auto normalized = torch::batch_norm(x, weight, saved[5], {}, {}, /*training=*/true, 0.0,
+                                                ctx->saved_data["eps"].toDouble(), /*cudnn_enabled=*/false);
+      auto grads_with_graph = gradients_with_graph(ctx, {x, torch::Tensor(), weight, saved[5]}, normalized, dz);
+      if (ctx->needs_input_grad(1) && ctx->saved_data["residual"].toBool()) grads_with_graph[1] = dz;
       grads_with_graph.emplace_back();  // the layer's
       return grads_with_graph;
     }

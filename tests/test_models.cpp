@@ -1153,6 +1153,15 @@ TEST_SUITE("models") {
                                    residual);
               },
               before, bn_params, nullptr));
+    // The same through the residual's gradient.
+    equal(penalty_grads([&](const torch::Tensor& r) { return bn->forward_relu(before, r); }, residual, bn_params,
+                        "BatchNormReLU"),
+          penalty_grads(
+              [&](const torch::Tensor& r) {
+                return torch::relu(torch::batch_norm(before, bn->weight, bn->bias, {}, {}, true, 0.1, bn->eps, false) +
+                                   r);
+              },
+              residual, bn_params, nullptr));
   }
 }
 
