@@ -1145,23 +1145,21 @@ TEST_SUITE("models") {
     const auto before = torch::randn({4, 8, 3, 3}).contiguous(channels_last);
     REQUIRE(distributed::fused_batchnorm_relu_applies(*bn, before, residual));
     const std::vector<torch::Tensor> bn_params{bn->weight, bn->bias};
-    equal(penalty_grads([&](const torch::Tensor& x) { return bn->forward_relu(x, residual); }, before, bn_params,
-                        "BatchNormReLU"),
-          penalty_grads(
-              [&](const torch::Tensor& x) {
-                return torch::relu(torch::batch_norm(x, bn->weight, bn->bias, {}, {}, true, 0.1, bn->eps, false) +
-                                   residual);
-              },
-              before, bn_params, nullptr));
-    // The same through the residual's gradient.
-    equal(penalty_grads([&](const torch::Tensor& r) { return bn->forward_relu(before, r); }, residual, bn_params,
-                        "BatchNormReLU"),
-          penalty_grads(
-              [&](const torch::Tensor& r) {
-                return torch::relu(torch::batch_norm(before, bn->weight, bn->bias, {}, {}, true, 0.1, bn->eps, false) +
-                                   r);
-              },
-              residual, bn_params, nullptr));
+    // Through the input's gradient, then through the residual's.
+    for (const bool by_residual : {false, true}) {
+      CAPTURE(by_residual);
+      const auto ours = [&](const torch::Tensor& v) {
+        return by_residual ? bn->forward_relu(before, v) : bn->forward_relu(v, residual);
+      };
+      const auto reference = [&](const torch::Tensor& v) {
+        const auto& x = by_residual ? before : v;
+        return torch::relu(torch::batch_norm(x, bn->weight, bn->bias, {}, {}, true, 0.1, bn->eps, false) +
+                           (by_residual ? v : residual));
+      };
+      const auto& variable = by_residual ? residual : before;
+      equal(penalty_grads(ours, variable, bn_params, "BatchNormReLU"),
+            penalty_grads(reference, variable, bn_params, nullptr));
+    }
   }
 }
 
